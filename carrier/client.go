@@ -1,0 +1,281 @@
+package carrier
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// maxLabelBody bounds what we read of a purchase answer: a label is a few hundred
+// bytes, and a carrier that sends megabytes is not answering the protocol.
+const maxLabelBody = 1 << 20
+
+// Address is where a parcel goes.
+type Address struct {
+	Name       string `json:"name"`
+	Line1      string `json:"line1"`
+	Line2      string `json:"line2"`
+	City       string `json:"city"`
+	PostalCode string `json:"postal_code"`
+	Country    string `json:"country"`
+}
+
+// PurchaseRequest is the body of POST /v1/labels.
+type PurchaseRequest struct {
+	// Reference is our label request id; the carrier echoes it on the invoice.
+	Reference string  `json:"reference"`
+	OrderID   int64   `json:"order_id"`
+	ParcelNo  int     `json:"parcel_no"`
+	WeightG   int     `json:"weight_g"`
+	Service   string  `json:"service"`
+	ShipTo    Address `json:"ship_to"`
+}
+
+// Label is a bought label as the carrier describes it.
+type Label struct {
+	CarrierLabelID string    `json:"carrier_label_id"`
+	TrackingNo     string    `json:"tracking_no"`
+	CostCents      int64     `json:"cost_cents"`
+	Currency       string    `json:"currency"`
+	PurchasedAt    time.Time `json:"purchased_at"`
+	// Replayed is true when the carrier answered 200: the key had bought this
+	// label before, on an attempt whose reply we may never have seen.
+	Replayed bool `json:"-"`
+}
+
+// ClientOpts configures a [Client].
+type ClientOpts struct {
+	// Token, when not empty, is sent as "Authorization: Bearer <Token>".
+	Token string
+	// HTTPClient makes the calls. Nil means a default client with no overall
+	// timeout (callers bound each call with a context deadline) and enough idle
+	// connections per host for a worker's concurrency.
+	HTTPClient *http.Client
+}
+
+// Client speaks the carrier protocol. It is safe for concurrent use.
+type Client struct {
+	baseURL    string
+	token      string
+	httpClient *http.Client
+}
+
+// NewClient returns a client for the carrier at baseURL (e.g.
+// "http://127.0.0.1:8090"). opts may be nil.
+func NewClient(baseURL string, opts *ClientOpts) *Client {
+	if opts == nil {
+		opts = &ClientOpts{}
+	}
+	hc := opts.HTTPClient
+	if hc == nil {
+		hc = defaultHTTPClient()
+	}
+	return &Client{
+		baseURL:    strings.TrimRight(baseURL, "/"),
+		token:      opts.Token,
+		httpClient: hc,
+	}
+}
+
+func defaultHTTPClient() *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// The default of 2 idle connections per host makes a worker with 100 calls in
+	// flight open and close connections all the time.
+	tr.MaxIdleConns = 256
+	tr.MaxIdleConnsPerHost = 128
+	return &http.Client{
+		Transport: tr,
+		// A redirect is not part of the protocol; following one would turn the
+		// POST into a GET. Surface the 3xx instead, as an unknown outcome.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// Buy buys one label under carrierKey (see [DeriveKey]). The error is a
+// [*RejectedError], an [*InProgressError] or an [*UnknownOutcomeError] as the
+// protocol's table says, or, before anything is sent, a wrapped [ErrInvalidKey].
+func (c *Client) Buy(ctx context.Context, carrierKey string, req PurchaseRequest) (*Label, error) {
+	if err := ValidateKey(carrierKey); err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("carrier: encode purchase: %w", err)
+	}
+	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+"/v1/labels", bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("carrier: build request: %w", err)
+	}
+	c.setHeaders(httpReq)
+	httpReq.Header.Set("Idempotency-Key", carrierKey)
+	httpReq.Header.Set("Content-Type", "application/json")
+	httpReq.Header.Set("Accept", "application/json")
+
+	resp, err := c.httpClient.Do(httpReq)
+	if err != nil {
+		// Refused, reset, timed out, or the caller's context ended: the request
+		// may have reached the carrier, so the purchase may have happened.
+		return nil, &UnknownOutcomeError{Err: unwrapURLError(err)}
+	}
+	defer resp.Body.Close()
+	return readPurchase(resp, time.Now())
+}
+
+// readPurchase classifies one answer to POST /v1/labels.
+func readPurchase(resp *http.Response, now time.Time) (*Label, error) {
+	status := resp.StatusCode
+	body, readErr := io.ReadAll(io.LimitReader(resp.Body, maxLabelBody+1))
+	retryAfter := parseRetryAfter(resp.Header.Get("Retry-After"), now)
+
+	switch {
+	case status == http.StatusOK || status == http.StatusCreated:
+		if readErr != nil {
+			return nil, &UnknownOutcomeError{Status: status, Err: fmt.Errorf("read label: %w", readErr)}
+		}
+		if len(body) > maxLabelBody {
+			return nil, &UnknownOutcomeError{Status: status, Err: fmt.Errorf("label body over %d bytes", maxLabelBody)}
+		}
+		var label Label
+		if err := json.Unmarshal(body, &label); err != nil {
+			return nil, &UnknownOutcomeError{Status: status, Err: fmt.Errorf("decode label: %w", err)}
+		}
+		if missing := label.missingFields(); missing != "" {
+			return nil, &UnknownOutcomeError{Status: status, Err: fmt.Errorf("label without %s", missing)}
+		}
+		label.Replayed = status == http.StatusOK
+		return &label, nil
+
+	case status == http.StatusBadRequest || status == http.StatusNotFound || status == http.StatusUnprocessableEntity:
+		// The status alone is final; a body we cannot read only costs us the
+		// carrier's wording.
+		code, msg := problem(status, body)
+		return nil, &RejectedError{Status: status, Code: code, Message: msg}
+
+	case status == http.StatusConflict:
+		code, msg := problem(status, body)
+		return nil, &InProgressError{Status: status, Code: code, Message: msg, RetryAfter: retryAfter}
+
+	default:
+		// 408, 429, 5xx, and anything the protocol does not name.
+		return nil, &UnknownOutcomeError{
+			Status:     status,
+			Err:        fmt.Errorf("carrier answered %d %s: %s", status, http.StatusText(status), snippet(body)),
+			RetryAfter: retryAfter,
+		}
+	}
+}
+
+func (l *Label) missingFields() string {
+	var missing []string
+	if l.CarrierLabelID == "" {
+		missing = append(missing, "carrier_label_id")
+	}
+	if l.TrackingNo == "" {
+		missing = append(missing, "tracking_no")
+	}
+	if l.Currency == "" {
+		missing = append(missing, "currency")
+	}
+	if l.PurchasedAt.IsZero() {
+		missing = append(missing, "purchased_at")
+	}
+	return strings.Join(missing, ", ")
+}
+
+// problem reads the carrier's {"code","message"} body; when the body has another
+// shape the code is "unknown" and the message is what the body said.
+func problem(status int, body []byte) (code, message string) {
+	var p struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}
+	if err := json.Unmarshal(body, &p); err == nil && p.Code != "" {
+		return p.Code, p.Message
+	}
+	if s := snippet(body); s != "" {
+		return "unknown", s
+	}
+	return "unknown", http.StatusText(status)
+}
+
+// snippet keeps an unexpected body readable in an error message without letting
+// a large or binary body flood the logs.
+func snippet(body []byte) string {
+	const max = 200
+	s := strings.TrimSpace(string(body))
+	if !utf8.ValidString(s) {
+		return fmt.Sprintf("%d bytes, not UTF-8", len(body))
+	}
+	if len(s) > max {
+		s = s[:max]
+		for !utf8.ValidString(s) {
+			s = s[:len(s)-1]
+		}
+		s += "…"
+	}
+	return s
+}
+
+// unwrapURLError drops the *url.Error wrapper, whose message repeats the method
+// and URL; the cause stays reachable with errors.Is.
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%s %s: %w", ue.Op, ue.URL, ue.Err)
+	}
+	return err
+}
+
+// Invoice fetches the carrier's bill for the calendar date of day (read in day's
+// own location), as the CSV bytes the carrier sent. Any answer but 200 is an
+// error: a [*RejectedError] for 400/404/422, else an [*UnknownOutcomeError].
+func (c *Client) Invoice(ctx context.Context, day time.Time) ([]byte, error) {
+	u := c.baseURL + "/v1/invoices?date=" + url.QueryEscape(day.Format(time.DateOnly))
+	httpReq, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("carrier: build request: %w", err)
+	}
+	c.setHeaders(httpReq)
+	httpReq.Header.Set("Accept", "text/csv")
+
+	resp, err := c.httpClient.Do(httpReq)
+	if err != nil {
+		return nil, &UnknownOutcomeError{Err: unwrapURLError(err)}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		switch resp.StatusCode {
+		case http.StatusBadRequest, http.StatusNotFound, http.StatusUnprocessableEntity:
+			code, msg := problem(resp.StatusCode, body)
+			return nil, &RejectedError{Status: resp.StatusCode, Code: code, Message: msg}
+		}
+		return nil, &UnknownOutcomeError{
+			Status:     resp.StatusCode,
+			Err:        fmt.Errorf("invoice: carrier answered %d %s: %s", resp.StatusCode, http.StatusText(resp.StatusCode), snippet(body)),
+			RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
+		}
+	}
+	// No size limit: a day's invoice is as large as the day's business. A
+	// truncated body fails here (unexpected EOF) rather than as a short file.
+	csv, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, &UnknownOutcomeError{Status: resp.StatusCode, Err: fmt.Errorf("read invoice: %w", err)}
+	}
+	return csv, nil
+}
+
+func (c *Client) setHeaders(r *http.Request) {
+	if c.token != "" {
+		r.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	r.Header.Set("User-Agent", "labelkit-carrier-client/1")
+}

@@ -1,0 +1,211 @@
+// Command api serves the label service's HTTP API, applies the migrations
+// (api migrate) and manages callers (api caller add NAME). See
+// shared/spec/operations.md for the configuration.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/labelkit/labels/caller"
+	"github.com/labelkit/labels/httpapi"
+	"github.com/labelkit/labels/internal/cli"
+	"github.com/labelkit/labels/metrics"
+	"github.com/labelkit/labels/migrations"
+	"github.com/labelkit/labels/notify"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args, os.Getenv, os.Stdout, os.Stderr))
+}
+
+const usage = `Usage:
+  api                     serve the HTTP API
+  api migrate             apply every migration (ours and River's); safe to repeat
+  api caller add NAME     create caller NAME if new, add a token, print it last
+
+Flags (override the environment):
+  --addr ADDR             listen address (API_ADDR, default :8080)
+  --database-url URL      PostgreSQL (DATABASE_URL)
+
+Environment: DATABASE_URL, API_ADDR, KEY_RETENTION (24h), LOG_LEVEL (info),
+LOG_FORMAT (json|console).
+`
+
+// Config is the API's configuration, read once in run.
+type Config struct {
+	DatabaseURL  string
+	Addr         string
+	KeyRetention time.Duration
+}
+
+// Validate checks the values that parsing alone cannot.
+func (c *Config) Validate() error {
+	if c.KeyRetention <= 0 {
+		return fmt.Errorf("KEY_RETENTION=%s: must be positive", c.KeyRetention)
+	}
+	return nil
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	env := &cli.Env{Getenv: getenv}
+	cfg := Config{
+		DatabaseURL:  env.DatabaseURL(),
+		Addr:         env.String("API_ADDR", ":8080"),
+		KeyRetention: env.Duration("KEY_RETENTION", 24*time.Hour),
+	}
+	log := cli.Logger(env, stderr, "api")
+
+	fs := flag.NewFlagSet("api", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&cfg.Addr, "addr", cfg.Addr, "")
+	fs.StringVar(&cfg.DatabaseURL, "database-url", cfg.DatabaseURL, "")
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
+			return 0
+		}
+		fmt.Fprintf(stderr, "api: %v\n", err)
+		return 2
+	}
+	if env.Err != nil {
+		fmt.Fprintf(stderr, "api: %v\n", env.Err)
+		return 2
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "api: %v\n", err)
+		return 2
+	}
+	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		fmt.Fprintf(stderr, "api: DATABASE_URL: %v\n", err)
+		return 2
+	}
+
+	rest := fs.Args()
+	switch {
+	case len(rest) == 0:
+	case rest[0] == "migrate" && len(rest) == 1:
+		return migrate(ctx, poolCfg, stdout, stderr)
+	case rest[0] == "caller" && len(rest) == 3 && rest[1] == "add":
+		return addCaller(ctx, poolCfg, rest[2], stdout, stderr)
+	default:
+		fmt.Fprintf(stderr, "api: unknown command %q; see api --help\n", rest)
+		return 2
+	}
+
+	ctx, cancel := cli.SignalContext(ctx, func() {
+		log.Warn().Msg("second signal: exiting at once")
+		os.Exit(1)
+	})
+	defer cancel()
+	return serve(ctx, cfg, poolCfg, log)
+}
+
+func serve(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, log zerolog.Logger) int {
+	poolCfg.MaxConns = max(poolCfg.MaxConns, 20)
+	// The pool connects lazily: the API starts and answers 503 while the database is away.
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		log.Error().Err(err).Msg("database pool")
+		return 1
+	}
+	defer pool.Close()
+
+	listener := notify.NewListener(poolCfg.ConnConfig.Copy(), log, notify.ChannelFinal)
+	lctx, lcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer lcancel()
+	go listener.Run(lctx)
+
+	handler := httpapi.NewServer(httpapi.Deps{
+		Pool:         pool,
+		Listener:     listener,
+		Metrics:      metrics.New(),
+		Log:          log,
+		KeyRetention: cfg.KeyRetention,
+	})
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      45 * time.Second, // Prefer: wait holds an answer up to 30 s
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    32 << 10,
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		log.Error().Err(err).Str("addr", cfg.Addr).Msg("listen")
+		return 1
+	}
+	log.Info().Str("addr", ln.Addr().String()).Msg("listening")
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		log.Error().Err(err).Msg("serve")
+		return 1
+	case <-ctx.Done():
+	}
+	log.Info().Msg("shutting down: finishing in-flight requests")
+	sctx, scancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer scancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Error().Err(err).Msg("shutdown")
+		return 1
+	}
+	log.Info().Msg("stopped")
+	return 0
+}
+
+func migrate(ctx context.Context, poolCfg *pgxpool.Config, stdout, stderr io.Writer) int {
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "api migrate: %v\n", err)
+		return 1
+	}
+	defer pool.Close()
+	res, err := migrations.Apply(ctx, pool)
+	if err != nil {
+		fmt.Fprintf(stderr, "api migrate: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "river migrations applied: %d\n", res.RiverApplied)
+	for _, m := range res.Applied {
+		fmt.Fprintf(stdout, "applied %s\n", m)
+	}
+	if len(res.Applied) == 0 {
+		fmt.Fprintln(stdout, "migrations up to date")
+	}
+	return 0
+}
+
+func addCaller(ctx context.Context, poolCfg *pgxpool.Config, name string, stdout, stderr io.Writer) int {
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "api caller add: %v\n", err)
+		return 1
+	}
+	defer pool.Close()
+	token, err := caller.Add(ctx, pool, name)
+	if errors.Is(err, caller.ErrInvalidName) {
+		fmt.Fprintf(stderr, "api caller add: %v\n", err)
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "api caller add: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "caller %s: new token (only its SHA-256 is stored; keep it now)\n", name)
+	fmt.Fprintln(stdout, token)
+	return 0
+}

@@ -1,0 +1,304 @@
+// Command worker runs the outbox relay, the River workers that buy labels and
+// the key sweeper. Many can run at once against one database (a fleet). See
+// shared/spec/operations.md for the configuration.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/rs/zerolog"
+
+	"github.com/labelkit/labels/carrier"
+	"github.com/labelkit/labels/internal/cli"
+	"github.com/labelkit/labels/jobs"
+	"github.com/labelkit/labels/metrics"
+	"github.com/labelkit/labels/notify"
+	"github.com/labelkit/labels/outbox"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args, os.Getenv, os.Stdout, os.Stderr))
+}
+
+const usage = `Usage: worker [flags]
+
+Runs the outbox relay, the River workers that buy labels, and the key sweeper.
+
+Flags (override the environment):
+  --database-url URL     DATABASE_URL
+  --carrier-url URL      CARRIER_URL
+  --metrics-addr ADDR    METRICS_ADDR
+  --concurrency N        WORKER_CONCURRENCY
+
+Environment (defaults): DATABASE_URL, CARRIER_URL (http://127.0.0.1:8090),
+CARRIER_TOKEN, CARRIER_TIMEOUT (20s), LEASE_DURATION (30s), WORKER_CONCURRENCY
+(100), MAX_ATTEMPTS (20), RETRY_BASE (1s), RETRY_MAX (1h), KEY_RETENTION (24h),
+SWEEP_INTERVAL (1m), SWEEP_BATCH (1000), METRICS_ADDR (127.0.0.1:9091),
+RECONCILE_SCHEDULE (off), LOG_LEVEL (info), LOG_FORMAT (json|console).
+`
+
+// Config is the worker's configuration, read once in run.
+type Config struct {
+	DatabaseURL       string
+	CarrierURL        string
+	CarrierToken      string
+	CarrierTimeout    time.Duration
+	LeaseDuration     time.Duration
+	Concurrency       int
+	MaxAttempts       int
+	RetryBase         time.Duration
+	RetryMax          time.Duration
+	KeyRetention      time.Duration
+	SweepInterval     time.Duration
+	SweepBatch        int
+	MetricsAddr       string
+	ReconcileSchedule string
+}
+
+// Validate checks what parsing alone cannot. A carrier timeout at or above the
+// lease would let a slow call outlive its lease, and two attempts would run at
+// once: refused at start.
+func (c *Config) Validate() error {
+	switch {
+	case c.CarrierTimeout <= 0:
+		return fmt.Errorf("CARRIER_TIMEOUT=%s: must be positive", c.CarrierTimeout)
+	case c.LeaseDuration <= 0:
+		return fmt.Errorf("LEASE_DURATION=%s: must be positive", c.LeaseDuration)
+	case c.CarrierTimeout >= c.LeaseDuration:
+		return fmt.Errorf("CARRIER_TIMEOUT=%s must be below LEASE_DURATION=%s, or a slow carrier call outlives its lease", c.CarrierTimeout, c.LeaseDuration)
+	case c.Concurrency < 1 || c.Concurrency > 10000:
+		return fmt.Errorf("WORKER_CONCURRENCY=%d: want 1 to 10000", c.Concurrency)
+	case c.MaxAttempts < 1 || c.MaxAttempts > 1000:
+		return fmt.Errorf("MAX_ATTEMPTS=%d: want 1 to 1000", c.MaxAttempts)
+	case c.RetryBase <= 0 || c.RetryMax < c.RetryBase:
+		return fmt.Errorf("RETRY_BASE=%s, RETRY_MAX=%s: want 0 < RETRY_BASE <= RETRY_MAX", c.RetryBase, c.RetryMax)
+	case c.KeyRetention <= 0:
+		return fmt.Errorf("KEY_RETENTION=%s: must be positive", c.KeyRetention)
+	case c.SweepInterval <= 0:
+		return fmt.Errorf("SWEEP_INTERVAL=%s: must be positive", c.SweepInterval)
+	case c.SweepBatch < 1:
+		return fmt.Errorf("SWEEP_BATCH=%d: must be positive", c.SweepBatch)
+	}
+	return nil
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	env := &cli.Env{Getenv: getenv}
+	cfg := Config{
+		DatabaseURL:       env.DatabaseURL(),
+		CarrierURL:        env.String("CARRIER_URL", "http://127.0.0.1:8090"),
+		CarrierToken:      env.String("CARRIER_TOKEN", ""),
+		CarrierTimeout:    env.Duration("CARRIER_TIMEOUT", 20*time.Second),
+		LeaseDuration:     env.Duration("LEASE_DURATION", 30*time.Second),
+		Concurrency:       env.Int("WORKER_CONCURRENCY", 100),
+		MaxAttempts:       env.Int("MAX_ATTEMPTS", 20),
+		RetryBase:         env.Duration("RETRY_BASE", time.Second),
+		RetryMax:          env.Duration("RETRY_MAX", time.Hour),
+		KeyRetention:      env.Duration("KEY_RETENTION", 24*time.Hour),
+		SweepInterval:     env.Duration("SWEEP_INTERVAL", time.Minute),
+		SweepBatch:        env.Int("SWEEP_BATCH", 1000),
+		MetricsAddr:       env.String("METRICS_ADDR", "127.0.0.1:9091"),
+		ReconcileSchedule: env.String("RECONCILE_SCHEDULE", ""),
+	}
+	log := cli.Logger(env, stderr, "worker")
+
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&cfg.DatabaseURL, "database-url", cfg.DatabaseURL, "")
+	fs.StringVar(&cfg.CarrierURL, "carrier-url", cfg.CarrierURL, "")
+	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, "")
+	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "")
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
+			return 0
+		}
+		fmt.Fprintf(stderr, "worker: %v\n", err)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "worker: unexpected arguments %q; see worker --help\n", fs.Args())
+		return 2
+	}
+	if env.Err != nil {
+		fmt.Fprintf(stderr, "worker: %v\n", env.Err)
+		return 2
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "worker: %v\n", err)
+		return 2
+	}
+	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		fmt.Fprintf(stderr, "worker: DATABASE_URL: %v\n", err)
+		return 2
+	}
+	var periodic []*river.PeriodicJob
+	if cfg.ReconcileSchedule != "" {
+		pj, err := reconcilePeriodicJob(cfg.ReconcileSchedule)
+		if err != nil {
+			fmt.Fprintf(stderr, "worker: RECONCILE_SCHEDULE=%q: %v\n", cfg.ReconcileSchedule, err)
+			return 2
+		}
+		periodic = append(periodic, pj)
+	}
+
+	ctx, cancel := cli.SignalContext(ctx, func() {
+		log.Warn().Msg("second signal: exiting at once")
+		os.Exit(1)
+	})
+	defer cancel()
+	return work(ctx, cfg, poolCfg, periodic, log)
+}
+
+func work(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, periodic []*river.PeriodicJob, log zerolog.Logger) int {
+	poolCfg.MaxConns = max(poolCfg.MaxConns, int32(min(cfg.Concurrency+10, 60)))
+	pool, err := pgxpool.NewWithConfig(context.WithoutCancel(ctx), poolCfg)
+	if err != nil {
+		log.Error().Err(err).Msg("database pool")
+		return 1
+	}
+	defer pool.Close()
+	m := metrics.New()
+
+	client, err := newRiverClient(cfg, pool, m, periodic, log)
+	if err != nil {
+		log.Error().Err(err).Msg("river client")
+		return 1
+	}
+
+	// Background parts run until the first signal; River is stopped after
+	// them, gracefully, so that every started carrier call is recorded.
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBG()
+	var wg sync.WaitGroup
+	listener := notify.NewListener(poolCfg.ConnConfig.Copy(), log, notify.ChannelIntents)
+	relay := outbox.NewRelay(pool, jobs.DispatchBuyLabels(client), log, &outbox.RelayOpts{
+		Listener:       listener,
+		OnDispatchFunc: func(n int) { m.RelayDispatched.Add(float64(n)) },
+	})
+	wg.Go(func() { listener.Run(bg) })
+	wg.Go(func() { relay.Run(bg) })
+
+	metricsSrv, err := serveMetrics(cfg.MetricsAddr, pool, m, log)
+	if err != nil {
+		log.Error().Err(err).Str("addr", cfg.MetricsAddr).Msg("metrics listener")
+		return 1
+	}
+	defer metricsSrv.Close()
+
+	// River retries its own start while the database is away.
+	for {
+		err := client.Start(bg)
+		if err == nil {
+			break
+		}
+		log.Warn().Err(err).Msg("river could not start; retrying")
+		select {
+		case <-ctx.Done():
+			stopBG()
+			wg.Wait()
+			return 0
+		case <-time.After(2 * time.Second):
+		}
+	}
+	log.Info().Int("concurrency", cfg.Concurrency).Dur("lease", cfg.LeaseDuration).Dur("carrier_timeout", cfg.CarrierTimeout).Msg("worker started")
+
+	<-ctx.Done()
+	log.Info().Msg("shutting down: no new jobs; waiting for carrier calls in flight")
+	stopBG()
+	wg.Wait()
+	// Stop waits for running jobs. Their carrier calls are detached from
+	// cancellation and bounded by CARRIER_TIMEOUT, and their outcome is saved.
+	sctx, scancel := context.WithTimeout(context.Background(), cfg.CarrierTimeout+cfg.LeaseDuration)
+	defer scancel()
+	if err := client.Stop(sctx); err != nil {
+		log.Error().Err(err).Msg("river stop")
+		return 1
+	}
+	log.Info().Msg("stopped")
+	return 0
+}
+
+func newRiverClient(cfg Config, pool *pgxpool.Pool, m *metrics.Metrics, periodic []*river.PeriodicJob, log zerolog.Logger) (*river.Client[pgx.Tx], error) {
+	workers := river.NewWorkers()
+	river.AddWorker(workers, jobs.NewBuyLabelWorker(jobs.BuyLabelConfig{
+		Pool:           pool,
+		Carrier:        carrier.NewClient(cfg.CarrierURL, &carrier.ClientOpts{Token: cfg.CarrierToken}),
+		CarrierTimeout: cfg.CarrierTimeout,
+		LeaseDuration:  cfg.LeaseDuration,
+		KeyRetention:   cfg.KeyRetention,
+		MaxAttempts:    cfg.MaxAttempts,
+		Metrics:        m,
+		Log:            log,
+	}))
+	river.AddWorker(workers, &jobs.SweepKeysWorker{Pool: pool, Batch: cfg.SweepBatch, Metrics: m, Log: log})
+	if err := addReconcileWorker(workers, pool, cfg, log); err != nil {
+		return nil, err
+	}
+	periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(cfg.SweepInterval),
+		func() (river.JobArgs, *river.InsertOpts) { return jobs.SweepKeysArgs{}, nil },
+		&river.PeriodicJobOpts{RunOnStart: true}))
+	jobTimeout, rescueAfter := jobs.RiverTimings(cfg.LeaseDuration)
+	return river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues: map[string]river.QueueConfig{
+			jobs.QueueLabels:   {MaxWorkers: cfg.Concurrency},
+			river.QueueDefault: {MaxWorkers: 2},
+		},
+		Workers:              workers,
+		PeriodicJobs:         periodic,
+		JobTimeout:           jobTimeout,
+		RescueStuckJobsAfter: rescueAfter,
+		// Room above MAX_ATTEMPTS for database errors: the carrier attempts are
+		// counted on the intent, and the last one saves 502 carrier_unavailable.
+		MaxAttempts: cfg.MaxAttempts + 10,
+		RetryPolicy: &jobs.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax},
+		// Finished jobs are kept as long as the keys they completed.
+		CompletedJobRetentionPeriod: cfg.KeyRetention,
+		Logger:                      slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+}
+
+func serveMetrics(addr string, pool *pgxpool.Pool, m *metrics.Metrics, log zerolog.Logger) (*http.Server, error) {
+	m.Registry.MustRegister(metrics.NewStoreCollector(pool))
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}`))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		w.Header().Set("Content-Type", "application/json")
+		if err := pool.Ping(ctx); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"status":"database unavailable"}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"status":"ready"}`))
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	log.Info().Str("addr", ln.Addr().String()).Msg("metrics listening")
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return srv, nil
+}

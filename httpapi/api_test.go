@@ -1,0 +1,320 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/labelkit/labels/internal/stacktest"
+)
+
+type labelRequest struct {
+	ID             string          `json:"id"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	Status         string          `json:"status"`
+	CompletedAt    *string         `json:"completed_at"`
+	Label          json.RawMessage `json:"label"`
+	Error          json.RawMessage `json:"error"`
+}
+
+func decode[T any](t *testing.T, b []byte) T {
+	t.Helper()
+	var v T
+	require.NoError(t, json.Unmarshal(b, &v), string(b))
+	return v
+}
+
+type problem struct {
+	Type           string `json:"type"`
+	Title          string `json:"title"`
+	Status         int    `json:"status"`
+	Code           string `json:"code"`
+	Detail         string `json:"detail"`
+	CarrierCode    string `json:"carrier_code"`
+	CarrierMessage string `json:"carrier_message"`
+	Errors         []struct {
+		Field   string `json:"field"`
+		Message string `json:"message"`
+	} `json:"errors"`
+}
+
+func requireProblem(t *testing.T, r stacktest.Response, status int, code string) problem {
+	t.Helper()
+	require.Equal(t, status, r.Status, string(r.Body))
+	require.Equal(t, "application/problem+json", r.Header.Get("Content-Type"))
+	p := decode[problem](t, r.Body)
+	require.Equal(t, code, p.Code)
+	require.Equal(t, status, p.Status)
+	require.NotEmpty(t, p.Title)
+	require.True(t, strings.HasSuffix(p.Type, "/"+code), p.Type)
+	return p
+}
+
+func count(t *testing.T, s *stacktest.Stack, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, s.Pool.QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
+}
+
+// The seed's story: 202, poll to succeeded, the same request replays the saved
+// 201 byte for byte, a changed weight is 422.
+func TestCreatePollReplayReuse(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{})
+	tok := s.Token("fulfilment")
+	body := stacktest.ParcelBody(918273, 1, 1450)
+
+	r := s.Create(tok, "label:918273:1:v1", body)
+	require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
+	lr := decode[labelRequest](t, r.Body)
+	require.Equal(t, "pending", lr.Status)
+	require.Equal(t, "label:918273:1:v1", lr.IdempotencyKey)
+	require.Nil(t, lr.CompletedAt)
+	require.Equal(t, "/v1/label-requests/"+lr.ID, r.Header.Get("Location"))
+	require.Equal(t, "1", r.Header.Get("Retry-After"))
+	require.Empty(t, r.Header.Get("Idempotent-Replayed"))
+
+	final := decode[labelRequest](t, s.WaitFinal(tok, lr.ID).Body)
+	require.Equal(t, "succeeded", final.Status)
+	require.NotNil(t, final.CompletedAt)
+	require.NotEmpty(t, final.Label)
+
+	replay := s.Create(tok, "label:918273:1:v1", body)
+	require.Equal(t, http.StatusCreated, replay.Status, string(replay.Body))
+	require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
+	label := decode[map[string]any](t, replay.Body)
+	require.Equal(t, "/v1/labels/"+label["label_id"].(string), replay.Header.Get("Location"))
+	require.JSONEq(t, string(final.Label), string(replay.Body))
+
+	// Saved byte for byte: a second replay and GET /v1/labels/{id} are identical.
+	again := s.Create(tok, "label:918273:1:v1", body)
+	require.Equal(t, replay.Body, again.Body)
+	var saved string
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT response_body::text FROM idempotency_keys WHERE idem_key = $1`, "label:918273:1:v1").Scan(&saved))
+	require.Equal(t, saved, string(replay.Body))
+	got := s.Do(http.MethodGet, "/v1/labels/"+label["label_id"].(string), tok, nil)
+	require.Equal(t, http.StatusOK, got.Status)
+	require.Equal(t, replay.Body, got.Body)
+
+	reused := s.Create(tok, "label:918273:1:v1", stacktest.ParcelBody(918273, 1, 1500))
+	requireProblem(t, reused, http.StatusUnprocessableEntity, "idempotency_key_reused")
+
+	n, total := s.Carrier.Purchases(carrierKeyOf(t, s, "fulfilment", "label:918273:1:v1"))
+	require.Equal(t, 1, n)
+	require.Equal(t, 1, total)
+}
+
+func carrierKeyOf(t *testing.T, s *stacktest.Stack, callerID, key string) string {
+	t.Helper()
+	var ck string
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT carrier_key FROM label_intents WHERE caller_id = $1 AND idem_key = $2`, callerID, key).Scan(&ck))
+	return ck
+}
+
+// Member order and whitespace do not make a different request; an omitted
+// label_version and line2 equal their defaults.
+func TestReplayWhileePendingAndCanonicalForms(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{NoWorker: true})
+	tok := s.Token("fulfilment")
+	first := s.Create(tok, "k1", stacktest.ParcelBody(1, 1, 100))
+	require.Equal(t, http.StatusAccepted, first.Status)
+	lr := decode[labelRequest](t, first.Body)
+
+	reordered := []byte(`{ "ship_to": {"country":"DE","postal_code":"10115","city":"Exampleton","line2":"","line1":"1 Example Street","name":"A. Example"},
+		"label_version": 1, "service":"ground", "weight_g":100, "parcel_no":1, "order_id":1 }`)
+	r := s.Create(tok, `"k1"`, reordered) // the Structured-Field string form names the same key
+	require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
+	require.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, lr.ID, decode[labelRequest](t, r.Body).ID)
+	require.Equal(t, "/v1/label-requests/"+lr.ID, r.Header.Get("Location"))
+	require.NotEmpty(t, r.Header.Get("Retry-After"))
+	require.Equal(t, 1, count(t, s, `SELECT count(*) FROM label_intents`))
+	require.Equal(t, 1, count(t, s, `SELECT count(*) FROM idempotency_keys`))
+}
+
+func TestKeyAndAuthErrors(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{NoWorker: true})
+	tok := s.Token("fulfilment")
+	body := stacktest.ParcelBody(1, 1, 100)
+
+	requireProblem(t, s.Do(http.MethodPost, "/v1/labels", tok, body), http.StatusBadRequest, "idempotency_key_missing")
+	for _, bad := range [][]string{
+		{"Idempotency-Key", ""},
+		{"Idempotency-Key", strings.Repeat("k", 256)},
+		{"Idempotency-Key", "has space"},
+		{"Idempotency-Key", "ключ"},
+		{"Idempotency-Key", `"unterminated`},
+		{"Idempotency-Key", "a", "Idempotency-Key", "b"},
+	} {
+		r := s.Do(http.MethodPost, "/v1/labels", tok, body, bad...)
+		requireProblem(t, r, http.StatusBadRequest, "idempotency_key_invalid")
+	}
+	require.Equal(t, http.StatusAccepted, s.Create(tok, strings.Repeat("k", 255), body).Status)
+
+	requireProblem(t, s.Create("", "k", body), http.StatusUnauthorized, "unauthenticated")
+	requireProblem(t, s.Create("lk_nope", "k", body), http.StatusUnauthorized, "unauthenticated")
+	r := s.Do(http.MethodPost, "/v1/labels", "", body, "Idempotency-Key", "k", "Authorization", "Basic Zm9vOmJhcg==")
+	requireProblem(t, r, http.StatusUnauthorized, "unauthenticated")
+	// 401 comes before anything else is looked at, even a missing key.
+	requireProblem(t, s.Do(http.MethodPost, "/v1/labels", "", []byte("garbage")), http.StatusUnauthorized, "unauthenticated")
+	require.Equal(t, 1, count(t, s, `SELECT count(*) FROM idempotency_keys`))
+}
+
+func TestValidation(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{NoWorker: true})
+	tok := s.Token("fulfilment")
+	valid := map[string]any{}
+	require.NoError(t, json.Unmarshal(stacktest.ParcelBody(5, 1, 100), &valid))
+	with := func(mut func(m map[string]any)) []byte {
+		b, _ := json.Marshal(valid)
+		m := map[string]any{}
+		_ = json.Unmarshal(b, &m)
+		mut(m)
+		out, _ := json.Marshal(m)
+		return out
+	}
+	shipTo := func(m map[string]any) map[string]any { return m["ship_to"].(map[string]any) }
+	cases := map[string]struct {
+		body  []byte
+		field string
+	}{
+		"unknown field":      {with(func(m map[string]any) { m["colour"] = "red" }), "colour"},
+		"unknown nested":     {with(func(m map[string]any) { shipTo(m)["phone"] = "1" }), "ship_to.phone"},
+		"missing order":      {with(func(m map[string]any) { delete(m, "order_id") }), "order_id"},
+		"order zero":         {with(func(m map[string]any) { m["order_id"] = 0 }), "order_id"},
+		"order too big":      {[]byte(strings.Replace(string(stacktest.ParcelBody(5, 1, 100)), `"order_id":5`, `"order_id":9223372036854775808`, 1)), "order_id"},
+		"order float":        {[]byte(strings.Replace(string(stacktest.ParcelBody(5, 1, 100)), `"order_id":5`, `"order_id":5.5`, 1)), "order_id"},
+		"order string":       {with(func(m map[string]any) { m["order_id"] = "5" }), "order_id"},
+		"parcel 1000":        {with(func(m map[string]any) { m["parcel_no"] = 1000 }), "parcel_no"},
+		"weight 70001":       {with(func(m map[string]any) { m["weight_g"] = 70001 }), "weight_g"},
+		"service":            {with(func(m map[string]any) { m["service"] = "teleport" }), "service"},
+		"version 100":        {with(func(m map[string]any) { m["label_version"] = 100 }), "label_version"},
+		"version null":       {with(func(m map[string]any) { m["label_version"] = nil }), "label_version"},
+		"empty name":         {with(func(m map[string]any) { shipTo(m)["name"] = "" }), "ship_to.name"},
+		"long city":          {with(func(m map[string]any) { shipTo(m)["city"] = strings.Repeat("x", 201) }), "ship_to.city"},
+		"lower country":      {with(func(m map[string]any) { shipTo(m)["country"] = "de" }), "ship_to.country"},
+		"unassigned country": {with(func(m map[string]any) { shipTo(m)["country"] = "ZZ" }), "ship_to.country"},
+		"NUL in line1":       {with(func(m map[string]any) { shipTo(m)["line1"] = "a\x00b" }), "ship_to.line1"},
+		"ship_to not object": {with(func(m map[string]any) { m["ship_to"] = "here" }), "ship_to"},
+		"malformed":          {[]byte(`{"order_id":`), ""},
+		"array":              {[]byte(`[]`), ""},
+		"duplicate member":   {[]byte(`{"order_id":1,"order_id":2}`), ""},
+		"invalid utf-8":      {[]byte("{\"order_id\":1,\"service\":\"\xff\"}"), ""},
+		"trailing data":      {append(stacktest.ParcelBody(5, 1, 100), []byte(`{}`)...), ""},
+		"deep":               {[]byte(strings.Repeat("[", 10000) + strings.Repeat("]", 10000)), ""},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := s.Create(tok, "v-"+strings.ReplaceAll(name, " ", "_"), c.body)
+			p := requireProblem(t, r, http.StatusBadRequest, "invalid_request")
+			require.NotEmpty(t, p.Errors)
+			fields := []string{}
+			for _, e := range p.Errors {
+				fields = append(fields, e.Field)
+			}
+			require.Contains(t, fields, c.field)
+		})
+	}
+	r := s.Do(http.MethodPost, "/v1/labels", tok, stacktest.ParcelBody(5, 1, 100), "Idempotency-Key", "ct", "Content-Type", "text/plain")
+	r2 := s.Do(http.MethodPost, "/v1/labels", tok, nil, "Idempotency-Key", "ct", "Content-Type", "text/plain")
+	requireProblem(t, r2, http.StatusBadRequest, "invalid_request")
+	_ = r
+	big := bytes.Repeat([]byte(" "), 64<<10+1)
+	requireProblem(t, s.Create(tok, "big", big), http.StatusRequestEntityTooLarge, "payload_too_large")
+
+	// Nothing was stored; the same key with a corrected body is new.
+	require.Equal(t, 0, count(t, s, `SELECT count(*) FROM idempotency_keys`))
+	require.Equal(t, http.StatusAccepted, s.Create(tok, "v-order_zero", stacktest.ParcelBody(5, 1, 100)).Status)
+}
+
+// A second caller with the same key makes an independent request; everything
+// of the first caller reads as 404 to the second.
+func TestKeysAreScopedPerCaller(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{})
+	a, b := s.Token("alpha"), s.Token("beta")
+	body := stacktest.ParcelBody(918273, 1, 1450)
+	ra := decode[labelRequest](t, s.Create(a, "label:918273:1:v1", body).Body)
+	rb := decode[labelRequest](t, s.Create(b, "label:918273:1:v1", body).Body)
+	require.NotEqual(t, ra.ID, rb.ID)
+	fa := decode[labelRequest](t, s.WaitFinal(a, ra.ID).Body)
+	fb := decode[labelRequest](t, s.WaitFinal(b, rb.ID).Body)
+	require.Equal(t, "succeeded", fa.Status)
+	require.Equal(t, "succeeded", fb.Status)
+	la, lb := decode[map[string]any](t, fa.Label), decode[map[string]any](t, fb.Label)
+	require.NotEqual(t, la["label_id"], lb["label_id"])
+	require.NotEqual(t, la["carrier_label_id"], lb["carrier_label_id"])
+	_, total := s.Carrier.Purchases("")
+	require.Equal(t, 2, total)
+
+	requireProblem(t, s.Do(http.MethodGet, "/v1/label-requests/"+ra.ID, b, nil), http.StatusNotFound, "not_found")
+	requireProblem(t, s.Do(http.MethodGet, "/v1/labels/"+la["label_id"].(string), b, nil), http.StatusNotFound, "not_found")
+	byKey := s.Do(http.MethodGet, "/v1/label-requests?idempotency_key=label:918273:1:v1", b, nil)
+	require.Equal(t, http.StatusOK, byKey.Status)
+	require.Equal(t, rb.ID, decode[labelRequest](t, byKey.Body).ID)
+	requireProblem(t, s.Do(http.MethodGet, "/v1/label-requests?idempotency_key=unknown", b, nil), http.StatusNotFound, "not_found")
+}
+
+// 50 identical requests at once: one intent, one purchase, every answer the same request.
+func TestConcurrentIdenticalRequests(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{})
+	tok := s.Token("fulfilment")
+	body := stacktest.ParcelBody(918273, 1, 1450)
+	var wg sync.WaitGroup
+	ids := make([]string, 50)
+	statuses := make([]int, 50)
+	for i := range 50 {
+		wg.Go(func() {
+			r := s.Create(tok, "label:918273:1:v1", body)
+			statuses[i] = r.Status
+			if r.Status == http.StatusAccepted || r.Status == http.StatusCreated {
+				var v map[string]any
+				_ = json.Unmarshal(r.Body, &v)
+				if id, ok := v["id"].(string); ok {
+					ids[i] = id
+				}
+			}
+		})
+	}
+	wg.Wait()
+	first := ""
+	for i, st := range statuses {
+		require.Contains(t, []int{http.StatusAccepted, http.StatusCreated}, st)
+		if ids[i] != "" {
+			if first == "" {
+				first = ids[i]
+			}
+			require.Equal(t, first, ids[i])
+		}
+	}
+	require.Equal(t, 1, count(t, s, `SELECT count(*) FROM label_intents`))
+	s.WaitFinal(tok, first)
+	n, total := s.Carrier.Purchases(carrierKeyOf(t, s, "fulfilment", "label:918273:1:v1"))
+	require.Equal(t, 1, n)
+	require.Equal(t, 1, total)
+}
+
+// An error after the key insert rolls back the whole accept: no key, no intent.
+func TestAcceptIsOneTransaction(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{NoWorker: true, AfterKeyInsert: func(context.Context) error {
+		return errors.New("injected failure after the key insert")
+	}})
+	tok := s.Token("fulfilment")
+	r := s.Create(tok, "k", stacktest.ParcelBody(1, 1, 100))
+	require.GreaterOrEqual(t, r.Status, 500)
+	require.Equal(t, 0, count(t, s, `SELECT count(*) FROM idempotency_keys`))
+	require.Equal(t, 0, count(t, s, `SELECT count(*) FROM label_intents`))
+}

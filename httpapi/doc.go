@@ -1,0 +1,9 @@
+// Package httpapi serves the label service's HTTP API (api.md): routes.go
+// lists every route, each handler is a small maker that asks for what it needs,
+// and problem.go maps every error to one problem+json answer.
+//
+// POST /v1/labels is the accept: it validates and fingerprints the request and,
+// in one transaction, writes the key record (package idempotency) and the
+// label-intent outbox row (package outbox), or answers from what is already
+// there. It never calls the carrier; the worker does.
+package httpapi

@@ -1,0 +1,262 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labelkit/labels"
+	"github.com/labelkit/labels/idempotency"
+	"github.com/labelkit/labels/label"
+	"github.com/labelkit/labels/metrics"
+	"github.com/labelkit/labels/notify"
+	"github.com/labelkit/labels/outbox"
+)
+
+// maxBody is the largest request body accepted (api.md: 64 KiB).
+const maxBody = 64 << 10
+
+const createPath = "/v1/labels"
+
+// handleCreateLabel is POST /v1/labels.
+func (s *Server) handleCreateLabel(w http.ResponseWriter, r *http.Request, callerID string) {
+	info := infoFrom(r)
+	key, err := idempotency.ParseKey(r.Header.Values("Idempotency-Key"))
+	switch {
+	case errors.Is(err, idempotency.ErrKeyMissing):
+		writeProblem(w, r, http.StatusBadRequest, labels.CodeIdempotencyKeyMissing, "POST /v1/labels requires an Idempotency-Key header, the same on every attempt")
+		return
+	case err != nil:
+		writeProblem(w, r, http.StatusBadRequest, labels.CodeIdempotencyKeyInvalid, "the Idempotency-Key is one field of 1 to 255 visible ASCII characters, bare or as a quoted string")
+		return
+	}
+	info.key = key
+
+	if r.ContentLength > maxBody {
+		writeProblem(w, r, http.StatusRequestEntityTooLarge, labels.CodePayloadTooLarge, "the body is larger than 64 KiB")
+		return
+	}
+	if ferr := checkContentType(r.Header.Values("Content-Type")); ferr != nil {
+		writeInvalid(w, r, []labels.FieldError{*ferr})
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		writeProblem(w, r, http.StatusRequestEntityTooLarge, labels.CodePayloadTooLarge, "the body is larger than 64 KiB")
+		return
+	}
+	if err != nil {
+		writeInvalid(w, r, []labels.FieldError{{Message: "the body could not be read"}})
+		return
+	}
+	parcel, errs := parseParcel(body)
+	if len(errs) > 0 {
+		writeInvalid(w, r, errs)
+		return
+	}
+	wait, waitOK := parsePreferWait(r.Header.Values("Prefer"))
+
+	canonical, err := idempotency.Canonical(parcel)
+	if err != nil {
+		storeError(w, r, err)
+		return
+	}
+	hash := idempotency.Fingerprint(r.Method, createPath, canonical)
+
+	ctx, cancel := context.WithTimeout(r.Context(), s.deps.StoreTimeout)
+	d, err := s.accept(ctx, callerID, key, parcel, hash)
+	cancel()
+	if errors.Is(err, errClaimBusy) {
+		s.deps.Metrics.IdempotencyOutcomes.WithLabelValues(metrics.OutcomeInProgress).Inc()
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, r, http.StatusConflict, labels.CodeRequestInProgress, "a request with this key is being accepted right now; retry with the same key")
+		return
+	}
+	if err != nil {
+		storeError(w, r, err)
+		return
+	}
+	s.deps.Metrics.IdempotencyOutcomes.WithLabelValues(d.outcome).Inc()
+	info.outcome = d.outcome
+	if d.intent != nil {
+		info.requestID = d.intent.RequestID
+	}
+	if d.outcome == metrics.OutcomeDuplicate {
+		s.deps.Log.Warn().Str("caller", callerID).Str("key", key).Str("request_id", d.intent.RequestID).
+			Str("existing_key", d.intent.Key).Msg("a new key for a parcel that already has an intent: the client may be minting a key per attempt")
+	}
+
+	switch d.outcome {
+	case metrics.OutcomeKeyReused:
+		writeProblem(w, r, http.StatusUnprocessableEntity, labels.CodeIdempotencyKeyReused, "this key was used with a different request; a new intent needs a new key")
+		return
+	case metrics.OutcomeParcelLabelled:
+		w.Header().Set("Location", "/v1/label-requests/"+d.intent.RequestID)
+		writeProblem(w, r, http.StatusConflict, labels.CodeParcelAlreadyLabelled, "this parcel and label version already have a label request under another key; a reprint needs a new label_version")
+		return
+	}
+
+	replayed := d.outcome != metrics.OutcomeNew
+	// A completed key answers with the response saved under it, byte for byte.
+	if d.record != nil && d.record.State == idempotency.StateCompleted {
+		writeSaved(w, d.record.ResponseStatus, d.record.ResponseBody, replayed)
+		return
+	}
+	in := d.intent
+	if in.Status == labels.StatusPending && waitOK && wait > 0 {
+		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
+		final, err := s.waitFinal(r.Context(), callerID, in.RequestID, wait)
+		if err != nil {
+			storeError(w, r, err)
+			return
+		}
+		in = final
+	}
+	if in.Status == labels.StatusPending {
+		s.writePending(w, r, in, replayed)
+		return
+	}
+	status, body, err := s.finalAnswer(r.Context(), in)
+	if err != nil {
+		storeError(w, r, err)
+		return
+	}
+	writeSaved(w, status, body, replayed)
+}
+
+// writePending answers 202 with the label request to poll.
+func (s *Server) writePending(w http.ResponseWriter, r *http.Request, in *outbox.Intent, replayed bool) {
+	lr := labels.LabelRequest{ID: in.RequestID, IdempotencyKey: in.Key, Status: labels.StatusPending, CreatedAt: in.CreatedAt.UTC()}
+	body, _ := json.Marshal(lr)
+	w.Header().Set("Location", "/v1/label-requests/"+in.RequestID)
+	w.Header().Set("Retry-After", "1")
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	writeJSON(w, http.StatusAccepted, body)
+}
+
+// writeSaved answers with a final outcome: 201 and the label, or the saved problem.
+func writeSaved(w http.ResponseWriter, status int, body []byte, replayed bool) {
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	if status == http.StatusCreated {
+		var l struct {
+			LabelID string `json:"label_id"`
+		}
+		if json.Unmarshal(body, &l) == nil && l.LabelID != "" {
+			w.Header().Set("Location", "/v1/labels/"+l.LabelID)
+		}
+		writeJSON(w, status, body)
+		return
+	}
+	writeProblemBody(w, status, body)
+}
+
+// finalAnswer renders the outcome of a final intent as a completed key would
+// replay it: the label renders to the same bytes as the body saved with it.
+func (s *Server) finalAnswer(ctx context.Context, in *outbox.Intent) (int, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.deps.StoreTimeout)
+	defer cancel()
+	if in.Status == labels.StatusSucceeded {
+		l, err := label.Get(ctx, s.deps.Pool, in.CallerID, in.LabelID)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusCreated, l.Label.Body(), nil
+	}
+	var p labels.Problem
+	if err := json.Unmarshal(in.Error, &p); err != nil || p.Status == 0 {
+		return 0, nil, errors.New("intent has no readable saved problem")
+	}
+	return p.Status, in.Error, nil
+}
+
+// waitFinal waits up to d for the intent to become final, without holding a
+// database connection: it sleeps on the notification listener and reads the
+// intent again when woken, or once a second as a fallback.
+func (s *Server) waitFinal(ctx context.Context, callerID, requestID string, d time.Duration) (*outbox.Intent, error) {
+	var wake <-chan struct{}
+	if s.deps.Listener != nil {
+		ch, cancel := s.deps.Listener.Subscribe(notify.ChannelFinal, requestID)
+		defer cancel()
+		wake = ch
+	}
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		qctx, cancel := context.WithTimeout(ctx, s.deps.StoreTimeout)
+		in, err := outbox.Get(qctx, s.deps.Pool, callerID, requestID)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		if in.Status != labels.StatusPending {
+			s.deps.Metrics.WaitOutcomes.WithLabelValues("final").Inc()
+			return in, nil
+		}
+		select {
+		case <-ctx.Done():
+			return in, nil
+		case <-deadline.C:
+			s.deps.Metrics.WaitOutcomes.WithLabelValues("timeout").Inc()
+			return in, nil
+		case <-wake:
+		case <-tick.C:
+		}
+	}
+}
+
+// parsePreferWait reads RFC 7240's wait preference. Values outside 1..30 are
+// not honoured (the preference is ignored, as RFC 7240 lets a server do).
+func parsePreferWait(values []string) (time.Duration, bool) {
+	for _, v := range values {
+		for _, pref := range strings.Split(v, ",") {
+			name, val, found := strings.Cut(strings.TrimSpace(strings.Split(pref, ";")[0]), "=")
+			if !found || !strings.EqualFold(strings.TrimSpace(name), "wait") {
+				continue
+			}
+			n, err := strconv.Atoi(strings.Trim(strings.TrimSpace(val), `"`))
+			if err != nil || n < 1 || n > 30 {
+				return 0, false
+			}
+			return time.Duration(n) * time.Second, true
+		}
+	}
+	return 0, false
+}
+
+// checkContentType accepts application/json, with an optional UTF-8 charset.
+func checkContentType(values []string) *labels.FieldError {
+	bad := &labels.FieldError{Field: "", Message: "Content-Type must be application/json"}
+	if len(values) != 1 {
+		return bad
+	}
+	mt, params, err := mime.ParseMediaType(values[0])
+	if err != nil || mt != "application/json" {
+		return bad
+	}
+	for k, v := range params {
+		if k != "charset" || !strings.EqualFold(v, "utf-8") {
+			return bad
+		}
+	}
+	return nil
+}
+
+func writeInvalid(w http.ResponseWriter, r *http.Request, errs []labels.FieldError) {
+	p := labels.NewProblem(http.StatusBadRequest, labels.CodeInvalidRequest, "the request body is invalid: see errors")
+	p.Errors = errs
+	noteOutcome(r, labels.CodeInvalidRequest)
+	writeProblemBody(w, http.StatusBadRequest, p.Body())
+}

@@ -1,0 +1,111 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/labelkit/labels"
+	"github.com/labelkit/labels/idempotency"
+	"github.com/labelkit/labels/label"
+	"github.com/labelkit/labels/outbox"
+)
+
+// handleGetLabelRequest is GET /v1/label-requests/{id}.
+func (s *Server) handleGetLabelRequest(w http.ResponseWriter, r *http.Request, callerID string) {
+	ctx, cancel := context.WithTimeout(r.Context(), s.deps.StoreTimeout)
+	defer cancel()
+	in, err := outbox.Get(ctx, s.deps.Pool, callerID, r.PathValue("id"))
+	s.writeLabelRequest(ctx, w, r, in, err)
+}
+
+// handleFindLabelRequest is GET /v1/label-requests?idempotency_key=K.
+func (s *Server) handleFindLabelRequest(w http.ResponseWriter, r *http.Request, callerID string) {
+	key, err := idempotency.ParseKey(r.URL.Query()["idempotency_key"])
+	if err != nil {
+		writeInvalid(w, r, []labels.FieldError{{Field: "idempotency_key", Message: "one idempotency_key query parameter of 1 to 255 visible ASCII characters is required"}})
+		return
+	}
+	infoFrom(r).key = key
+	ctx, cancel := context.WithTimeout(r.Context(), s.deps.StoreTimeout)
+	defer cancel()
+	in, err := outbox.GetByKey(ctx, s.deps.Pool, callerID, key)
+	s.writeLabelRequest(ctx, w, r, in, err)
+}
+
+func (s *Server) writeLabelRequest(ctx context.Context, w http.ResponseWriter, r *http.Request, in *outbox.Intent, err error) {
+	if errors.Is(err, outbox.ErrNotFound) {
+		writeProblem(w, r, http.StatusNotFound, labels.CodeNotFound, "no such label request")
+		return
+	}
+	if err != nil {
+		storeError(w, r, err)
+		return
+	}
+	infoFrom(r).requestID = in.RequestID
+	lr, err := s.labelRequest(ctx, in)
+	if err != nil {
+		storeError(w, r, err)
+		return
+	}
+	body, _ := json.Marshal(lr)
+	if in.Status == labels.StatusPending {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// labelRequest renders an intent as a LabelRequest.
+func (s *Server) labelRequest(ctx context.Context, in *outbox.Intent) (*labels.LabelRequest, error) {
+	lr := &labels.LabelRequest{ID: in.RequestID, IdempotencyKey: in.Key, Status: in.Status, CreatedAt: in.CreatedAt.UTC()}
+	if in.CompletedAt != nil {
+		t := in.CompletedAt.UTC()
+		lr.CompletedAt = &t
+	}
+	switch in.Status {
+	case labels.StatusSucceeded:
+		l, err := label.Get(ctx, s.deps.Pool, in.CallerID, in.LabelID)
+		if err != nil {
+			return nil, err
+		}
+		lr.Label = l.Label.Body()
+	case labels.StatusFailed:
+		lr.Error = in.Error
+	}
+	return lr, nil
+}
+
+// handleGetLabel is GET /v1/labels/{label_id}.
+func (s *Server) handleGetLabel(w http.ResponseWriter, r *http.Request, callerID string) {
+	ctx, cancel := context.WithTimeout(r.Context(), s.deps.StoreTimeout)
+	defer cancel()
+	l, err := label.Get(ctx, s.deps.Pool, callerID, r.PathValue("label_id"))
+	if errors.Is(err, label.ErrNotFound) {
+		writeProblem(w, r, http.StatusNotFound, labels.CodeNotFound, "no such label")
+		return
+	}
+	if err != nil {
+		storeError(w, r, err)
+		return
+	}
+	infoFrom(r).requestID = l.RequestID
+	writeJSON(w, http.StatusOK, l.Label.Body())
+}
+
+func handleHealthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
+}
+
+// handleReadyz is 200 when the database answers, 503 otherwise.
+func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.deps.Pool.Ping(ctx); err != nil {
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, r, http.StatusServiceUnavailable, labels.CodeStoreUnavailable, "the database does not answer")
+		return
+	}
+	writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`))
+}

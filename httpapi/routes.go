@@ -1,0 +1,49 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/labelkit/labels"
+)
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/labels", s.observe("create_label", s.authenticate(s.handleCreateLabel)))
+	mux.Handle("GET /v1/label-requests/{id}", s.observe("get_label_request", s.authenticate(s.handleGetLabelRequest)))
+	mux.Handle("GET /v1/label-requests", s.observe("find_label_request", s.authenticate(s.handleFindLabelRequest)))
+	mux.Handle("GET /v1/labels/{label_id}", s.observe("get_label", s.authenticate(s.handleGetLabel)))
+
+	mux.Handle("GET /healthz", s.observe("ops", handleHealthz))
+	mux.Handle("GET /readyz", s.observe("ops", s.handleReadyz))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.deps.Metrics.Registry, promhttp.HandlerOpts{}))
+	if s.deps.OpenAPI != nil {
+		mux.Handle("GET /openapi.yaml", s.observe("ops", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/yaml")
+			_, _ = w.Write(s.deps.OpenAPI)
+		}))
+	}
+	mux.Handle("/", s.observe("unknown", s.handleUnknown))
+	return mux
+}
+
+// handleUnknown answers every other request with a problem: 405 with Allow for
+// a known path and another method, 404 otherwise.
+func (s *Server) handleUnknown(w http.ResponseWriter, r *http.Request) {
+	allow := ""
+	switch p := r.URL.Path; {
+	case p == "/v1/labels":
+		allow = "POST"
+	case p == "/v1/label-requests" || len(p) > len("/v1/label-requests/") && p[:len("/v1/label-requests/")] == "/v1/label-requests/",
+		len(p) > len("/v1/labels/") && p[:len("/v1/labels/")] == "/v1/labels/",
+		p == "/healthz", p == "/readyz", p == "/metrics":
+		allow = "GET, HEAD"
+	}
+	if allow != "" {
+		w.Header().Set("Allow", allow)
+		writeProblem(w, r, http.StatusMethodNotAllowed, labels.CodeMethodNotAllowed, "method "+r.Method+" is not allowed here")
+		return
+	}
+	writeProblem(w, r, http.StatusNotFound, labels.CodeNotFound, "no such resource")
+}

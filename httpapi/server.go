@@ -1,0 +1,234 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/labelkit/labels"
+	"github.com/labelkit/labels/caller"
+	"github.com/labelkit/labels/metrics"
+	"github.com/labelkit/labels/notify"
+)
+
+// Deps are what the API needs.
+type Deps struct {
+	Pool     *pgxpool.Pool
+	Listener *notify.Listener // wakes Prefer: wait; nil means poll only
+	Metrics  *metrics.Metrics
+	Log      zerolog.Logger
+	// KeyRetention sets expires_at of a started record; it is reset at completion.
+	KeyRetention time.Duration
+	// StoreTimeout bounds the database work of one request (default 5s).
+	StoreTimeout time.Duration
+	// ClaimWait bounds how long a request waits for a concurrent request with
+	// the same key to commit its claim before answering 409 (default 2s).
+	ClaimWait time.Duration
+	// AfterKeyInsertFunc, when set, runs inside the accept transaction right
+	// after the key record is written; an error aborts the transaction. For
+	// fault-injection tests of the one-transaction accept.
+	AfterKeyInsertFunc func(ctx context.Context) error
+	// OpenAPI is served at /openapi.yaml when set.
+	OpenAPI []byte
+}
+
+// Server is the HTTP API.
+type Server struct {
+	deps   Deps
+	tokens *tokenCache
+}
+
+// NewServer returns the API as an http.Handler.
+func NewServer(deps Deps) http.Handler {
+	if deps.Metrics == nil {
+		deps.Metrics = metrics.New()
+	}
+	if deps.StoreTimeout <= 0 {
+		deps.StoreTimeout = 5 * time.Second
+	}
+	if deps.ClaimWait <= 0 {
+		deps.ClaimWait = 2 * time.Second
+	}
+	if deps.KeyRetention <= 0 {
+		deps.KeyRetention = 24 * time.Hour
+	}
+	s := &Server{deps: deps, tokens: &tokenCache{ttl: time.Minute, m: map[string]tokenEntry{}}}
+	return s.routes()
+}
+
+// reqInfo collects what the request log line and the metrics report.
+type reqInfo struct {
+	route     string
+	callerID  string
+	key       string
+	requestID string // the label request (intent)
+	outcome   string
+	err       error
+	internal  bool
+}
+
+type ctxKey struct{}
+
+func infoFrom(r *http.Request) *reqInfo {
+	if i, ok := r.Context().Value(ctxKey{}).(*reqInfo); ok {
+		return i
+	}
+	return &reqInfo{}
+}
+
+func noteOutcome(r *http.Request, outcome string) {
+	if i := infoFrom(r); i.outcome == "" {
+		i.outcome = outcome
+	}
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += n
+	return n, err
+}
+
+var requestIDRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+// observe wraps a route: request id, recovery, one log line, metrics.
+func (s *Server) observe(route string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rid := r.Header.Get("X-Request-Id")
+		if !requestIDRE.MatchString(rid) {
+			b := make([]byte, 8)
+			_, _ = rand.Read(b)
+			rid = hex.EncodeToString(b)
+		}
+		w.Header().Set("X-Request-Id", rid)
+		info := &reqInfo{route: route}
+		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, info))
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				info.internal = true
+				info.err = errors.New("panic")
+				s.deps.Log.Error().Interface("panic", p).Str("http_request_id", rid).Msg("handler panicked")
+				if sw.status == 0 {
+					writeProblem(sw, r, http.StatusInternalServerError, labels.CodeInternal, "an internal error occurred")
+				}
+			}
+			d := time.Since(start)
+			s.deps.Metrics.HTTPRequests.WithLabelValues(route, strconv.Itoa(sw.status)).Inc()
+			s.deps.Metrics.HTTPDuration.WithLabelValues(route).Observe(d.Seconds())
+			if route == "ops" {
+				return // health probes and scrapes would drown the log
+			}
+			ev := s.deps.Log.Info()
+			if info.internal {
+				ev = s.deps.Log.Error()
+			} else if info.err != nil {
+				ev = s.deps.Log.Warn()
+			}
+			ev.Str("http_request_id", rid).Str("method", r.Method).Str("route", route).
+				Int("status", sw.status).Dur("duration", d).
+				Str("caller", info.callerID).Str("key", info.key).Str("request_id", info.requestID).
+				Str("outcome", info.outcome).Err(info.err).Msg("request")
+		}()
+		h(sw, r)
+	}
+}
+
+// authenticate answers 401 unless the request carries a known bearer token,
+// and puts the caller into the request info. Nothing else is looked at first.
+func (s *Server) authenticate(h func(w http.ResponseWriter, r *http.Request, callerID string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		auth := r.Header.Values("Authorization")
+		token, ok := "", len(auth) == 1
+		if ok {
+			scheme, rest, found := strings.Cut(auth[0], " ")
+			token = strings.TrimSpace(rest)
+			ok = found && strings.EqualFold(scheme, "Bearer") && token != "" && len(token) <= 512
+		}
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="labels"`)
+			writeProblem(w, r, http.StatusUnauthorized, labels.CodeUnauthenticated, "a valid bearer token is required")
+			return
+		}
+		id, cached := s.tokens.get(token)
+		if !cached {
+			ctx, cancel := context.WithTimeout(r.Context(), s.deps.StoreTimeout)
+			var err error
+			id, err = caller.Authenticate(ctx, s.deps.Pool, token)
+			cancel()
+			if errors.Is(err, caller.ErrUnknownToken) {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="labels", error="invalid_token"`)
+				writeProblem(w, r, http.StatusUnauthorized, labels.CodeUnauthenticated, "a valid bearer token is required")
+				return
+			}
+			if err != nil {
+				storeError(w, r, err)
+				return
+			}
+			s.tokens.put(token, id)
+		}
+		infoFrom(r).callerID = id
+		h(w, r, id)
+	}
+}
+
+// tokenCache keeps known tokens for a minute, so that authentication costs no
+// query on the hot path; a revoked token stops working within that minute.
+type tokenCache struct {
+	ttl time.Duration
+	mu  sync.Mutex
+	m   map[string]tokenEntry
+}
+
+type tokenEntry struct {
+	callerID string
+	expires  time.Time
+}
+
+func (c *tokenCache) get(token string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[token]
+	if !ok || time.Now().After(e.expires) {
+		return "", false
+	}
+	return e.callerID, true
+}
+
+func (c *tokenCache) put(token, callerID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) > 10_000 {
+		clear(c.m)
+	}
+	c.m[token] = tokenEntry{callerID: callerID, expires: time.Now().Add(c.ttl)}
+}

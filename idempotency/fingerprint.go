@@ -1,0 +1,148 @@
+package idempotency
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"sort"
+	"strconv"
+)
+
+// FingerprintVersion is the version of [Fingerprint] stored with every record,
+// so that the algorithm can change later without breaking old keys.
+const FingerprintVersion = 1
+
+// Fingerprint returns SHA-256 over the method, the route path and the
+// canonical body, each part terminated by a newline so that no two different
+// triples hash the same input.
+func Fingerprint(method, path string, canonicalBody []byte) []byte {
+	h := sha256.New()
+	h.Write([]byte(method))
+	h.Write([]byte{'\n'})
+	h.Write([]byte(path))
+	h.Write([]byte{'\n'})
+	h.Write(canonicalBody)
+	return h.Sum(nil)
+}
+
+// Canonical returns the canonical JSON form of v, in the spirit of RFC 8785:
+// object members sorted by name, no insignificant whitespace, numbers in their
+// shortest form, strings escaped minimally. v is any value encoding/json can
+// marshal; json.RawMessage input is canonicalised too.
+func Canonical(v any) ([]byte, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var tree any
+	if err := dec.Decode(&tree); err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if err := writeCanonical(&buf, tree); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func writeCanonical(buf *bytes.Buffer, v any) error {
+	switch v := v.(type) {
+	case nil:
+		buf.WriteString("null")
+	case bool:
+		buf.WriteString(strconv.FormatBool(v))
+	case json.Number:
+		s, err := canonicalNumber(string(v))
+		if err != nil {
+			return err
+		}
+		buf.WriteString(s)
+	case string:
+		writeString(buf, v)
+	case []any:
+		buf.WriteByte('[')
+		for i, e := range v {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			if err := writeCanonical(buf, e); err != nil {
+				return err
+			}
+		}
+		buf.WriteByte(']')
+	case map[string]any:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys) // byte order; RFC 8785 sorts by UTF-16 units, equal for our ASCII names
+		buf.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			writeString(buf, k)
+			buf.WriteByte(':')
+			if err := writeCanonical(buf, v[k]); err != nil {
+				return err
+			}
+		}
+		buf.WriteByte('}')
+	default:
+		return fmt.Errorf("canonical: unexpected %T", v)
+	}
+	return nil
+}
+
+// canonicalNumber writes integers exactly (any size) and other numbers in the
+// shortest form that round-trips a float64.
+func canonicalNumber(s string) (string, error) {
+	if i, ok := new(big.Int).SetString(s, 10); ok {
+		return i.String(), nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return "", fmt.Errorf("canonical: number %q: %w", s, err)
+	}
+	if f == float64(int64(f)) && f >= -1e15 && f <= 1e15 {
+		return strconv.FormatInt(int64(f), 10), nil
+	}
+	return strconv.FormatFloat(f, 'g', -1, 64), nil
+}
+
+// writeString escapes only what JSON requires: the quote, the backslash and
+// control characters (RFC 8785 §3.2.2.2); everything else is written as UTF-8.
+func writeString(buf *bytes.Buffer, s string) {
+	const hex = "0123456789abcdef"
+	buf.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"':
+			buf.WriteString(`\"`)
+		case c == '\\':
+			buf.WriteString(`\\`)
+		case c == '\b':
+			buf.WriteString(`\b`)
+		case c == '\f':
+			buf.WriteString(`\f`)
+		case c == '\n':
+			buf.WriteString(`\n`)
+		case c == '\r':
+			buf.WriteString(`\r`)
+		case c == '\t':
+			buf.WriteString(`\t`)
+		case c < 0x20:
+			buf.WriteString(`\u00`)
+			buf.WriteByte(hex[c>>4])
+			buf.WriteByte(hex[c&0xf])
+		default:
+			buf.WriteByte(c)
+		}
+	}
+	buf.WriteByte('"')
+}

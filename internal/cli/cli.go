@@ -1,0 +1,119 @@
+// Package cli holds what every binary's run function shares: reading typed
+// configuration from the environment (so that nothing below run calls
+// os.Getenv), the logger, and signal handling with a second-signal exit.
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Env reads typed values from a getenv function and remembers the first bad one.
+type Env struct {
+	Getenv func(string) string
+	Err    error
+}
+
+func (e *Env) fail(name, val, want string) {
+	if e.Err == nil {
+		e.Err = fmt.Errorf("%s=%q: %s", name, val, want)
+	}
+}
+
+// String returns the variable or def when it is unset or empty.
+func (e *Env) String(name, def string) string {
+	if v := e.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// Duration returns a Go duration.
+func (e *Env) Duration(name string, def time.Duration) time.Duration {
+	v := e.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		e.fail(name, v, "want a duration such as 500ms, 3s or 24h")
+		return def
+	}
+	return d
+}
+
+// Int returns an integer.
+func (e *Env) Int(name string, def int) int {
+	v := e.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		e.fail(name, v, "want an integer")
+		return def
+	}
+	return n
+}
+
+// DatabaseURL returns DATABASE_URL; when it is unset and PGHOST or PGDATABASE
+// is set, it returns "" so that pgx reads the PG* variables itself.
+func (e *Env) DatabaseURL() string {
+	if v := e.Getenv("DATABASE_URL"); v != "" {
+		return v
+	}
+	if e.Getenv("PGHOST") != "" || e.Getenv("PGDATABASE") != "" {
+		return ""
+	}
+	return "postgres://localhost:5432/labels?sslmode=disable"
+}
+
+// Logger builds the logger from LOG_LEVEL and LOG_FORMAT.
+func Logger(e *Env, w io.Writer, service string) zerolog.Logger {
+	level, err := zerolog.ParseLevel(strings.ToLower(e.String("LOG_LEVEL", "info")))
+	if err != nil || level == zerolog.NoLevel {
+		e.fail("LOG_LEVEL", e.Getenv("LOG_LEVEL"), "want debug, info, warn or error")
+		level = zerolog.InfoLevel
+	}
+	switch f := e.String("LOG_FORMAT", "json"); f {
+	case "json":
+	case "console":
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+	default:
+		e.fail("LOG_FORMAT", f, "want json or console")
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Str("service", service).Logger()
+}
+
+// SignalContext returns a context cancelled on the first SIGINT or SIGTERM; a
+// second signal calls onSecond (which exits at once).
+func SignalContext(parent context.Context, onSecond func()) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		select {
+		case <-ch:
+			cancel()
+		case <-parent.Done():
+			signal.Stop(ch)
+			return
+		}
+		select {
+		case <-ch:
+			onSecond()
+		case <-parent.Done():
+		}
+		signal.Stop(ch)
+	}()
+	return ctx, cancel
+}

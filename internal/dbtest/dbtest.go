@@ -1,0 +1,165 @@
+// Package dbtest gives each test its own migrated PostgreSQL database.
+//
+// The first call in a process makes sure a server answers (starting a private
+// one through [devdb.Ensure] when none does), builds a template database with
+// every migration applied (named by a hash of the migrations, so a changed
+// migration builds a new one), and each [New] clones that template, which takes
+// a fraction of a second. The database is dropped when the test ends.
+package dbtest
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/labelkit/labels/internal/devdb"
+	"github.com/labelkit/labels/migrations"
+)
+
+var (
+	once         sync.Once
+	adminURL     string
+	templateName string
+	setupErr     error
+)
+
+// New returns a pool on a fresh, migrated database and its connection string.
+func New(t testing.TB) (*pgxpool.Pool, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	once.Do(func() { setupErr = setup(ctx) })
+	if setupErr != nil {
+		t.Fatalf("dbtest: %v", setupErr)
+	}
+	name := "labels_t_" + randomHex(6)
+	admin, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`, name, templateName)); err != nil {
+		t.Fatalf("dbtest: cloning template: %v", err)
+	}
+	url := withDatabase(adminURL, name)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	cfg.MaxConns = 20
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		admin, err := pgx.Connect(ctx, adminURL)
+		if err != nil {
+			return
+		}
+		defer admin.Close(ctx)
+		_, _ = admin.Exec(ctx, fmt.Sprintf(`DROP DATABASE IF EXISTS %s WITH (FORCE)`, name))
+	})
+	return pool, url
+}
+
+// AdminURL returns the connection string of the maintenance database of the
+// test server, for tests that create databases of their own.
+func AdminURL(t testing.TB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	once.Do(func() { setupErr = setup(ctx) })
+	if setupErr != nil {
+		t.Fatalf("dbtest: %v", setupErr)
+	}
+	return adminURL
+}
+
+func setup(ctx context.Context) error {
+	serverURL, err := devdb.Ensure(ctx, devdb.Options{})
+	if err != nil {
+		return err
+	}
+	adminURL = withDatabase(serverURL, "postgres")
+
+	all, err := migrations.All()
+	if err != nil {
+		return err
+	}
+	h := sha256.New()
+	for _, m := range all {
+		h.Write([]byte(m.Name))
+		h.Write([]byte(m.SQL))
+	}
+	templateName = "labels_tmpl_" + hex.EncodeToString(h.Sum(nil))[:12]
+
+	admin, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return err
+	}
+	defer admin.Close(ctx)
+	// Several test binaries run at once: one builds the template, the others wait.
+	if _, err := admin.Exec(ctx, `SELECT pg_advisory_lock(918273001)`); err != nil {
+		return err
+	}
+	defer admin.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(918273001)`) //nolint:errcheck
+	var exists bool
+	if err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, templateName).Scan(&exists); err != nil {
+		return err
+	}
+	if exists {
+		return nil
+	}
+	building := templateName + "_build"
+	_, _ = admin.Exec(ctx, fmt.Sprintf(`DROP DATABASE IF EXISTS %s WITH (FORCE)`, building))
+	if _, err := admin.Exec(ctx, fmt.Sprintf(`CREATE DATABASE %s`, building)); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, withDatabase(adminURL, building))
+	if err != nil {
+		return err
+	}
+	_, err = migrations.Apply(ctx, pool)
+	pool.Close()
+	if err != nil {
+		return fmt.Errorf("migrating the template: %w", err)
+	}
+	_, err = admin.Exec(ctx, fmt.Sprintf(`ALTER DATABASE %s RENAME TO %s`, building, templateName))
+	return err
+}
+
+// withDatabase replaces the database name of a postgres:// URL.
+func withDatabase(url, db string) string {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return url
+	}
+	// Rebuild from parts so that every other parameter is kept.
+	rest := ""
+	if i := strings.Index(url, "?"); i >= 0 {
+		rest = url[i:]
+	}
+	user := cfg.User
+	if cfg.Password != "" {
+		user += ":" + cfg.Password
+	}
+	return fmt.Sprintf("postgres://%s@%s:%d/%s%s", user, cfg.Host, cfg.Port, db, rest)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

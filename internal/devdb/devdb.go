@@ -1,0 +1,301 @@
+// Package devdb makes sure a PostgreSQL server answers for the demo, the tests
+// and CI, on this machine or on a fresh one.
+//
+// It first tries the server the caller names (or 127.0.0.1:5432). When nothing
+// answers there, it starts a private server from the installed PostgreSQL
+// binaries (initdb, pg_ctl) under the project-local directory .pgdata, listening
+// on 127.0.0.1:55432 only, and returns its address. It never uses Docker.
+package devdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// PrivatePort is where the private server listens unless [Options.Port] says otherwise.
+const PrivatePort = 55432
+
+// PrivateURL is the maintenance URL of a private server listening on port
+// (0 means [PrivatePort]).
+func PrivateURL(port int) string {
+	if port == 0 {
+		port = PrivatePort
+	}
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+}
+
+// Options tunes [Ensure].
+type Options struct {
+	// URL of the server to try first; empty means postgres://127.0.0.1:5432/postgres.
+	URL string
+	// Dir is the private server's data directory; empty means .pgdata at the
+	// root of the module (found by walking up to go.mod from the working directory).
+	Dir string
+	// Port the private server listens on (127.0.0.1 only); 0 means [PrivatePort].
+	Port int
+	// Log receives progress lines; nil discards them.
+	Log func(format string, args ...any)
+}
+
+// Ensure returns the URL of a server that answers, pointing at its maintenance
+// database "postgres". It starts the private server when needed.
+func Ensure(ctx context.Context, o Options) (string, error) {
+	logf := o.Log
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	first := o.URL
+	if first == "" {
+		first = "postgres://127.0.0.1:5432/postgres?sslmode=disable"
+	}
+	var candidates []string
+	if u, err := url.Parse(first); err == nil {
+		u.Path = "/postgres"
+		candidates = append(candidates, u.String())
+		if u.User == nil {
+			// Trust auth may know root but not the OS user, or the other way round.
+			for _, name := range []string{"postgres", "root"} {
+				c := *u
+				c.User = url.User(name)
+				candidates = append(candidates, c.String())
+			}
+		}
+	}
+	var lastErr error
+	for _, c := range candidates {
+		if err := ping(ctx, c); err == nil {
+			return c, nil
+		} else {
+			lastErr = err
+		}
+	}
+	port := o.Port
+	if port == 0 {
+		port = PrivatePort
+	}
+	private := PrivateURL(port)
+	if ping(ctx, private) == nil {
+		return private, nil
+	}
+	logf("devdb: no server answers at %s (%v); starting a private one", first, lastErr)
+	dir := o.Dir
+	if dir == "" {
+		root, err := moduleRoot()
+		if err != nil {
+			return "", err
+		}
+		dir = filepath.Join(root, ".pgdata")
+	}
+	if err := startPrivate(ctx, dir, port, logf); err != nil {
+		return "", err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err := ping(ctx, private); err == nil {
+			return private, nil
+		} else if time.Now().After(deadline) {
+			return "", fmt.Errorf("private server in %s did not answer: %w", dir, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// EnsureDatabase creates database name on the server of serverURL if it is
+// missing, and returns the URL of that database.
+func EnsureDatabase(ctx context.Context, serverURL, name string) (string, error) {
+	conn, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+		return "", err
+	}
+	if !exists {
+		if _, err := conn.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{name}.Sanitize()); err != nil {
+			var again bool
+			// Another process may have created it in the meantime.
+			if qerr := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&again); qerr != nil || !again {
+				return "", err
+			}
+		}
+	}
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		return "", err
+	}
+	u.Path = "/" + name
+	return u.String(), nil
+}
+
+func ping(ctx context.Context, u string) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	return conn.Ping(ctx)
+}
+
+func startPrivate(ctx context.Context, dir string, port int, logf func(string, ...any)) error {
+	bin, err := findBinDir()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	// Several processes (parallel test binaries) may get here at once.
+	lock, err := os.OpenFile(filepath.Join(dir, "devdb.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return err
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck
+
+	if ping(ctx, PrivateURL(port)) == nil {
+		return nil
+	}
+	data := filepath.Join(dir, "data")
+	// initdb refuses to run as root: run the server as the postgres user then.
+	var asUser *user.User
+	if os.Geteuid() == 0 {
+		asUser, err = user.Lookup("postgres")
+		if err != nil {
+			return fmt.Errorf("running as root and no postgres user to run the private server as: %w", err)
+		}
+	}
+	run := func(name string, args ...string) error {
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, name), args...)
+		if asUser != nil {
+			uid, _ := strconv.Atoi(asUser.Uid)
+			gid, _ := strconv.Atoi(asUser.Gid)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+		}
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "LC_ALL=C.UTF-8", "LANG=C.UTF-8")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			hint := ""
+			if asUser != nil {
+				hint = fmt.Sprintf("\n(running as root, the private server runs as user postgres: every directory above %s must be traversable by it)", dir)
+			}
+			return fmt.Errorf("%s: %w\n%s%s", name, err, out, hint)
+		}
+		return nil
+	}
+	if asUser != nil {
+		uid, _ := strconv.Atoi(asUser.Uid)
+		gid, _ := strconv.Atoi(asUser.Gid)
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return err
+		}
+	}
+	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
+		logf("devdb: initdb %s", data)
+		if err := run("initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-instructions"); err != nil {
+			return err
+		}
+	}
+	logf("devdb: starting PostgreSQL on 127.0.0.1:%d", port)
+	// The Unix socket goes into dir, unless its path would pass the kernel's
+	// limit (107 bytes): then the server listens on TCP only.
+	sockDir := dir
+	if len(dir)+len("/.s.PGSQL.65535.lock") > 100 || strings.ContainsAny(dir, " '\"\\") {
+		sockDir = "''"
+	}
+	opts := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -k %s -c max_connections=300 -c fsync=on", port, sockDir)
+	return run("pg_ctl", "-D", data, "-o", opts, "-l", filepath.Join(dir, "server.log"), "-w", "-t", "60", "start")
+}
+
+// Stop stops the private server in dir if it runs.
+func Stop(ctx context.Context, dir string) error {
+	bin, err := findBinDir()
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "pg_ctl"), "-D", filepath.Join(dir, "data"), "-m", "fast", "-w", "stop")
+	// Run from dir: as user postgres the caller's working directory may be unreadable.
+	cmd.Dir = dir
+	if os.Geteuid() == 0 {
+		if u, err := user.Lookup("postgres"); err == nil {
+			uid, _ := strconv.Atoi(u.Uid)
+			gid, _ := strconv.Atoi(u.Gid)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+		}
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("pg_ctl stop: %w\n%s", err, out)
+	}
+	return nil
+}
+
+func findBinDir() (string, error) {
+	if p, err := exec.LookPath("pg_ctl"); err == nil {
+		// Both must come from the same installation.
+		if _, err := os.Stat(filepath.Join(filepath.Dir(p), "initdb")); err == nil {
+			return filepath.Dir(p), nil
+		}
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return versionOf(dirs[i]) > versionOf(dirs[j]) })
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+			return d, nil
+		}
+	}
+	return "", errors.New("no PostgreSQL server binaries found (initdb, pg_ctl): install the postgresql package")
+}
+
+func versionOf(binDir string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return v
+}
+
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("devdb: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// PortFree reports whether nothing listens on addr.
+func PortFree(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, 300*time.Millisecond)
+	if err != nil {
+		return true
+	}
+	c.Close()
+	return false
+}

@@ -1,0 +1,262 @@
+// Package stacktest runs the whole pipeline inside one test: a fresh database,
+// the API on an httptest server, the relay, and a River client with the real
+// workers, against an in-process carrier whose faults a test scripts.
+package stacktest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/labelkit/labels/caller"
+	"github.com/labelkit/labels/carrier"
+	"github.com/labelkit/labels/httpapi"
+	"github.com/labelkit/labels/internal/dbtest"
+	"github.com/labelkit/labels/jobs"
+	"github.com/labelkit/labels/metrics"
+	"github.com/labelkit/labels/notify"
+	"github.com/labelkit/labels/outbox"
+)
+
+// Opts tunes a stack.
+type Opts struct {
+	NoWorker         bool          // API only: intents stay pending
+	LeaseDuration    time.Duration // default 30s
+	CarrierTimeout   time.Duration // default 5s
+	MaxAttempts      int           // default 5
+	RetryBase        time.Duration // default 10ms
+	AfterCarrierFunc func(ctx context.Context, requestID string) error
+	AfterKeyInsert   func(ctx context.Context) error
+}
+
+// Stack is a running pipeline.
+type Stack struct {
+	T       testing.TB
+	Pool    *pgxpool.Pool
+	URL     string // the API's base URL
+	Carrier *FakeCarrier
+	Metrics *metrics.Metrics
+	River   *river.Client[pgx.Tx]
+	Relay   *outbox.Relay
+}
+
+// New starts a stack; everything stops when the test ends.
+func New(t testing.TB, o Opts) *Stack {
+	t.Helper()
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = 30 * time.Second
+	}
+	if o.CarrierTimeout == 0 {
+		o.CarrierTimeout = 5 * time.Second
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = 5
+	}
+	if o.RetryBase == 0 {
+		o.RetryBase = 10 * time.Millisecond
+	}
+	pool, _ := dbtest.New(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	m := metrics.New()
+	s := &Stack{T: t, Pool: pool, Carrier: NewFakeCarrier(), Metrics: m}
+
+	listener := notify.NewListener(pool.Config().ConnConfig.Copy(), log, notify.ChannelFinal, notify.ChannelIntents)
+	var wg sync.WaitGroup
+	wg.Go(func() { listener.Run(ctx) })
+
+	api := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
+		Pool: pool, Listener: listener, Metrics: m, Log: log, AfterKeyInsertFunc: o.AfterKeyInsert,
+	}))
+	s.URL = api.URL
+
+	if !o.NoWorker {
+		workers := river.NewWorkers()
+		river.AddWorker(workers, jobs.NewBuyLabelWorker(jobs.BuyLabelConfig{
+			Pool: pool, Carrier: s.Carrier, CarrierTimeout: o.CarrierTimeout, LeaseDuration: o.LeaseDuration,
+			KeyRetention: 24 * time.Hour, MaxAttempts: o.MaxAttempts, Metrics: m, Log: log,
+			AfterCarrierFunc: o.AfterCarrierFunc,
+		}))
+		jobTimeout, rescueAfter := jobs.RiverTimings(o.LeaseDuration)
+		client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+			Queues:               map[string]river.QueueConfig{jobs.QueueLabels: {MaxWorkers: 20}},
+			Workers:              workers,
+			JobTimeout:           jobTimeout,
+			RescueStuckJobsAfter: rescueAfter,
+			MaxAttempts:          o.MaxAttempts + 10,
+			RetryPolicy:          &jobs.RetryPolicy{Base: o.RetryBase, Max: 10 * o.RetryBase},
+			FetchCooldown:        20 * time.Millisecond,
+			FetchPollInterval:    50 * time.Millisecond,
+			TestOnly:             true,
+		})
+		require.NoError(t, err)
+		require.NoError(t, client.Start(ctx))
+		s.River = client
+		s.Relay = outbox.NewRelay(pool, jobs.DispatchBuyLabels(client), log, &outbox.RelayOpts{Listener: listener, PollInterval: 100 * time.Millisecond})
+		wg.Go(func() { s.Relay.Run(ctx) })
+	}
+	t.Cleanup(func() {
+		api.Close()
+		if s.River != nil {
+			sctx, scancel := context.WithTimeout(context.Background(), 20*time.Second)
+			_ = s.River.Stop(sctx)
+			scancel()
+		}
+		cancel()
+		wg.Wait()
+	})
+	return s
+}
+
+// Token creates a caller and returns a bearer token of it.
+func (s *Stack) Token(name string) string {
+	s.T.Helper()
+	tok, err := caller.Add(context.Background(), s.Pool, name)
+	require.NoError(s.T, err)
+	return tok
+}
+
+// Response is an answer read whole.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// Do sends a request with optional headers (name, value pairs).
+func (s *Stack) Do(method, path, token string, body []byte, headers ...string) Response {
+	s.T.Helper()
+	req, err := http.NewRequest(method, s.URL+path, bytes.NewReader(body))
+	require.NoError(s.T, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Add(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(s.T, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(s.T, err)
+	return Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+}
+
+// Create posts a label request under key.
+func (s *Stack) Create(token, key string, body []byte, headers ...string) Response {
+	s.T.Helper()
+	return s.Do(http.MethodPost, "/v1/labels", token, body, append([]string{"Idempotency-Key", key}, headers...)...)
+}
+
+// WaitFinal polls a label request until it is final and returns it.
+func (s *Stack) WaitFinal(token, requestID string) Response {
+	s.T.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		r := s.Do(http.MethodGet, "/v1/label-requests/"+requestID, token, nil)
+		require.Equal(s.T, http.StatusOK, r.Status, string(r.Body))
+		if !bytes.Contains(r.Body, []byte(`"status":"pending"`)) {
+			return r
+		}
+		if time.Now().After(deadline) {
+			s.T.Fatalf("label request %s still pending after 60s", requestID)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ParcelBody returns a valid request body for order and parcel.
+func ParcelBody(order int64, parcel int, weight int) []byte {
+	return fmt.Appendf(nil, `{"order_id":%d,"parcel_no":%d,"weight_g":%d,"service":"ground","ship_to":{"name":"A. Example","line1":"1 Example Street","city":"Exampleton","postal_code":"10115","country":"DE"}}`, order, parcel, weight)
+}
+
+// FakeCarrier is an in-process carrier that deduplicates by key like the real
+// protocol, counts purchases, and can be scripted to fail.
+type FakeCarrier struct {
+	mu        sync.Mutex
+	seq       int
+	byKey     map[string]*carrier.Label
+	purchases map[string]int // key → labels bought
+	calls     int
+	// Script, when set, decides each call's fault before the purchase:
+	// "" (none), "unavailable" (503, nothing bought), "drop" (bought, reply
+	// lost), "reject" (422), "slow" (waits for Release, then answers).
+	Script  func(call int, key string) string
+	Release chan struct{}
+}
+
+// NewFakeCarrier returns a carrier that always answers.
+func NewFakeCarrier() *FakeCarrier {
+	return &FakeCarrier{byKey: map[string]*carrier.Label{}, purchases: map[string]int{}, Release: make(chan struct{})}
+}
+
+// Buy implements jobs.Carrier.
+func (c *FakeCarrier) Buy(ctx context.Context, key string, req carrier.PurchaseRequest) (*carrier.Label, error) {
+	c.mu.Lock()
+	c.calls++
+	call := c.calls
+	script := c.Script
+	c.mu.Unlock()
+	fault := ""
+	if script != nil {
+		fault = script(call, key)
+	}
+	switch fault {
+	case "unavailable":
+		return nil, &carrier.UnknownOutcomeError{Status: 503, Err: fmt.Errorf("503")}
+	case "reject":
+		return nil, &carrier.RejectedError{Status: 422, Code: "address_invalid", Message: "no such postal code"}
+	case "slow":
+		<-c.Release
+	}
+	c.mu.Lock()
+	l, replay := c.byKey[key]
+	if !replay {
+		c.seq++
+		l = &carrier.Label{CarrierLabelID: fmt.Sprintf("CL-%d", c.seq), TrackingNo: fmt.Sprintf("GRD%09d-%d", req.OrderID, c.seq),
+			CostCents: 612, Currency: "USD", PurchasedAt: time.Now().UTC()}
+		c.byKey[key] = l
+		c.purchases[key]++
+	}
+	c.mu.Unlock()
+	if fault == "drop" {
+		return nil, &carrier.UnknownOutcomeError{Err: io.ErrUnexpectedEOF}
+	}
+	out := *l
+	out.Replayed = replay
+	return &out, nil
+}
+
+// Purchases returns how many labels were bought under key, and in all.
+func (c *FakeCarrier) Purchases(key string) (int, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	total := 0
+	for _, n := range c.purchases {
+		total += n
+	}
+	return c.purchases[key], total
+}
+
+// Calls returns how many purchase calls were made.
+func (c *FakeCarrier) Calls() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls
+}

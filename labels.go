@@ -1,0 +1,162 @@
+// Package labels holds the domain of the label service: the parcel a caller
+// asks a label for, the label bought for it, the label request that tracks the
+// asynchronous purchase, and the error codes every layer speaks.
+//
+// The pipeline, in the order data flows (see README.md):
+//
+//	httpapi      validates, fingerprints and accepts (idempotency + outbox, one transaction)
+//	outbox       the relay turns accepted intents into River jobs
+//	jobs         the worker leases the key, calls the carrier, completes (label + key, one transaction)
+//	carrier      the client and the simulator
+//	reconcile    the nightly match of the carrier's invoice against our labels
+package labels
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Services a label can be bought for.
+var Services = []string{"ground", "express", "overnight"}
+
+// Address is where a parcel goes. It is personal data: it is sent to the
+// carrier and kept in the intent's payload, but never logged and never put in a key.
+type Address struct {
+	Name       string `json:"name"`
+	Line1      string `json:"line1"`
+	Line2      string `json:"line2"`
+	City       string `json:"city"`
+	PostalCode string `json:"postal_code"`
+	Country    string `json:"country"`
+}
+
+// Parcel is a validated POST /v1/labels body, with defaults applied.
+type Parcel struct {
+	OrderID      int64   `json:"order_id"`
+	ParcelNo     int     `json:"parcel_no"`
+	WeightG      int     `json:"weight_g"`
+	Service      string  `json:"service"`
+	LabelVersion int     `json:"label_version"`
+	ShipTo       Address `json:"ship_to"`
+}
+
+// Label is a label we bought, as api.md shapes it.
+type Label struct {
+	LabelID        string    `json:"label_id"`
+	OrderID        int64     `json:"order_id"`
+	ParcelNo       int       `json:"parcel_no"`
+	LabelVersion   int       `json:"label_version"`
+	Service        string    `json:"service"`
+	TrackingNo     string    `json:"tracking_no"`
+	CarrierLabelID string    `json:"carrier_label_id"`
+	CostCents      int64     `json:"cost_cents"`
+	Currency       string    `json:"currency"`
+	CreatedAt      time.Time `json:"created_at"`
+}
+
+// Body renders the label as the JSON saved at completion and replayed after.
+// It is deterministic: the same label always renders to the same bytes, which
+// is what lets a replay through the natural key (after the key record was
+// purged) match the body saved under the key.
+func (l Label) Body() []byte {
+	l.CreatedAt = l.CreatedAt.UTC().Truncate(time.Microsecond)
+	b, err := json.Marshal(l)
+	if err != nil {
+		panic(err) // a struct of strings, ints and a time cannot fail
+	}
+	return b
+}
+
+// Request statuses of a LabelRequest.
+const (
+	StatusPending   = "pending"
+	StatusSucceeded = "succeeded"
+	StatusFailed    = "failed"
+)
+
+// LabelRequest tracks one accepted intent, as api.md shapes it.
+type LabelRequest struct {
+	ID             string          `json:"id"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	Status         string          `json:"status"`
+	CreatedAt      time.Time       `json:"created_at"`
+	CompletedAt    *time.Time      `json:"completed_at"`
+	Label          json.RawMessage `json:"label"`
+	Error          json.RawMessage `json:"error"`
+}
+
+// Error codes: the stable, machine-readable names of problems (api.md).
+const (
+	CodeIdempotencyKeyMissing = "idempotency_key_missing"
+	CodeIdempotencyKeyInvalid = "idempotency_key_invalid"
+	CodeIdempotencyKeyReused  = "idempotency_key_reused"
+	CodeInvalidRequest        = "invalid_request"
+	CodePayloadTooLarge       = "payload_too_large"
+	CodeUnauthenticated       = "unauthenticated"
+	CodeNotFound              = "not_found"
+	CodeRequestInProgress     = "request_in_progress"
+	CodeParcelAlreadyLabelled = "parcel_already_labelled"
+	CodeStoreUnavailable      = "store_unavailable"
+	CodeCarrierRejected       = "carrier_rejected"
+	CodeCarrierUnavailable    = "carrier_unavailable"
+	CodeMethodNotAllowed      = "method_not_allowed"
+	CodeUnsupportedMediaType  = "unsupported_media_type"
+	CodeInternal              = "internal"
+)
+
+// FieldError names one invalid field of a request.
+type FieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+// Problem is an RFC 9457 problem document. Saved failures (carrier_rejected,
+// carrier_unavailable) are stored in this shape and replayed as they are.
+type Problem struct {
+	Type           string       `json:"type"`
+	Title          string       `json:"title"`
+	Status         int          `json:"status"`
+	Code           string       `json:"code"`
+	Detail         string       `json:"detail,omitempty"`
+	Errors         []FieldError `json:"errors,omitempty"`
+	CarrierCode    string       `json:"carrier_code,omitempty"`
+	CarrierMessage string       `json:"carrier_message,omitempty"`
+}
+
+// ProblemTypeBase prefixes every problem type URI.
+const ProblemTypeBase = "https://labelkit.dev/problems/"
+
+// NewProblem returns a problem with its type and title filled in from code.
+func NewProblem(status int, code, detail string) *Problem {
+	return &Problem{Type: ProblemTypeBase + code, Title: titles[code], Status: status, Code: code, Detail: detail}
+}
+
+// Body renders the problem as JSON.
+func (p *Problem) Body() []byte {
+	b, err := json.Marshal(p)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// Error makes a problem usable as an error.
+func (p *Problem) Error() string { return p.Code + ": " + p.Detail }
+
+var titles = map[string]string{
+	CodeIdempotencyKeyMissing: "Idempotency-Key header missing",
+	CodeIdempotencyKeyInvalid: "Idempotency-Key header invalid",
+	CodeIdempotencyKeyReused:  "Idempotency key reused with a different request",
+	CodeInvalidRequest:        "Invalid request",
+	CodePayloadTooLarge:       "Payload too large",
+	CodeUnauthenticated:       "Unauthenticated",
+	CodeNotFound:              "Not found",
+	CodeRequestInProgress:     "Request in progress",
+	CodeParcelAlreadyLabelled: "Parcel already labelled",
+	CodeStoreUnavailable:      "Store unavailable",
+	CodeCarrierRejected:       "Rejected by the carrier",
+	CodeCarrierUnavailable:    "Carrier unavailable",
+	CodeMethodNotAllowed:      "Method not allowed",
+	CodeUnsupportedMediaType:  "Unsupported media type",
+	CodeInternal:              "Internal error",
+}

@@ -1,0 +1,127 @@
+// Package notify fans PostgreSQL notifications (LISTEN/NOTIFY) out to the
+// goroutines of one process over a single dedicated connection.
+//
+// The relay uses it to wake up when an intent is accepted, and the API uses it
+// to answer Prefer: wait without holding a pooled connection per waiting
+// request. Notifications are hints, never the only path: after a reconnect
+// every subscriber is woken (some notifications may have been missed), and
+// every user polls as a fallback.
+package notify
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
+)
+
+// Channels used by the project.
+const (
+	// ChannelIntents carries nothing useful in its payload: an intent was accepted.
+	ChannelIntents = "label_intents"
+	// ChannelFinal carries the request id of an intent that became final.
+	ChannelFinal = "label_request_final"
+)
+
+// Listener holds one connection that listens on a fixed set of channels.
+type Listener struct {
+	connConfig *pgx.ConnConfig
+	channels   []string
+	log        zerolog.Logger
+
+	mu   sync.Mutex
+	subs map[string]map[string]map[chan struct{}]struct{} // channel → payload ("" = any) → subscribers
+}
+
+// NewListener returns a listener on channels; call Run to start it.
+func NewListener(connConfig *pgx.ConnConfig, log zerolog.Logger, channels ...string) *Listener {
+	return &Listener{connConfig: connConfig, channels: channels, log: log, subs: map[string]map[string]map[chan struct{}]struct{}{}}
+}
+
+// Subscribe returns a channel that receives a value (coalesced: one pending
+// value at most) whenever channel is notified with payload, or with any payload
+// when payload is empty, and whenever the listener reconnects. Call cancel when done.
+func (l *Listener) Subscribe(channel, payload string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	l.mu.Lock()
+	byPayload := l.subs[channel]
+	if byPayload == nil {
+		byPayload = map[string]map[chan struct{}]struct{}{}
+		l.subs[channel] = byPayload
+	}
+	set := byPayload[payload]
+	if set == nil {
+		set = map[chan struct{}]struct{}{}
+		byPayload[payload] = set
+	}
+	set[ch] = struct{}{}
+	l.mu.Unlock()
+	return ch, func() {
+		l.mu.Lock()
+		delete(set, ch)
+		if len(set) == 0 {
+			delete(byPayload, payload)
+		}
+		l.mu.Unlock()
+	}
+}
+
+func (l *Listener) dispatch(channel, payload string, all bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for p, set := range l.subs[channel] {
+		if all || p == "" || p == payload {
+			for ch := range set {
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}
+}
+
+// Run listens until ctx ends, reconnecting with backoff when the connection fails.
+func (l *Listener) Run(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := l.listen(ctx, func() { backoff = 100 * time.Millisecond })
+		if ctx.Err() != nil {
+			return
+		}
+		l.log.Warn().Err(err).Dur("retry_in", backoff).Msg("notification listener lost its connection")
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func (l *Listener) listen(ctx context.Context, connected func()) error {
+	conn, err := pgx.ConnectConfig(ctx, l.connConfig)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, c := range l.channels {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{c}.Sanitize()); err != nil {
+			return err
+		}
+	}
+	connected()
+	// Anything may have happened while we were not listening.
+	for _, c := range l.channels {
+		l.dispatch(c, "", true)
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		l.dispatch(n.Channel, n.Payload, false)
+	}
+}

@@ -1,0 +1,10 @@
+// Package outbox owns the label-intent outbox (table label_intents): one row
+// per accepted intent, written in the accept transaction together with its key
+// record, and the [Relay] that turns undispatched rows into River jobs.
+//
+// An intent moves pending → succeeded | failed, exactly once. Its natural key
+// (caller_id, order_id, parcel_no, label_version) is unique among pending and
+// succeeded intents: the second line of defence behind the idempotency key.
+// Intents are kept after their key record is purged, so the natural key keeps
+// protecting late retries and the intent keeps its fingerprint.
+package outbox

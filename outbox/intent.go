@@ -1,0 +1,143 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/labelkit/labels"
+	"github.com/labelkit/labels/idempotency"
+)
+
+// Intent is one row of label_intents.
+type Intent struct {
+	RequestID          string
+	CallerID           string
+	Key                string
+	RequestHash        []byte
+	FingerprintVersion int
+	Parcel             labels.Parcel
+	CarrierKey         string
+	Status             string
+	LabelID            string
+	Attempts           int
+	Error              []byte // the saved problem of a failed intent
+	CreatedAt          time.Time
+	DispatchedAt       *time.Time
+	CompletedAt        *time.Time
+}
+
+// Errors of the outbox.
+var (
+	ErrNotFound = errors.New("outbox: no such intent")
+	// ErrParcelTaken is returned by [Insert] when the parcel and version already
+	// have a pending or succeeded intent.
+	ErrParcelTaken = errors.New("outbox: parcel and version already have an intent")
+)
+
+const intentColumns = `request_id, caller_id, idem_key, request_hash, fingerprint_version, payload,
+	carrier_key, status, coalesce(label_id, ''), attempts, error::text, created_at, dispatched_at, completed_at`
+
+func scanIntent(row pgx.Row) (*Intent, error) {
+	var in Intent
+	var payload []byte
+	var problem *string
+	err := row.Scan(&in.RequestID, &in.CallerID, &in.Key, &in.RequestHash, &in.FingerprintVersion, &payload,
+		&in.CarrierKey, &in.Status, &in.LabelID, &in.Attempts, &problem, &in.CreatedAt, &in.DispatchedAt, &in.CompletedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(payload, &in.Parcel); err != nil {
+		return nil, err
+	}
+	if problem != nil {
+		in.Error = []byte(*problem)
+	}
+	return &in, nil
+}
+
+// Insert writes a pending intent and notifies the relays (delivered at commit).
+// It returns [ErrParcelTaken] when the natural key is taken; the transaction
+// stays usable, since the conflict is handled by ON CONFLICT, not by an error.
+func Insert(ctx context.Context, tx pgx.Tx, in *Intent) error {
+	payload, err := json.Marshal(in.Parcel)
+	if err != nil {
+		return err
+	}
+	tag, err := tx.Exec(ctx, `
+		INSERT INTO label_intents
+		       (request_id, caller_id, idem_key, request_hash, fingerprint_version,
+		        order_id, parcel_no, label_version, payload, carrier_key, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+		ON CONFLICT (caller_id, order_id, parcel_no, label_version)
+		   WHERE status IN ('pending', 'succeeded') DO NOTHING`,
+		in.RequestID, in.CallerID, in.Key, in.RequestHash, in.FingerprintVersion,
+		in.Parcel.OrderID, in.Parcel.ParcelNo, in.Parcel.LabelVersion, payload, in.CarrierKey, in.CreatedAt)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrParcelTaken
+	}
+	_, err = tx.Exec(ctx, `SELECT pg_notify('label_intents', '')`)
+	return err
+}
+
+// Get reads an intent by request id, scoped to callerID unless it is empty.
+func Get(ctx context.Context, db idempotency.DBTX, callerID, requestID string) (*Intent, error) {
+	return scanIntent(db.QueryRow(ctx, `SELECT `+intentColumns+` FROM label_intents
+		WHERE request_id = $1 AND ($2 = '' OR caller_id = $2)`, requestID, callerID))
+}
+
+// GetByKey reads the caller's newest intent made under key.
+func GetByKey(ctx context.Context, db idempotency.DBTX, callerID, key string) (*Intent, error) {
+	return scanIntent(db.QueryRow(ctx, `SELECT `+intentColumns+` FROM label_intents
+		WHERE caller_id = $1 AND idem_key = $2 ORDER BY created_at DESC LIMIT 1`, callerID, key))
+}
+
+// GetByParcel reads the pending or succeeded intent of a parcel and version.
+func GetByParcel(ctx context.Context, db idempotency.DBTX, callerID string, orderID int64, parcelNo, labelVersion int) (*Intent, error) {
+	return scanIntent(db.QueryRow(ctx, `SELECT `+intentColumns+` FROM label_intents
+		WHERE caller_id = $1 AND order_id = $2 AND parcel_no = $3 AND label_version = $4
+		  AND status IN ('pending', 'succeeded')`, callerID, orderID, parcelNo, labelVersion))
+}
+
+// CountAttempt records that one more carrier call is about to be made for the
+// intent and returns the new count. It is called in the lease transaction.
+func CountAttempt(ctx context.Context, tx pgx.Tx, requestID string) (int, error) {
+	var n int
+	err := tx.QueryRow(ctx, `UPDATE label_intents SET attempts = attempts + 1 WHERE request_id = $1 RETURNING attempts`, requestID).Scan(&n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, ErrNotFound
+	}
+	return n, err
+}
+
+// MarkSucceeded makes a pending intent succeeded with its label, and wakes
+// whoever waits for it (delivered at commit).
+func MarkSucceeded(ctx context.Context, tx pgx.Tx, requestID, labelID string) error {
+	return mark(ctx, tx, requestID, `status = 'succeeded', label_id = $2, completed_at = now()`, labelID)
+}
+
+// MarkFailed makes a pending intent failed for good with its saved problem.
+func MarkFailed(ctx context.Context, tx pgx.Tx, requestID string, problem []byte) error {
+	return mark(ctx, tx, requestID, `status = 'failed', error = $2::text::json, completed_at = now()`, string(problem))
+}
+
+func mark(ctx context.Context, tx pgx.Tx, requestID, set string, arg any) error {
+	tag, err := tx.Exec(ctx, `UPDATE label_intents SET `+set+` WHERE request_id = $1 AND status = 'pending'`, requestID, arg)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrNotFound
+	}
+	_, err = tx.Exec(ctx, `SELECT pg_notify('label_request_final', $1)`, requestID)
+	return err
+}

@@ -1,0 +1,130 @@
+package outbox
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/labelkit/labels/notify"
+)
+
+// DispatchFunc enqueues one job per request id inside tx, with a unique job id
+// per intent, so that the job and the intent's dispatched mark commit together.
+type DispatchFunc func(ctx context.Context, tx pgx.Tx, requestIDs []string) error
+
+// RelayOpts tunes a [Relay].
+type RelayOpts struct {
+	// BatchSize is the most intents dispatched in one transaction (default 500).
+	BatchSize int
+	// PollInterval is the fallback when no notification arrives (default 1s).
+	PollInterval time.Duration
+	// Listener wakes the relay when an intent is accepted; nil means poll only.
+	Listener *notify.Listener
+	// OnDispatchFunc, when set, is told how many intents each batch dispatched.
+	OnDispatchFunc func(n int)
+}
+
+// Relay turns undispatched intents into River jobs. Every worker process runs
+// one; several at once never dispatch an intent twice: each batch locks its
+// rows (FOR UPDATE SKIP LOCKED) and marks them dispatched in the transaction
+// that inserts their jobs, and the jobs are unique by request id besides.
+type Relay struct {
+	pool     *pgxpool.Pool
+	dispatch DispatchFunc
+	opts     RelayOpts
+	log      zerolog.Logger
+}
+
+// NewRelay returns a relay; call Run to start it.
+func NewRelay(pool *pgxpool.Pool, dispatch DispatchFunc, log zerolog.Logger, opts *RelayOpts) *Relay {
+	o := RelayOpts{}
+	if opts != nil {
+		o = *opts
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = 500
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = time.Second
+	}
+	return &Relay{pool: pool, dispatch: dispatch, opts: o, log: log}
+}
+
+// Run dispatches until ctx ends.
+func (r *Relay) Run(ctx context.Context) {
+	var wake <-chan struct{}
+	if r.opts.Listener != nil {
+		ch, cancel := r.opts.Listener.Subscribe(notify.ChannelIntents, "")
+		defer cancel()
+		wake = ch
+	}
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		n, err := r.DispatchBatch(ctx)
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return
+			}
+			r.log.Warn().Err(err).Dur("retry_in", backoff).Msg("relay: dispatch failed")
+			sleep(ctx, backoff)
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		case n == r.opts.BatchSize:
+			continue // more may be waiting
+		}
+		backoff = 100 * time.Millisecond
+		timer := time.NewTimer(r.opts.PollInterval)
+		select {
+		case <-ctx.Done():
+		case <-wake:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+// DispatchBatch dispatches up to one batch of the oldest undispatched intents
+// and returns how many it dispatched.
+func (r *Relay) DispatchBatch(ctx context.Context) (int, error) {
+	var n int
+	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			SELECT request_id FROM label_intents
+			 WHERE dispatched_at IS NULL
+			 ORDER BY created_at
+			 LIMIT $1
+			   FOR UPDATE SKIP LOCKED`, r.opts.BatchSize)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		if err := r.dispatch(ctx, tx, ids); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE label_intents SET dispatched_at = now() WHERE request_id = ANY($1)`, ids); err != nil {
+			return err
+		}
+		n = len(ids)
+		return nil
+	})
+	if err == nil && n > 0 && r.opts.OnDispatchFunc != nil {
+		r.opts.OnDispatchFunc(n)
+	}
+	return n, err
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

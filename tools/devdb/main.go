@@ -1,0 +1,136 @@
+// Command devdb makes sure the project's PostgreSQL database is there, for the
+// Taskfile, the demo and CI.
+//
+//	go run ./tools/devdb url         ensure server + database "labels", print its URL
+//	go run ./tools/devdb server-url  ensure the server, print its maintenance URL
+//	go run ./tools/devdb stop        stop the private server under .pgdata if it runs
+//
+// When DATABASE_URL is set, url and server-url ensure that server (and, for
+// url, that database) instead of the default 127.0.0.1:5432 / labels. When no
+// server answers, a private one is started under .pgdata at the module root
+// (see internal/devdb). Progress lines go to stderr; only the URL goes to
+// stdout. On error it prints one line to stderr and exits 2.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/labelkit/labels/internal/devdb"
+)
+
+const defaultDatabase = "labels"
+
+const usage = `usage: devdb url | server-url | stop
+
+  url         ensure the server and the database, print the database URL
+  server-url  ensure the server, print its maintenance URL (database postgres)
+  stop        stop the private server under .pgdata, if this project started one
+
+DATABASE_URL, when set, names the server and database to ensure.
+`
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	var (
+		out string
+		err error
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	switch os.Args[1] {
+	case "url":
+		out, err = databaseURL(ctx)
+	case "server-url":
+		out, err = serverURL(ctx)
+	case "stop":
+		err = stop(ctx)
+	case "-h", "--help", "help":
+		fmt.Print(usage)
+		return
+	default:
+		err = fmt.Errorf("unknown command %q (want url, server-url or stop)", os.Args[1])
+	}
+	if err != nil {
+		// One line: the first line of the error, the rest is in the server log.
+		msg := strings.TrimSpace(err.Error())
+		if i := strings.IndexByte(msg, '\n'); i >= 0 {
+			msg = strings.TrimSpace(msg[:i]) + " (" + strings.Join(strings.Fields(msg[i+1:]), " ") + ")"
+		}
+		fmt.Fprintf(os.Stderr, "devdb: %s\n", msg)
+		os.Exit(2)
+	}
+	if out != "" {
+		fmt.Println(out)
+	}
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, format+"\n", args...)
+}
+
+func serverURL(ctx context.Context) (string, error) {
+	return devdb.Ensure(ctx, devdb.Options{URL: os.Getenv("DATABASE_URL"), Log: logf})
+}
+
+func databaseURL(ctx context.Context) (string, error) {
+	name := defaultDatabase
+	if env := os.Getenv("DATABASE_URL"); env != "" {
+		u, err := url.Parse(env)
+		if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+			return "", errors.New("DATABASE_URL must be a postgres:// URL")
+		}
+		if db := strings.TrimPrefix(u.Path, "/"); db != "" {
+			name = db
+		}
+	}
+	srv, err := serverURL(ctx)
+	if err != nil {
+		return "", err
+	}
+	return devdb.EnsureDatabase(ctx, srv, name)
+}
+
+func stop(ctx context.Context) error {
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(root, ".pgdata")
+	if _, err := os.Stat(filepath.Join(dir, "data", "postmaster.pid")); errors.Is(err, fs.ErrNotExist) {
+		logf("devdb: no private server runs in %s", dir)
+		return nil
+	}
+	if err := devdb.Stop(ctx, dir); err != nil {
+		return err
+	}
+	logf("devdb: stopped the private server in %s", dir)
+	return nil
+}
+
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
