@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -317,4 +318,11 @@ func TestAcceptIsOneTransaction(t *testing.T) {
 	require.GreaterOrEqual(t, r.Status, 500)
 	require.Equal(t, 0, count(t, s, `SELECT count(*) FROM idempotency_keys`))
 	require.Equal(t, 0, count(t, s, `SELECT count(*) FROM label_intents`))
+}
+
+func serve(t *testing.T, h http.Handler) string {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL
 }

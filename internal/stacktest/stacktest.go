@@ -40,6 +40,7 @@ type Opts struct {
 	RetryBase        time.Duration // default 10ms
 	AfterCarrierFunc func(ctx context.Context, requestID string) error
 	AfterKeyInsert   func(ctx context.Context) error
+	ClaimWait        time.Duration // default: the API's
 }
 
 // Stack is a running pipeline.
@@ -79,7 +80,7 @@ func New(t testing.TB, o Opts) *Stack {
 	wg.Go(func() { listener.Run(ctx) })
 
 	api := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
-		Pool: pool, Listener: listener, Metrics: m, Log: log, AfterKeyInsertFunc: o.AfterKeyInsert,
+		Pool: pool, Listener: listener, Metrics: m, Log: log, AfterKeyInsertFunc: o.AfterKeyInsert, ClaimWait: o.ClaimWait,
 	}))
 	s.URL = api.URL
 

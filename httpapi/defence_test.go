@@ -1,0 +1,174 @@
+package httpapi_test
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/labelkit/labels/httpapi"
+	"github.com/labelkit/labels/internal/stacktest"
+	"github.com/labelkit/labels/label"
+	"github.com/labelkit/labels/metrics"
+)
+
+// A client that mints a new key per attempt is caught by the parcel's natural
+// key: the same request replays the existing intent and stores nothing; a
+// different request for the parcel is 409 parcel_already_labelled.
+func TestNaturalKeyDefence(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{})
+	tok := s.Token("fulfilment")
+	body := stacktest.ParcelBody(918273, 1, 1450)
+	lr := decode[labelRequest](t, s.Create(tok, "attempt-1", body).Body)
+
+	// While pending or after success, a new key with the same request replays.
+	r := s.Create(tok, "attempt-2", body)
+	require.Contains(t, []int{http.StatusAccepted, http.StatusCreated}, r.Status, string(r.Body))
+	require.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
+	s.WaitFinal(tok, lr.ID)
+	r = s.Create(tok, "attempt-3", body)
+	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
+	require.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
+	saved := s.Create(tok, "attempt-1", body)
+	require.Equal(t, saved.Body, r.Body, "the natural-key replay is byte-identical to the saved response")
+	require.Equal(t, 1, count(t, s, `SELECT count(*) FROM idempotency_keys`), "nothing stored under the new keys")
+	require.Equal(t, 1, count(t, s, `SELECT count(*) FROM label_intents`))
+	require.Equal(t, 2.0, testutil.ToFloat64(s.Metrics.IdempotencyOutcomes.WithLabelValues(metrics.OutcomeDuplicate)))
+
+	// A different request for the same parcel and version.
+	other := s.Create(tok, "attempt-4", stacktest.ParcelBody(918273, 1, 2000))
+	requireProblem(t, other, http.StatusConflict, "parcel_already_labelled")
+	require.Equal(t, "/v1/label-requests/"+lr.ID, other.Header.Get("Location"))
+
+	// A reprint is a new version and a new intent.
+	v2 := strings.Replace(string(body), `"service"`, `"label_version":2,"service"`, 1)
+	require.Equal(t, http.StatusAccepted, s.Create(tok, "label:918273:1:v2", []byte(v2)).Status)
+
+	// A retry after the key record was purged: the key is new again, the parcel is not.
+	_, err := s.Pool.Exec(context.Background(), `DELETE FROM idempotency_keys WHERE idem_key = 'attempt-1'`)
+	require.NoError(t, err)
+	late := s.Create(tok, "attempt-1", body)
+	require.Equal(t, http.StatusCreated, late.Status, string(late.Body))
+	require.Equal(t, saved.Body, late.Body)
+	_, total := s.Carrier.Purchases("")
+	require.GreaterOrEqual(t, total, 1)
+	require.Equal(t, 1, count(t, s, `SELECT count(*) FROM labels WHERE label_version = 1`))
+}
+
+// The labels table refuses a second label for a parcel and version on its own.
+func TestLabelsNaturalKeyConstraint(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{})
+	tok := s.Token("fulfilment")
+	lr := decode[labelRequest](t, s.Create(tok, "k", stacktest.ParcelBody(3, 1, 100)).Body)
+	s.WaitFinal(tok, lr.ID)
+	ctx := context.Background()
+	tx, err := s.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	// A second, failed intent for the parcel gives the second label a request to point at.
+	_, err = tx.Exec(ctx, `INSERT INTO label_intents (request_id, caller_id, idem_key, request_hash, fingerprint_version, order_id, parcel_no, label_version, payload, carrier_key, status, error, created_at, completed_at)
+		SELECT 'lr_other', caller_id, 'k2', request_hash, 1, order_id, parcel_no, label_version, payload, 'carrier:x', 'failed', '{}', now(), now() FROM label_intents`)
+	require.NoError(t, err)
+	rec, err := label.Get(ctx, tx, "fulfilment", scalarString(t, s, `SELECT label_id FROM labels`))
+	require.NoError(t, err)
+	rec.LabelID, rec.RequestID = "lbl_second", "lr_other"
+	require.ErrorIs(t, label.Insert(ctx, tx, rec), label.ErrParcelAlreadyLabelled)
+}
+
+func scalarString(t *testing.T, s *stacktest.Stack, sql string) string {
+	t.Helper()
+	var v string
+	require.NoError(t, s.Pool.QueryRow(context.Background(), sql).Scan(&v))
+	return v
+}
+
+func TestPreferWait(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{})
+	tok := s.Token("fulfilment")
+	r := s.Create(tok, "k-wait", stacktest.ParcelBody(4, 1, 100), "Prefer", "wait=10")
+	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
+	require.Empty(t, r.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, "wait=10", r.Header.Get("Preference-Applied"))
+	replay := s.Create(tok, "k-wait", stacktest.ParcelBody(4, 1, 100))
+	require.Equal(t, r.Body, replay.Body)
+
+	// Out of range: not honoured, plain 202.
+	r = s.Create(tok, "k-wait-31", stacktest.ParcelBody(4, 2, 100), "Prefer", "wait=31")
+	require.Equal(t, http.StatusAccepted, r.Status)
+	require.Empty(t, r.Header.Get("Preference-Applied"))
+}
+
+func TestPreferWaitTimesOutWith202(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{NoWorker: true})
+	tok := s.Token("fulfilment")
+	start := time.Now()
+	r := s.Create(tok, "k", stacktest.ParcelBody(4, 1, 100), "Prefer", "respond-async, wait=1")
+	require.Equal(t, http.StatusAccepted, r.Status)
+	require.GreaterOrEqual(t, time.Since(start), time.Second)
+	// Waiting held no connection: the pool has none in use.
+	require.Zero(t, s.Pool.Stat().AcquiredConns())
+}
+
+// A concurrent request with the same key that holds its claim beyond the
+// bounded wait is answered 409 request_in_progress.
+func TestRequestInProgress(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{NoWorker: true, ClaimWait: 200 * time.Millisecond})
+	tok := s.Token("fulfilment")
+	ctx := context.Background()
+	tx, err := s.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, `INSERT INTO idempotency_keys (caller_id, idem_key, request_hash, fingerprint_version, request_id, created_at, expires_at)
+		VALUES ('fulfilment', 'k-busy', decode(repeat('00', 32), 'hex'), 1, 'lr_x', now(), now())`)
+	require.NoError(t, err)
+	r := s.Create(tok, "k-busy", stacktest.ParcelBody(1, 1, 100))
+	requireProblem(t, r, http.StatusConflict, "request_in_progress")
+	require.NotEmpty(t, r.Header.Get("Retry-After"))
+}
+
+func TestStoreUnavailable(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/labels?sslmode=disable&connect_timeout=1")
+	require.NoError(t, err)
+	defer pool.Close()
+	h := httpapi.NewServer(httpapi.Deps{Pool: pool, Log: zerolog.Nop(), StoreTimeout: 2 * time.Second})
+	srv := &stacktest.Stack{T: t, URL: serve(t, h)}
+	r := srv.Create("lk_whatever", "k", stacktest.ParcelBody(1, 1, 100))
+	requireProblem(t, r, http.StatusServiceUnavailable, "store_unavailable")
+	require.NotEmpty(t, r.Header.Get("Retry-After"))
+	ready := srv.Do(http.MethodGet, "/readyz", "", nil)
+	require.Equal(t, http.StatusServiceUnavailable, ready.Status)
+	require.Equal(t, http.StatusOK, srv.Do(http.MethodGet, "/healthz", "", nil).Status)
+}
+
+func TestRoutesAndOps(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{NoWorker: true})
+	tok := s.Token("fulfilment")
+	requireProblem(t, s.Do(http.MethodGet, "/v1/nothing", tok, nil), http.StatusNotFound, "not_found")
+	r := s.Do(http.MethodDelete, "/v1/labels", tok, nil)
+	requireProblem(t, r, http.StatusMethodNotAllowed, "method_not_allowed")
+	require.Equal(t, "POST", r.Header.Get("Allow"))
+	requireProblem(t, s.Do(http.MethodGet, "/v1/label-requests/lr_nope", tok, nil), http.StatusNotFound, "not_found")
+	requireProblem(t, s.Do(http.MethodGet, "/v1/labels/lbl_nope", tok, nil), http.StatusNotFound, "not_found")
+	requireProblem(t, s.Do(http.MethodGet, "/v1/label-requests/lr_nope", "", nil), http.StatusUnauthorized, "unauthenticated")
+	require.Equal(t, http.StatusOK, s.Do(http.MethodGet, "/healthz", "", nil).Status)
+	require.Equal(t, http.StatusOK, s.Do(http.MethodGet, "/readyz", "", nil).Status)
+	s.Create(tok, "k", stacktest.ParcelBody(1, 1, 100))
+	m := s.Do(http.MethodGet, "/metrics", "", nil)
+	require.Equal(t, http.StatusOK, m.Status)
+	require.Contains(t, string(m.Body), `labels_idempotency_outcomes_total{outcome="new"} 1`)
+	require.Contains(t, string(m.Body), `labels_http_requests_total{route="create_label",status="`+strconv.Itoa(http.StatusAccepted)+`"} 1`)
+}

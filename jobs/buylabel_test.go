@@ -1,0 +1,229 @@
+package jobs_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/labelkit/labels/idempotency"
+	"github.com/labelkit/labels/internal/stacktest"
+)
+
+type labelRequest struct {
+	ID     string          `json:"id"`
+	Status string          `json:"status"`
+	Label  json.RawMessage `json:"label"`
+	Error  json.RawMessage `json:"error"`
+}
+
+func decode[T any](t *testing.T, b []byte) T {
+	t.Helper()
+	var v T
+	require.NoError(t, json.Unmarshal(b, &v), string(b))
+	return v
+}
+
+func accept(t *testing.T, s *stacktest.Stack, tok, key string, body []byte) labelRequest {
+	t.Helper()
+	r := s.Create(tok, key, body)
+	require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
+	return decode[labelRequest](t, r.Body)
+}
+
+func scalar[T any](t *testing.T, s *stacktest.Stack, sql string, args ...any) T {
+	t.Helper()
+	var v T
+	require.NoError(t, s.Pool.QueryRow(context.Background(), sql, args...).Scan(&v))
+	return v
+}
+
+// The carrier bought the label but the reply was lost: the retry, under the
+// same carrier key, gets the same label back, and only one is bought.
+func TestLostReplyGetsTheSameLabel(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{})
+	s.Carrier.Script = func(call int, _ string) string {
+		if call == 1 {
+			return "drop"
+		}
+		return ""
+	}
+	tok := s.Token("fulfilment")
+	lr := accept(t, s, tok, "label:918273:1:v1", stacktest.ParcelBody(918273, 1, 1450))
+	final := decode[labelRequest](t, s.WaitFinal(tok, lr.ID).Body)
+	require.Equal(t, "succeeded", final.Status)
+	require.Equal(t, 2, s.Carrier.Calls())
+	_, total := s.Carrier.Purchases("")
+	require.Equal(t, 1, total)
+	require.Equal(t, "CL-1", decode[map[string]any](t, final.Label)["carrier_label_id"])
+	require.Equal(t, 2, scalar[int](t, s, `SELECT attempts FROM label_intents WHERE request_id = $1`, lr.ID))
+}
+
+// A permanent rejection is saved as 422 carrier_rejected with the carrier's
+// code, and replayed; a new key for the parcel is a new intent.
+func TestCarrierRejectionIsSavedAndReplayed(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{})
+	s.Carrier.Script = func(int, string) string { return "reject" }
+	tok := s.Token("fulfilment")
+	body := stacktest.ParcelBody(7, 1, 100)
+	lr := accept(t, s, tok, "k-reject", body)
+	final := decode[labelRequest](t, s.WaitFinal(tok, lr.ID).Body)
+	require.Equal(t, "failed", final.Status)
+	p := decode[map[string]any](t, final.Error)
+	require.Equal(t, "carrier_rejected", p["code"])
+	require.Equal(t, "address_invalid", p["carrier_code"])
+	require.Equal(t, "no such postal code", p["carrier_message"])
+
+	replay := s.Create(tok, "k-reject", body)
+	require.Equal(t, http.StatusUnprocessableEntity, replay.Status)
+	require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, "application/problem+json", replay.Header.Get("Content-Type"))
+	require.JSONEq(t, string(final.Error), string(replay.Body))
+	require.Equal(t, 1, s.Carrier.Calls(), "a permanent rejection is not retried")
+
+	// A failed intent does not block its parcel: a new key is a new intent.
+	s.Carrier.Script = nil
+	again := accept(t, s, tok, "k-reject-2", body)
+	require.NotEqual(t, lr.ID, again.ID)
+	require.Equal(t, "succeeded", decode[labelRequest](t, s.WaitFinal(tok, again.ID).Body).Status)
+}
+
+// A carrier that stays unreachable through MAX_ATTEMPTS gives a saved 502.
+func TestCarrierUnavailableAfterMaxAttempts(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{MaxAttempts: 3})
+	s.Carrier.Script = func(int, string) string { return "unavailable" }
+	tok := s.Token("fulfilment")
+	lr := accept(t, s, tok, "k-502", stacktest.ParcelBody(8, 1, 100))
+	final := decode[labelRequest](t, s.WaitFinal(tok, lr.ID).Body)
+	require.Equal(t, "failed", final.Status)
+	require.Equal(t, "carrier_unavailable", decode[map[string]any](t, final.Error)["code"])
+	require.Equal(t, 3, s.Carrier.Calls())
+	replay := s.Create(tok, "k-502", stacktest.ParcelBody(8, 1, 100))
+	require.Equal(t, http.StatusBadGateway, replay.Status)
+	require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
+}
+
+// Fencing: attempt 1 stalls inside the carrier call and loses its lease;
+// attempt 2 takes over and completes; when attempt 1 resumes it writes nothing.
+func TestFencingStalledAttemptWritesNothing(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{})
+	var stalled atomic.Bool
+	s.Carrier.Script = func(call int, _ string) string {
+		if call == 1 {
+			stalled.Store(true)
+			return "slow"
+		}
+		return ""
+	}
+	tok := s.Token("fulfilment")
+	lr := accept(t, s, tok, "k-fence", stacktest.ParcelBody(9, 1, 100))
+	require.Eventually(t, stalled.Load, 30*time.Second, 10*time.Millisecond)
+
+	// The lease runs out (instead of waiting 30 s, move it into the past), and
+	// the rescuer hands the job to a new attempt (instead of waiting for it).
+	ctx := context.Background()
+	_, err := s.Pool.Exec(ctx, `UPDATE idempotency_keys SET locked_until = now() - interval '1 second' WHERE idem_key = 'k-fence'`)
+	require.NoError(t, err)
+	_, err = s.Pool.Exec(ctx, `UPDATE river_job SET state = 'available', scheduled_at = now() WHERE args->>'request_id' = $1`, lr.ID)
+	require.NoError(t, err)
+
+	final := decode[labelRequest](t, s.WaitFinal(tok, lr.ID).Body)
+	require.Equal(t, "succeeded", final.Status)
+	require.Equal(t, 1.0, testutil.ToFloat64(s.Metrics.LeaseTakeovers))
+	labelBefore := scalar[string](t, s, `SELECT label_id FROM labels`)
+	bodyBefore := scalar[string](t, s, `SELECT response_body::text FROM idempotency_keys WHERE idem_key = 'k-fence'`)
+
+	close(s.Carrier.Release) // attempt 1 resumes with the carrier's answer
+	require.Eventually(t, func() bool { return testutil.ToFloat64(s.Metrics.FencingRejections) == 1 }, 30*time.Second, 10*time.Millisecond)
+	require.Equal(t, 1, scalar[int](t, s, `SELECT count(*) FROM labels`))
+	require.Equal(t, labelBefore, scalar[string](t, s, `SELECT label_id FROM labels`))
+	require.Equal(t, bodyBefore, scalar[string](t, s, `SELECT response_body::text FROM idempotency_keys WHERE idem_key = 'k-fence'`))
+	_, total := s.Carrier.Purchases("")
+	require.Equal(t, 1, total)
+}
+
+// A crash between the carrier call and transaction 2 (the lease is left
+// behind) is finished by another attempt once the lease expires, with the
+// same label.
+func TestCrashAfterCarrierCallIsFinishedByAnotherAttempt(t *testing.T) {
+	t.Parallel()
+	var crashed atomic.Bool
+	s := stacktest.New(t, stacktest.Opts{
+		LeaseDuration:  time.Second,
+		CarrierTimeout: 500 * time.Millisecond,
+		AfterCarrierFunc: func(context.Context, string) error {
+			if crashed.CompareAndSwap(false, true) {
+				return errors.New("injected crash after the carrier call")
+			}
+			return nil
+		},
+	})
+	tok := s.Token("fulfilment")
+	lr := accept(t, s, tok, "k-crash", stacktest.ParcelBody(10, 1, 100))
+	final := decode[labelRequest](t, s.WaitFinal(tok, lr.ID).Body)
+	require.Equal(t, "succeeded", final.Status)
+	require.True(t, crashed.Load())
+	require.Equal(t, 2, s.Carrier.Calls())
+	_, total := s.Carrier.Purchases("")
+	require.Equal(t, 1, total)
+	require.Equal(t, "CL-1", decode[map[string]any](t, final.Label)["carrier_label_id"])
+	require.GreaterOrEqual(t, testutil.ToFloat64(s.Metrics.LeaseTakeovers), 1.0)
+}
+
+// The lease primitives: a live lease is refused, an expired one is taken
+// over, a completion with a stale token is fenced.
+func TestLeaseTakeoverAndFencing(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{NoWorker: true})
+	tok := s.Token("fulfilment")
+	accept(t, s, tok, "k-lease", stacktest.ParcelBody(11, 1, 100))
+	ctx := context.Background()
+	lease := func() (uuid.UUID, bool, error) {
+		var tokn uuid.UUID
+		var takeover bool
+		err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+			var err error
+			tokn, takeover, err = idempotency.Lease(ctx, tx, "fulfilment", "k-lease", time.Minute)
+			return err
+		})
+		return tokn, takeover, err
+	}
+	complete := func(token uuid.UUID) error {
+		return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+			return idempotency.Complete(ctx, tx, "fulfilment", "k-lease", token, 201, []byte(`{"a": 1}`), time.Hour)
+		})
+	}
+	first, takeover, err := lease()
+	require.NoError(t, err)
+	require.False(t, takeover)
+	_, _, err = lease()
+	var held *idempotency.LeaseHeldError
+	require.ErrorAs(t, err, &held)
+	require.WithinDuration(t, time.Now().Add(time.Minute), held.Until, 10*time.Second)
+
+	_, err = s.Pool.Exec(ctx, `UPDATE idempotency_keys SET locked_until = now() - interval '1 ms'`)
+	require.NoError(t, err)
+	second, takeover, err := lease()
+	require.NoError(t, err)
+	require.True(t, takeover)
+	require.NotEqual(t, first, second)
+
+	require.ErrorIs(t, complete(first), idempotency.ErrFenced)
+	require.Equal(t, "started", scalar[string](t, s, `SELECT state::text FROM idempotency_keys`))
+	require.NoError(t, complete(second))
+	require.Equal(t, `{"a": 1}`, scalar[string](t, s, `SELECT response_body::text FROM idempotency_keys`), "the body is saved byte for byte")
+	_, _, err = lease()
+	require.ErrorIs(t, err, idempotency.ErrCompleted)
+}

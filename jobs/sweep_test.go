@@ -1,0 +1,80 @@
+package jobs_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/labelkit/labels/internal/dbtest"
+	"github.com/labelkit/labels/jobs"
+)
+
+// Expired completed keys go, in batches; unexpired and started keys stay; two
+// sweepers at once delete each key once.
+func TestSweepPurgesOnlyExpiredCompletedKeys(t *testing.T) {
+	t.Parallel()
+	pool, _ := dbtest.New(t)
+	ctx := context.Background()
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	_, err := pool.Exec(ctx, `
+		INSERT INTO idempotency_keys (caller_id, idem_key, request_hash, fingerprint_version, request_id, state, response_status, response_body, created_at, expires_at)
+		SELECT 'c', 'expired-' || i, decode(repeat('00', 32), 'hex'), 1, 'lr_e' || i, 'completed', 201, '{}', $1::timestamptz - interval '2 days', $1::timestamptz - interval '1 hour'
+		  FROM generate_series(1, 2500) i;
+		INSERT INTO idempotency_keys (caller_id, idem_key, request_hash, fingerprint_version, request_id, state, response_status, response_body, created_at, expires_at)
+		SELECT 'c', 'fresh-' || i, decode(repeat('00', 32), 'hex'), 1, 'lr_f' || i, 'completed', 201, '{}', $1::timestamptz, $1::timestamptz + interval '1 hour'
+		  FROM generate_series(1, 10) i;
+		INSERT INTO idempotency_keys (caller_id, idem_key, request_hash, fingerprint_version, request_id, state, created_at, expires_at)
+		SELECT 'c', 'started-' || i, decode(repeat('00', 32), 'hex'), 1, 'lr_s' || i, 'started', $1::timestamptz - interval '3 days', $1::timestamptz - interval '2 days'
+		  FROM generate_series(1, 10) i`, now)
+	require.NoError(t, err)
+
+	var total atomic.Int64
+	var batches atomic.Int64
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			n, err := jobs.Sweep(ctx, pool, now, 300, func(int64) { batches.Add(1) })
+			require.NoError(t, err)
+			total.Add(n)
+		})
+	}
+	wg.Wait()
+	require.Equal(t, int64(2500), total.Load())
+	require.GreaterOrEqual(t, batches.Load(), int64(2500/300))
+	var expired, fresh, started int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE idem_key LIKE 'expired-%'), count(*) FILTER (WHERE idem_key LIKE 'fresh-%'), count(*) FILTER (WHERE idem_key LIKE 'started-%') FROM idempotency_keys`).Scan(&expired, &fresh, &started))
+	require.Zero(t, expired)
+	require.Equal(t, 10, fresh)
+	require.Equal(t, 10, started, "started keys are never purged, however old")
+
+	// An hour and a minute later the fresh ones are due too.
+	n, err := jobs.Sweep(ctx, pool, now.Add(61*time.Minute), 300, nil)
+	require.NoError(t, err)
+	require.Equal(t, int64(10), n)
+}
+
+func TestRetryPolicyFullJitter(t *testing.T) {
+	t.Parallel()
+	p := &jobs.RetryPolicy{Base: time.Second, Max: time.Hour}
+	for n := 1; n <= 40; n++ {
+		ceiling := min(time.Hour, time.Second<<(n-1))
+		if n > 20 {
+			ceiling = time.Hour
+		}
+		for range 50 {
+			d := p.Delay(n)
+			require.GreaterOrEqual(t, d, time.Duration(0))
+			require.Less(t, d, ceiling)
+		}
+	}
+	// Full jitter spreads: 200 draws at n=10 are not all equal.
+	seen := map[time.Duration]bool{}
+	for range 200 {
+		seen[p.Delay(10)] = true
+	}
+	require.Greater(t, len(seen), 100)
+}

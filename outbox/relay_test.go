@@ -1,0 +1,86 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/labelkit/labels/internal/stacktest"
+	"github.com/labelkit/labels/jobs"
+	"github.com/labelkit/labels/outbox"
+)
+
+// Two relays draining the same outbox at once dispatch every intent exactly
+// once: the relays' own counts add up to the intents, and each intent has one job.
+func TestTwoRelaysNeverDoubleDispatch(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{NoWorker: true})
+	tok := s.Token("fulfilment")
+	const n = 120
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			r := s.Create(tok, fmt.Sprintf("k-%d", i), stacktest.ParcelBody(int64(1000+i), 1, 100))
+			require.Equal(t, http.StatusAccepted, r.Status)
+		})
+	}
+	wg.Wait()
+
+	client, err := river.NewClient(riverpgxv5.New(s.Pool), &river.Config{})
+	require.NoError(t, err)
+	var dispatched atomic.Int64
+	var calls atomic.Int64
+	dispatch := jobs.DispatchBuyLabels(client)
+	counting := func(ctx context.Context, tx pgx.Tx, ids []string) error {
+		calls.Add(1)
+		return dispatch(ctx, tx, ids)
+	}
+	ctx := context.Background()
+	var rg sync.WaitGroup
+	for range 2 {
+		relay := outbox.NewRelay(s.Pool, counting, zerolog.Nop(), &outbox.RelayOpts{
+			BatchSize:      7,
+			OnDispatchFunc: func(k int) { dispatched.Add(int64(k)) },
+		})
+		rg.Go(func() {
+			for {
+				k, err := relay.DispatchBatch(ctx)
+				require.NoError(t, err)
+				if k == 0 {
+					return
+				}
+			}
+		})
+	}
+	rg.Wait()
+	require.Equal(t, int64(n), dispatched.Load())
+	require.GreaterOrEqual(t, calls.Load(), int64(n/7))
+	var jobsN, distinct, undispatched int
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT args->>'request_id') FROM river_job WHERE kind = 'buy_label'`).Scan(&jobsN, &distinct))
+	require.Equal(t, n, jobsN)
+	require.Equal(t, n, distinct)
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM label_intents WHERE dispatched_at IS NULL`).Scan(&undispatched))
+	require.Zero(t, undispatched)
+
+	// Dispatching an intent again (say a relay crashed after inserting, before
+	// its commit was acknowledged) adds no second job: jobs are unique by request id.
+	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		var id string
+		if err := tx.QueryRow(ctx, `SELECT request_id FROM label_intents LIMIT 1`).Scan(&id); err != nil {
+			return err
+		}
+		return dispatch(ctx, tx, []string{id})
+	})
+	require.NoError(t, err)
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'buy_label'`).Scan(&jobsN))
+	require.Equal(t, n, jobsN)
+}
