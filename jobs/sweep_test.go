@@ -20,17 +20,20 @@ func TestSweepPurgesOnlyExpiredCompletedKeys(t *testing.T) {
 	pool, _ := dbtest.New(t)
 	ctx := context.Background()
 	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
-	_, err := pool.Exec(ctx, `
-		INSERT INTO idempotency_keys (caller_id, idem_key, request_hash, fingerprint_version, request_id, state, response_status, response_body, created_at, expires_at)
-		SELECT 'c', 'expired-' || i, decode(repeat('00', 32), 'hex'), 1, 'lr_e' || i, 'completed', 201, '{}', $1::timestamptz - interval '2 days', $1::timestamptz - interval '1 hour'
-		  FROM generate_series(1, 2500) i;
-		INSERT INTO idempotency_keys (caller_id, idem_key, request_hash, fingerprint_version, request_id, state, response_status, response_body, created_at, expires_at)
-		SELECT 'c', 'fresh-' || i, decode(repeat('00', 32), 'hex'), 1, 'lr_f' || i, 'completed', 201, '{}', $1::timestamptz, $1::timestamptz + interval '1 hour'
-		  FROM generate_series(1, 10) i;
-		INSERT INTO idempotency_keys (caller_id, idem_key, request_hash, fingerprint_version, request_id, state, created_at, expires_at)
-		SELECT 'c', 'started-' || i, decode(repeat('00', 32), 'hex'), 1, 'lr_s' || i, 'started', $1::timestamptz - interval '3 days', $1::timestamptz - interval '2 days'
-		  FROM generate_series(1, 10) i`, now)
-	require.NoError(t, err)
+	for _, sql := range []string{
+		`INSERT INTO idempotency_keys (caller_id, idem_key, request_hash, fingerprint_version, request_id, state, response_status, response_body, created_at, expires_at)
+		 SELECT 'c', 'expired-' || i, decode(repeat('00', 32), 'hex'), 1, 'lr_e' || i, 'completed', 201, '{}', $1::timestamptz - interval '2 days', $1::timestamptz - interval '1 hour'
+		   FROM generate_series(1, 2500) i`,
+		`INSERT INTO idempotency_keys (caller_id, idem_key, request_hash, fingerprint_version, request_id, state, response_status, response_body, created_at, expires_at)
+		 SELECT 'c', 'fresh-' || i, decode(repeat('00', 32), 'hex'), 1, 'lr_f' || i, 'completed', 201, '{}', $1::timestamptz, $1::timestamptz + interval '1 hour'
+		   FROM generate_series(1, 10) i`,
+		`INSERT INTO idempotency_keys (caller_id, idem_key, request_hash, fingerprint_version, request_id, state, created_at, expires_at)
+		 SELECT 'c', 'started-' || i, decode(repeat('00', 32), 'hex'), 1, 'lr_s' || i, 'started', $1::timestamptz - interval '3 days', $1::timestamptz - interval '2 days'
+		   FROM generate_series(1, 10) i`,
+	} {
+		_, err := pool.Exec(ctx, sql, now)
+		require.NoError(t, err)
+	}
 
 	var total atomic.Int64
 	var batches atomic.Int64
