@@ -227,3 +227,28 @@ func TestLeaseTakeoverAndFencing(t *testing.T) {
 	_, _, err = lease()
 	require.ErrorIs(t, err, idempotency.ErrCompleted)
 }
+
+// Shutdown never abandons a started carrier call: even a hard stop that
+// cancels the job's context lets the call finish and saves its outcome.
+func TestShutdownFinishesTheCarrierCall(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{})
+	var inFlight atomic.Bool
+	s.Carrier.Script = func(int, string) string {
+		inFlight.Store(true)
+		return "slow"
+	}
+	tok := s.Token("fulfilment")
+	lr := accept(t, s, tok, "k-shutdown", stacktest.ParcelBody(12, 1, 100))
+	require.Eventually(t, inFlight.Load, 30*time.Second, 10*time.Millisecond)
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- s.River.StopAndCancel(context.Background()) }()
+	// The carrier answers only after the stop has cancelled the job's context.
+	time.Sleep(100 * time.Millisecond)
+	close(s.Carrier.Release)
+	require.NoError(t, <-stopped)
+	require.Equal(t, "succeeded", scalar[string](t, s, `SELECT status FROM label_intents WHERE request_id = $1`, lr.ID))
+	require.Equal(t, "completed", scalar[string](t, s, `SELECT state::text FROM idempotency_keys WHERE idem_key = 'k-shutdown'`))
+	require.Equal(t, 1, scalar[int](t, s, `SELECT count(*) FROM labels`))
+}

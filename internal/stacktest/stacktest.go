@@ -224,7 +224,12 @@ func (c *FakeCarrier) Buy(ctx context.Context, key string, req carrier.PurchaseR
 	case "reject":
 		return nil, &carrier.RejectedError{Status: 422, Code: "address_invalid", Message: "no such postal code"}
 	case "slow":
-		<-c.Release
+		// Like a real HTTP call, a slow one ends early if its context does.
+		select {
+		case <-c.Release:
+		case <-ctx.Done():
+			return nil, &carrier.UnknownOutcomeError{Err: ctx.Err()}
+		}
 	}
 	c.mu.Lock()
 	l, replay := c.byKey[key]

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/labelkit/labels/internal/dbtest"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestHelpAndBadConfig(t *testing.T) {
+	t.Parallel()
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, run(context.Background(), []string{"api", "--help"}, env(nil), &out, &errb))
+	require.Contains(t, out.String(), "api caller add NAME")
+
+	for _, e := range []map[string]string{
+		{"KEY_RETENTION": "soon"},
+		{"KEY_RETENTION": "-1h"},
+		{"LOG_LEVEL": "loud"},
+		{"LOG_FORMAT": "xml"},
+		{"DATABASE_URL": "::not a url"},
+	} {
+		errb.Reset()
+		require.Equal(t, 2, run(context.Background(), []string{"api"}, env(e), io.Discard, &errb), e)
+		require.Equal(t, 1, strings.Count(strings.TrimSpace(errb.String()), "\n")+1, "one clear line: %q", errb.String())
+	}
+	require.Equal(t, 2, run(context.Background(), []string{"api", "frobnicate"}, env(nil), io.Discard, io.Discard))
+	require.Equal(t, 2, run(context.Background(), []string{"api", "--bogus"}, env(nil), io.Discard, io.Discard))
+}
+
+// syncBuffer is a bytes.Buffer safe for the server goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// migrate twice, add a caller, serve on a free port, answer a request with the
+// printed token, and stop cleanly on cancellation.
+func TestMigrateCallerServe(t *testing.T) {
+	t.Parallel()
+	_, url := dbtest.New(t)
+	e := env(map[string]string{"DATABASE_URL": url, "API_ADDR": "127.0.0.1:0"})
+	ctx := context.Background()
+	var out bytes.Buffer
+	require.Equal(t, 0, run(ctx, []string{"api", "migrate"}, e, &out, io.Discard))
+	require.Contains(t, out.String(), "up to date")
+
+	out.Reset()
+	require.Equal(t, 0, run(ctx, []string{"api", "caller", "add", "fulfilment"}, e, &out, io.Discard))
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	token := lines[len(lines)-1]
+	require.True(t, strings.HasPrefix(token, "lk_"))
+	require.Equal(t, 2, run(ctx, []string{"api", "caller", "add", "bad name"}, e, io.Discard, io.Discard))
+
+	sctx, cancel := context.WithCancel(ctx)
+	logs := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() { done <- run(sctx, []string{"api"}, e, io.Discard, logs) }()
+	var addr string
+	require.Eventually(t, func() bool {
+		sc := bufio.NewScanner(strings.NewReader(logs.String()))
+		for sc.Scan() {
+			var l struct{ Message, Addr string }
+			if json.Unmarshal(sc.Bytes(), &l) == nil && l.Message == "listening" {
+				addr = l.Addr
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 10*time.Millisecond)
+
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/labels", strings.NewReader(`{"order_id":918273,"parcel_no":1,"weight_g":1450,"service":"ground","ship_to":{"name":"A","line1":"1 Example Street","city":"Exampleton","postal_code":"10115","country":"DE"}}`))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "label:918273:1:v1")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	require.NotContains(t, logs.String(), "Exampleton", "the address is never logged")
+	require.NotContains(t, logs.String(), token, "the token is never logged")
+
+	cancel()
+	select {
+	case code := <-done:
+		require.Equal(t, 0, code)
+	case <-time.After(30 * time.Second):
+		t.Fatal("api did not stop")
+	}
+}

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestHelpAndBadConfig(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	require.Equal(t, 0, run(context.Background(), []string{"worker", "--help"}, env(nil), &out, io.Discard))
+	require.Contains(t, out.String(), "LEASE_DURATION")
+
+	cases := []struct {
+		env  map[string]string
+		want string
+	}{
+		// A carrier call that can outlive its lease is refused at start.
+		{map[string]string{"CARRIER_TIMEOUT": "30s"}, "must be below LEASE_DURATION"},
+		{map[string]string{"CARRIER_TIMEOUT": "40s", "LEASE_DURATION": "30s"}, "must be below LEASE_DURATION"},
+		{map[string]string{"LEASE_DURATION": "a while"}, "LEASE_DURATION"},
+		{map[string]string{"WORKER_CONCURRENCY": "0"}, "WORKER_CONCURRENCY"},
+		{map[string]string{"MAX_ATTEMPTS": "many"}, "MAX_ATTEMPTS"},
+		{map[string]string{"RETRY_BASE": "2h"}, "RETRY_BASE"},
+		{map[string]string{"KEY_RETENTION": "0s"}, "KEY_RETENTION"},
+		{map[string]string{"SWEEP_BATCH": "-5"}, "SWEEP_BATCH"},
+		{map[string]string{"RECONCILE_SCHEDULE": "whenever"}, "RECONCILE_SCHEDULE"},
+	}
+	for _, c := range cases {
+		var errb bytes.Buffer
+		require.Equal(t, 2, run(context.Background(), []string{"worker"}, env(c.env), io.Discard, &errb), c.env)
+		require.Contains(t, errb.String(), c.want)
+		require.Equal(t, 1, bytes.Count(bytes.TrimSpace(errb.Bytes()), []byte("\n"))+1, "one line: %q", errb.String())
+	}
+	require.Equal(t, 2, run(context.Background(), []string{"worker", "extra"}, env(nil), io.Discard, io.Discard))
+}
