@@ -23,6 +23,10 @@ type decision struct {
 	outcome string         // one of the metrics.Outcome… values
 	intent  *outbox.Intent // the intent the answer is about (nil for key_reused)
 	record  *idempotency.Record
+	// purgedKey says the key matched a tombstone: it was completed and purged
+	// before, and now arrives again (counted and logged; answered as new, with
+	// the parcel still protected by the natural key).
+	purgedKey bool
 }
 
 // accept runs the algorithm of the seed for one request, with the claim
@@ -51,16 +55,18 @@ func (s *Server) accept(ctx context.Context, callerID, key string, parcel labels
 		CreatedAt:          now,
 	}
 	var d *decision
+	var purged bool
 	err := pgx.BeginFunc(ctx, s.deps.Pool, func(tx pgx.Tx) error {
 		// A concurrent request with the same key holds the key's index entry
 		// until it commits; wait for it, but only so long.
 		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", s.deps.ClaimWait.Milliseconds())); err != nil {
 			return err
 		}
-		inserted, existing, err := idempotency.Insert(ctx, tx, rec)
+		inserted, purgedBefore, existing, err := idempotency.Insert(ctx, tx, rec)
 		if err != nil {
 			return err
 		}
+		purged = purgedBefore
 		if !inserted {
 			d, err = s.repeat(ctx, tx, existing, hash)
 			if err != nil {
@@ -94,6 +100,7 @@ func (s *Server) accept(ctx context.Context, callerID, key string, parcel labels
 	if err != nil && !errors.Is(err, errRollback) {
 		return nil, err
 	}
+	d.purgedKey = purged
 	return d, nil
 }
 

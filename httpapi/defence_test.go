@@ -15,6 +15,7 @@ import (
 
 	"github.com/labelkit/labels/httpapi"
 	"github.com/labelkit/labels/internal/stacktest"
+	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/label"
 	"github.com/labelkit/labels/metrics"
 )
@@ -171,4 +172,43 @@ func TestRoutesAndOps(t *testing.T) {
 	require.Equal(t, http.StatusOK, m.Status)
 	require.Contains(t, string(m.Body), `labels_idempotency_outcomes_total{outcome="new"} 1`)
 	require.Contains(t, string(m.Body), `labels_http_requests_total{route="create_label",status="`+strconv.Itoa(http.StatusAccepted)+`"} 1`)
+}
+
+// A key that arrives after its record was purged is treated as new, counted
+// and logged as a possible duplicate; the parcel's natural key still answers
+// with the existing label, so nothing is bought twice.
+func TestPurgedKeyIsDetected(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{})
+	tok := s.Token("fulfilment")
+	body := stacktest.ParcelBody(918273, 1, 1450)
+	lr := decode[labelRequest](t, s.Create(tok, "label:918273:1:v1", body).Body)
+	s.WaitFinal(tok, lr.ID)
+	saved := s.Create(tok, "label:918273:1:v1", body)
+	require.Equal(t, http.StatusCreated, saved.Status)
+
+	// 25 hours later the sweeper purges the key and leaves a tombstone.
+	ctx := context.Background()
+	n, err := jobs.Sweep(ctx, s.Pool, time.Now().Add(25*time.Hour), 100, nil)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	require.Equal(t, 0, count(t, s, `SELECT count(*) FROM idempotency_keys`))
+	require.Equal(t, 1, count(t, s, `SELECT count(*) FROM idempotency_tombstones WHERE caller_id = 'fulfilment' AND key_hash = sha256('label:918273:1:v1')`))
+
+	late := s.Create(tok, "label:918273:1:v1", body)
+	require.Equal(t, http.StatusCreated, late.Status, string(late.Body))
+	require.Equal(t, saved.Body, late.Body)
+	require.Equal(t, 1.0, testutil.ToFloat64(s.Metrics.IdempotencyOutcomes.WithLabelValues(metrics.OutcomePurgedKeyReused)))
+	_, total := s.Carrier.Purchases("")
+	require.Equal(t, 1, total)
+
+	// Another caller's identical key has no tombstone.
+	other := s.Token("other")
+	require.Equal(t, http.StatusAccepted, s.Create(other, "label:918273:1:v1", body).Status)
+	require.Equal(t, 1.0, testutil.ToFloat64(s.Metrics.IdempotencyOutcomes.WithLabelValues(metrics.OutcomePurgedKeyReused)))
+
+	// Tombstones go after their own retention.
+	tn, err := jobs.SweepTombstones(ctx, s.Pool, time.Now().Add(31*24*time.Hour), 100)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), tn)
 }

@@ -88,6 +88,11 @@ func (s *Server) handleCreateLabel(w http.ResponseWriter, r *http.Request, calle
 	if d.intent != nil {
 		info.requestID = d.intent.RequestID
 	}
+	if d.purgedKey {
+		s.deps.Metrics.IdempotencyOutcomes.WithLabelValues(metrics.OutcomePurgedKeyReused).Inc()
+		s.deps.Log.Warn().Str("caller", callerID).Str("key", key).Str("outcome", d.outcome).
+			Msg("a request arrived with a key that was already purged: a possible duplicate; retention may be shorter than the retry horizon")
+	}
 	if d.outcome == metrics.OutcomeDuplicate {
 		s.deps.Log.Warn().Str("caller", callerID).Str("key", key).Str("request_id", d.intent.RequestID).
 			Str("existing_key", d.intent.Key).Msg("a new key for a parcel that already has an intent: the client may be minting a key per attempt")

@@ -75,24 +75,31 @@ func scanRecord(row pgx.Row) (*Record, error) {
 }
 
 // Insert writes a started record unless (caller, key) exists. It reports
-// whether it inserted; when it did not, the existing, committed record is
-// returned. A concurrent insert of the same key that has not committed yet makes
-// Insert wait for it (bounded by the transaction's lock_timeout).
-func Insert(ctx context.Context, tx pgx.Tx, r *Record) (inserted bool, existing *Record, err error) {
-	tag, err := tx.Exec(ctx, `
-		INSERT INTO idempotency_keys
-		       (caller_id, idem_key, request_hash, fingerprint_version, request_id, state, created_at, expires_at)
-		VALUES ($1, $2, $3, $4, $5, 'started', $6, $7)
-		ON CONFLICT (caller_id, idem_key) DO NOTHING`,
-		r.CallerID, r.Key, r.RequestHash, r.FingerprintVersion, r.RequestID, r.CreatedAt, r.ExpiresAt)
+// whether it inserted, and whether the key had been purged before (a tombstone
+// matches it: a retry that arrived after the retention, or a client reusing
+// keys). When it did not insert, the existing, committed record is returned. A
+// concurrent insert of the same key that has not committed yet makes Insert
+// wait for it (bounded by the transaction's lock_timeout).
+func Insert(ctx context.Context, tx pgx.Tx, r *Record) (inserted, purgedBefore bool, existing *Record, err error) {
+	// One round trip: the insert and the tombstone look-up.
+	err = tx.QueryRow(ctx, `
+		WITH ins AS (
+			INSERT INTO idempotency_keys
+			       (caller_id, idem_key, request_hash, fingerprint_version, request_id, state, created_at, expires_at)
+			VALUES ($1, $2, $3, $4, $5, 'started', $6, $7)
+			ON CONFLICT (caller_id, idem_key) DO NOTHING
+			RETURNING 1)
+		SELECT EXISTS (SELECT 1 FROM ins),
+		       EXISTS (SELECT 1 FROM idempotency_tombstones WHERE caller_id = $1 AND key_hash = sha256(convert_to($2, 'UTF8')))`,
+		r.CallerID, r.Key, r.RequestHash, r.FingerprintVersion, r.RequestID, r.CreatedAt, r.ExpiresAt).Scan(&inserted, &purgedBefore)
 	if err != nil {
-		return false, nil, err
+		return false, false, nil, err
 	}
-	if tag.RowsAffected() == 1 {
-		return true, nil, nil
+	if inserted {
+		return true, purgedBefore, nil, nil
 	}
 	existing, err = Get(ctx, tx, r.CallerID, r.Key)
-	return false, existing, err
+	return false, false, existing, err
 }
 
 // Get reads one record.
@@ -171,16 +178,38 @@ func Complete(ctx context.Context, tx pgx.Tx, callerID, key string, token uuid.U
 }
 
 // Purge deletes up to batch completed records whose expires_at is before now,
-// oldest first, skipping rows another sweeper holds, and returns how many it
-// deleted. Callers loop until it returns fewer than batch.
+// oldest first, skipping rows another sweeper holds, leaves a tombstone for
+// each, and returns how many it deleted. Callers loop until it returns fewer
+// than batch.
 func Purge(ctx context.Context, db DBTX, now time.Time, batch int) (int64, error) {
 	tag, err := db.Exec(ctx, `
-		DELETE FROM idempotency_keys
-		 WHERE ctid IN (SELECT ctid FROM idempotency_keys
-		                 WHERE state = 'completed' AND expires_at < $1
-		                 ORDER BY expires_at
+		WITH gone AS (
+			DELETE FROM idempotency_keys
+			 WHERE ctid IN (SELECT ctid FROM idempotency_keys
+			                 WHERE state = 'completed' AND expires_at < $1
+			                 ORDER BY expires_at
+			                 LIMIT $2
+			                   FOR UPDATE SKIP LOCKED)
+			RETURNING caller_id, idem_key)
+		INSERT INTO idempotency_tombstones (caller_id, key_hash, purged_at)
+		SELECT caller_id, sha256(convert_to(idem_key, 'UTF8')), $1 FROM gone
+		ON CONFLICT (caller_id, key_hash) DO UPDATE SET purged_at = EXCLUDED.purged_at`, now, batch)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+// PurgeTombstones deletes up to batch tombstones older than before and
+// returns how many it deleted.
+func PurgeTombstones(ctx context.Context, db DBTX, before time.Time, batch int) (int64, error) {
+	tag, err := db.Exec(ctx, `
+		DELETE FROM idempotency_tombstones
+		 WHERE ctid IN (SELECT ctid FROM idempotency_tombstones
+		                 WHERE purged_at < $1
+		                 ORDER BY purged_at
 		                 LIMIT $2
-		                   FOR UPDATE SKIP LOCKED)`, now, batch)
+		                   FOR UPDATE SKIP LOCKED)`, before, batch)
 	if err != nil {
 		return 0, err
 	}

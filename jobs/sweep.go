@@ -37,7 +37,10 @@ type SweepKeysWorker struct {
 	Batch   int
 	Metrics *metrics.Metrics
 	Log     zerolog.Logger
-	NowFunc func() time.Time // nil: time.Now
+	// TombstoneRetention is how long the tombstone of a purged key is kept
+	// (default 30 days).
+	TombstoneRetention time.Duration
+	NowFunc            func() time.Time // nil: time.Now
 }
 
 // Work implements river.Worker.
@@ -47,7 +50,16 @@ func (w *SweepKeysWorker) Work(ctx context.Context, _ *river.Job[SweepKeysArgs])
 			w.Metrics.SweeperDeleted.Add(float64(deleted))
 		}
 	})
-	w.Log.Info().Int64("deleted", n).Err(err).Msg("sweep_keys")
+	if err != nil {
+		w.Log.Warn().Int64("deleted", n).Err(err).Msg("sweep_keys")
+		return err
+	}
+	retention := w.TombstoneRetention
+	if retention <= 0 {
+		retention = 30 * 24 * time.Hour
+	}
+	tn, err := SweepTombstones(ctx, w.Pool, w.now().Add(-retention), w.Batch)
+	w.Log.Info().Int64("deleted", n).Int64("tombstones_deleted", tn).Err(err).Msg("sweep_keys")
 	return err
 }
 
@@ -58,8 +70,23 @@ func (w *SweepKeysWorker) now() time.Time {
 	return time.Now()
 }
 
+// SweepTombstones deletes every tombstone older than before, batch by batch.
+func SweepTombstones(ctx context.Context, pool *pgxpool.Pool, before time.Time, batch int) (int64, error) {
+	if batch <= 0 {
+		batch = 1000
+	}
+	var total int64
+	for {
+		n, err := idempotency.PurgeTombstones(ctx, pool, before, batch)
+		total += n
+		if err != nil || n < int64(batch) {
+			return total, err
+		}
+	}
+}
+
 // Sweep purges every completed key that expired before now, batch by batch,
-// and returns how many it deleted.
+// leaving a tombstone for each, and returns how many it deleted.
 func Sweep(ctx context.Context, pool *pgxpool.Pool, now time.Time, batch int, onBatch func(int64)) (int64, error) {
 	if batch <= 0 {
 		batch = 1000

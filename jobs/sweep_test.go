@@ -54,6 +54,13 @@ func TestSweepPurgesOnlyExpiredCompletedKeys(t *testing.T) {
 	require.Equal(t, 10, fresh)
 	require.Equal(t, 10, started, "started keys are never purged, however old")
 
+	var tombstones int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_tombstones`).Scan(&tombstones))
+	require.Equal(t, 2500, tombstones, "every purged key leaves a tombstone")
+	tn, err := jobs.SweepTombstones(ctx, pool, now.Add(-time.Minute), 300)
+	require.NoError(t, err)
+	require.Zero(t, tn, "young tombstones stay")
+
 	// An hour and a minute later the fresh ones are due too.
 	n, err := jobs.Sweep(ctx, pool, now.Add(61*time.Minute), 300, nil)
 	require.NoError(t, err)

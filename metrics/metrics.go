@@ -10,12 +10,13 @@ import (
 
 // Idempotency outcomes, the values of the outcome label of IdempotencyOutcomes.
 const (
-	OutcomeNew            = "new"
-	OutcomeReplayed       = "replayed"
-	OutcomeKeyReused      = "key_reused"
-	OutcomeInProgress     = "in_progress"
-	OutcomeDuplicate      = "duplicate_intent"
-	OutcomeParcelLabelled = "parcel_already_labelled"
+	OutcomeNew             = "new"
+	OutcomeReplayed        = "replayed"
+	OutcomeKeyReused       = "key_reused"
+	OutcomeInProgress      = "in_progress"
+	OutcomeDuplicate       = "duplicate_intent"
+	OutcomeParcelLabelled  = "parcel_already_labelled"
+	OutcomePurgedKeyReused = "purged_key_reused"
 )
 
 // Metrics holds every collector; a process registers it once.

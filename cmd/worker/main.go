@@ -48,26 +48,27 @@ Flags (override the environment):
 Environment (defaults): DATABASE_URL, CARRIER_URL (http://127.0.0.1:8090),
 CARRIER_TOKEN, CARRIER_TIMEOUT (20s), LEASE_DURATION (30s), WORKER_CONCURRENCY
 (100), MAX_ATTEMPTS (20), RETRY_BASE (1s), RETRY_MAX (1h), KEY_RETENTION (24h),
-SWEEP_INTERVAL (1m), SWEEP_BATCH (1000), METRICS_ADDR (127.0.0.1:9091),
+SWEEP_INTERVAL (1m), SWEEP_BATCH (1000), TOMBSTONE_RETENTION (720h), METRICS_ADDR (127.0.0.1:9091),
 RECONCILE_SCHEDULE (off), LOG_LEVEL (info), LOG_FORMAT (json|console).
 `
 
 // Config is the worker's configuration, read once in run.
 type Config struct {
-	DatabaseURL       string
-	CarrierURL        string
-	CarrierToken      string
-	CarrierTimeout    time.Duration
-	LeaseDuration     time.Duration
-	Concurrency       int
-	MaxAttempts       int
-	RetryBase         time.Duration
-	RetryMax          time.Duration
-	KeyRetention      time.Duration
-	SweepInterval     time.Duration
-	SweepBatch        int
-	MetricsAddr       string
-	ReconcileSchedule string
+	DatabaseURL        string
+	CarrierURL         string
+	CarrierToken       string
+	CarrierTimeout     time.Duration
+	LeaseDuration      time.Duration
+	Concurrency        int
+	MaxAttempts        int
+	RetryBase          time.Duration
+	RetryMax           time.Duration
+	KeyRetention       time.Duration
+	SweepInterval      time.Duration
+	SweepBatch         int
+	TombstoneRetention time.Duration
+	MetricsAddr        string
+	ReconcileSchedule  string
 }
 
 // Validate checks what parsing alone cannot. A carrier timeout at or above the
@@ -93,6 +94,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("SWEEP_INTERVAL=%s: must be positive", c.SweepInterval)
 	case c.SweepBatch < 1:
 		return fmt.Errorf("SWEEP_BATCH=%d: must be positive", c.SweepBatch)
+	case c.TombstoneRetention < c.KeyRetention:
+		return fmt.Errorf("TOMBSTONE_RETENTION=%s: must be at least KEY_RETENTION=%s", c.TombstoneRetention, c.KeyRetention)
 	}
 	return nil
 }
@@ -100,20 +103,21 @@ func (c *Config) Validate() error {
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	env := &cli.Env{Getenv: getenv}
 	cfg := Config{
-		DatabaseURL:       env.DatabaseURL(),
-		CarrierURL:        env.String("CARRIER_URL", "http://127.0.0.1:8090"),
-		CarrierToken:      env.String("CARRIER_TOKEN", ""),
-		CarrierTimeout:    env.Duration("CARRIER_TIMEOUT", 20*time.Second),
-		LeaseDuration:     env.Duration("LEASE_DURATION", 30*time.Second),
-		Concurrency:       env.Int("WORKER_CONCURRENCY", 100),
-		MaxAttempts:       env.Int("MAX_ATTEMPTS", 20),
-		RetryBase:         env.Duration("RETRY_BASE", time.Second),
-		RetryMax:          env.Duration("RETRY_MAX", time.Hour),
-		KeyRetention:      env.Duration("KEY_RETENTION", 24*time.Hour),
-		SweepInterval:     env.Duration("SWEEP_INTERVAL", time.Minute),
-		SweepBatch:        env.Int("SWEEP_BATCH", 1000),
-		MetricsAddr:       env.String("METRICS_ADDR", "127.0.0.1:9091"),
-		ReconcileSchedule: env.String("RECONCILE_SCHEDULE", ""),
+		DatabaseURL:        env.DatabaseURL(),
+		CarrierURL:         env.String("CARRIER_URL", "http://127.0.0.1:8090"),
+		CarrierToken:       env.String("CARRIER_TOKEN", ""),
+		CarrierTimeout:     env.Duration("CARRIER_TIMEOUT", 20*time.Second),
+		LeaseDuration:      env.Duration("LEASE_DURATION", 30*time.Second),
+		Concurrency:        env.Int("WORKER_CONCURRENCY", 100),
+		MaxAttempts:        env.Int("MAX_ATTEMPTS", 20),
+		RetryBase:          env.Duration("RETRY_BASE", time.Second),
+		RetryMax:           env.Duration("RETRY_MAX", time.Hour),
+		KeyRetention:       env.Duration("KEY_RETENTION", 24*time.Hour),
+		SweepInterval:      env.Duration("SWEEP_INTERVAL", time.Minute),
+		SweepBatch:         env.Int("SWEEP_BATCH", 1000),
+		TombstoneRetention: env.Duration("TOMBSTONE_RETENTION", 30*24*time.Hour),
+		MetricsAddr:        env.String("METRICS_ADDR", "127.0.0.1:9091"),
+		ReconcileSchedule:  env.String("RECONCILE_SCHEDULE", ""),
 	}
 	log := cli.Logger(env, stderr, "worker")
 
@@ -247,7 +251,7 @@ func newRiverClient(cfg Config, pool *pgxpool.Pool, m *metrics.Metrics, periodic
 		Metrics:        m,
 		Log:            log,
 	}))
-	river.AddWorker(workers, &jobs.SweepKeysWorker{Pool: pool, Batch: cfg.SweepBatch, Metrics: m, Log: log})
+	river.AddWorker(workers, &jobs.SweepKeysWorker{Pool: pool, Batch: cfg.SweepBatch, TombstoneRetention: cfg.TombstoneRetention, Metrics: m, Log: log})
 	if err := addReconcileWorker(workers, pool, cfg, log); err != nil {
 		return nil, err
 	}
