@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"path"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -25,7 +26,17 @@ func (s *Server) routes() http.Handler {
 		}))
 	}
 	mux.Handle("/", s.observe("unknown", s.handleUnknown))
-	return mux
+	unknown := s.observe("unknown", s.handleUnknown)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// ServeMux would answer a path with dot segments or doubled slashes
+		// with a redirect to its clean form; a path that is not clean names
+		// nothing here.
+		if p := r.URL.Path; p == "" || p[0] != '/' || path.Clean(p) != p {
+			unknown(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // handleUnknown answers every other request with a problem: 405 with Allow for

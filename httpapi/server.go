@@ -232,3 +232,35 @@ func (c *tokenCache) put(token, callerID string) {
 	}
 	c.m[token] = tokenEntry{callerID: callerID, expires: time.Now().Add(c.ttl)}
 }
+
+// Limits of the HTTP server. The zero value gives the production defaults.
+type Limits struct {
+	ReadHeaderTimeout time.Duration // default 5s: a client that trickles headers is cut off
+	ReadTimeout       time.Duration // default 15s: the whole request, body included
+	WriteTimeout      time.Duration // default 45s: Prefer: wait holds an answer up to 30 s
+	IdleTimeout       time.Duration // default 2m
+	MaxHeaderBytes    int           // default 32 KiB
+}
+
+// NewHTTPServer returns an http.Server for h with the limits applied, so that
+// no client can hold a connection or memory for long: the body is bounded by
+// the handlers (64 KiB) and the JSON depth by the validator.
+func NewHTTPServer(h http.Handler, l Limits) *http.Server {
+	or := func(d, def time.Duration) time.Duration {
+		if d > 0 {
+			return d
+		}
+		return def
+	}
+	if l.MaxHeaderBytes <= 0 {
+		l.MaxHeaderBytes = 32 << 10
+	}
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: or(l.ReadHeaderTimeout, 5*time.Second),
+		ReadTimeout:       or(l.ReadTimeout, 15*time.Second),
+		WriteTimeout:      or(l.WriteTimeout, 45*time.Second),
+		IdleTimeout:       or(l.IdleTimeout, 2*time.Minute),
+		MaxHeaderBytes:    l.MaxHeaderBytes,
+	}
+}

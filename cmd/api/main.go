@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"time"
 
@@ -134,14 +133,7 @@ func serve(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, log zerolog
 		Log:          log,
 		KeyRetention: cfg.KeyRetention,
 	})
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      45 * time.Second, // Prefer: wait holds an answer up to 30 s
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    32 << 10,
-	}
+	srv := httpapi.NewHTTPServer(handler, httpapi.Limits{})
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		log.Error().Err(err).Str("addr", cfg.Addr).Msg("listen")
