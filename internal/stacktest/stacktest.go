@@ -41,6 +41,8 @@ type Opts struct {
 	AfterCarrierFunc func(ctx context.Context, requestID string) error
 	AfterKeyInsert   func(ctx context.Context) error
 	ClaimWait        time.Duration // default: the API's
+	// Pool, when set, is used instead of a fresh database (it must be migrated).
+	Pool *pgxpool.Pool
 }
 
 // Stack is a running pipeline.
@@ -69,7 +71,10 @@ func New(t testing.TB, o Opts) *Stack {
 	if o.RetryBase == 0 {
 		o.RetryBase = 10 * time.Millisecond
 	}
-	pool, _ := dbtest.New(t)
+	pool := o.Pool
+	if pool == nil {
+		pool, _ = dbtest.New(t)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	m := metrics.New()
