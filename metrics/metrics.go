@@ -19,6 +19,16 @@ const (
 	OutcomePurgedKeyReused = "purged_key_reused"
 )
 
+// outcomes are the values of IdempotencyOutcomes' outcome label, created at
+// zero so that an alert on their rate has a series before the first event.
+var outcomes = []string{OutcomeNew, OutcomeReplayed, OutcomeKeyReused, OutcomeInProgress,
+	OutcomeDuplicate, OutcomeParcelLabelled, OutcomePurgedKeyReused}
+
+// DiscrepancyCategories are the reconciliation categories other than matched
+// (operations.md), the values of ReconcileDiscrepancies' category label.
+var DiscrepancyCategories = []string{"billed_without_label", "duplicate_charge", "amount_mismatch",
+	"label_not_billed", "key_without_label", "label_without_key", "stuck_intent"}
+
 // Metrics holds every collector; a process registers it once.
 type Metrics struct {
 	Registry *prometheus.Registry
@@ -35,6 +45,10 @@ type Metrics struct {
 	FencingRejections prometheus.Counter
 	JobOutcomes       *prometheus.CounterVec // kind, outcome
 	SweeperDeleted    prometheus.Counter
+
+	// ReconcileDiscrepancies counts the items a reconciliation run reported in
+	// a category other than matched; the reconcile job adds each run's counts.
+	ReconcileDiscrepancies *prometheus.CounterVec // category
 }
 
 // New returns a fresh set of metrics on a new registry that also carries the Go
@@ -52,7 +66,7 @@ func New() *Metrics {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"route"}),
 		IdempotencyOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "labels_idempotency_outcomes_total", Help: "POST /v1/labels outcomes: new, replayed, key_reused, in_progress, duplicate_intent (a new key for a parcel that has an intent), parcel_already_labelled.",
+			Name: "labels_idempotency_outcomes_total", Help: "POST /v1/labels outcomes: new, replayed, key_reused, in_progress, duplicate_intent (a new key for a parcel that has an intent), parcel_already_labelled; purged_key_reused (a key that arrived again after its record was purged) is counted besides the outcome.",
 		}, []string{"outcome"}),
 		WaitOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "labels_prefer_wait_total", Help: "Prefer: wait requests, by whether the outcome became final in time.",
@@ -79,8 +93,18 @@ func New() *Metrics {
 		SweeperDeleted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "labels_sweeper_deleted_keys_total", Help: "Completed key records purged after their retention.",
 		}),
+		ReconcileDiscrepancies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "labels_reconcile_discrepancies_total", Help: "Items reconciliation runs reported as discrepancies, by category (every category but matched).",
+		}, []string{"category"}),
+	}
+	for _, o := range outcomes {
+		m.IdempotencyOutcomes.WithLabelValues(o)
+	}
+	for _, c := range DiscrepancyCategories {
+		m.ReconcileDiscrepancies.WithLabelValues(c)
 	}
 	r.MustRegister(m.HTTPRequests, m.HTTPDuration, m.IdempotencyOutcomes, m.WaitOutcomes, m.RelayDispatched,
-		m.CarrierCalls, m.CarrierDuration, m.LeaseTakeovers, m.FencingRejections, m.JobOutcomes, m.SweeperDeleted)
+		m.CarrierCalls, m.CarrierDuration, m.LeaseTakeovers, m.FencingRejections, m.JobOutcomes, m.SweeperDeleted,
+		m.ReconcileDiscrepancies)
 	return m
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
+	"github.com/labelkit/labels/api"
 	"github.com/labelkit/labels/caller"
 	"github.com/labelkit/labels/httpapi"
 	"github.com/labelkit/labels/internal/cli"
@@ -132,6 +133,7 @@ func serve(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, log zerolog
 		Metrics:      metrics.New(),
 		Log:          log,
 		KeyRetention: cfg.KeyRetention,
+		OpenAPI:      api.OpenAPI,
 	})
 	srv := httpapi.NewHTTPServer(handler, httpapi.Limits{})
 	ln, err := net.Listen("tcp", cfg.Addr)

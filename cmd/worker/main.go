@@ -43,13 +43,15 @@ Flags (override the environment):
   --database-url URL     DATABASE_URL
   --carrier-url URL      CARRIER_URL
   --metrics-addr ADDR    METRICS_ADDR
+  --admin-addr ADDR      ADMIN_ADDR
   --concurrency N        WORKER_CONCURRENCY
 
 Environment (defaults): DATABASE_URL, CARRIER_URL (http://127.0.0.1:8090),
 CARRIER_TOKEN, CARRIER_TIMEOUT (20s), LEASE_DURATION (30s), WORKER_CONCURRENCY
 (100), MAX_ATTEMPTS (20), RETRY_BASE (1s), RETRY_MAX (1h), KEY_RETENTION (24h),
 SWEEP_INTERVAL (1m), SWEEP_BATCH (1000), TOMBSTONE_RETENTION (720h), METRICS_ADDR (127.0.0.1:9091),
-RECONCILE_SCHEDULE (off), LOG_LEVEL (info), LOG_FORMAT (json|console).
+RECONCILE_SCHEDULE (off), ADMIN_ADDR (off; River UI at /riverui/, needs
+ADMIN_USER and ADMIN_PASSWORD), LOG_LEVEL (info), LOG_FORMAT (json|console).
 `
 
 // Config is the worker's configuration, read once in run.
@@ -69,6 +71,9 @@ type Config struct {
 	TombstoneRetention time.Duration
 	MetricsAddr        string
 	ReconcileSchedule  string
+	AdminAddr          string
+	AdminUser          string
+	AdminPassword      string
 }
 
 // Validate checks what parsing alone cannot. A carrier timeout at or above the
@@ -97,7 +102,7 @@ func (c *Config) Validate() error {
 	case c.TombstoneRetention < c.KeyRetention:
 		return fmt.Errorf("TOMBSTONE_RETENTION=%s: must be at least KEY_RETENTION=%s", c.TombstoneRetention, c.KeyRetention)
 	}
-	return nil
+	return validateAdmin(c.AdminAddr, c.AdminUser, c.AdminPassword)
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -118,6 +123,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		TombstoneRetention: env.Duration("TOMBSTONE_RETENTION", 30*24*time.Hour),
 		MetricsAddr:        env.String("METRICS_ADDR", "127.0.0.1:9091"),
 		ReconcileSchedule:  env.String("RECONCILE_SCHEDULE", ""),
+		AdminAddr:          env.String("ADMIN_ADDR", ""),
+		AdminUser:          env.String("ADMIN_USER", ""),
+		AdminPassword:      env.String("ADMIN_PASSWORD", ""),
 	}
 	log := cli.Logger(env, stderr, "worker")
 
@@ -126,6 +134,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.StringVar(&cfg.DatabaseURL, "database-url", cfg.DatabaseURL, "")
 	fs.StringVar(&cfg.CarrierURL, "carrier-url", cfg.CarrierURL, "")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, "")
+	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, "")
 	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "")
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -205,6 +214,14 @@ func work(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, periodic []*
 		return 1
 	}
 	defer metricsSrv.Close()
+	adminSrv, err := serveAdmin(bg, cfg.AdminAddr, cfg.AdminUser, cfg.AdminPassword, client, pool, log)
+	if err != nil {
+		log.Error().Err(err).Str("addr", cfg.AdminAddr).Msg("admin listener")
+		return 1
+	}
+	if adminSrv != nil {
+		defer adminSrv.Close()
+	}
 
 	// River retries its own start while the database is away.
 	for {

@@ -33,6 +33,7 @@ func TestHelpAndBadConfig(t *testing.T) {
 		{map[string]string{"KEY_RETENTION": "0s"}, "KEY_RETENTION"},
 		{map[string]string{"SWEEP_BATCH": "-5"}, "SWEEP_BATCH"},
 		{map[string]string{"RECONCILE_SCHEDULE": "whenever"}, "RECONCILE_SCHEDULE"},
+		{map[string]string{"ADMIN_ADDR": "127.0.0.1:0"}, "ADMIN_USER"},
 	}
 	for _, c := range cases {
 		var errb bytes.Buffer

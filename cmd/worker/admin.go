@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/rs/zerolog"
+	"riverqueue.com/riverui"
+)
+
+// adminPrefix is where the River UI is mounted on the admin listener.
+const adminPrefix = "/riverui"
+
+// validateAdmin checks the admin listener's configuration: it is off when
+// ADMIN_ADDR is empty, and never served without credentials.
+func validateAdmin(addr, user, password string) error {
+	switch {
+	case addr == "":
+		return nil
+	case user == "" || password == "":
+		return fmt.Errorf("ADMIN_ADDR=%s needs ADMIN_USER and ADMIN_PASSWORD: the admin listener can retry and cancel jobs and is never served without basic auth", addr)
+	case strings.Contains(user, ":"):
+		return errors.New("ADMIN_USER: must not contain ':' (basic auth)")
+	}
+	return nil
+}
+
+// serveAdmin starts the admin listener on addr: the River UI under /riverui/,
+// where an operator sees the jobs of the fleet and retries or cancels them,
+// behind basic auth, and unauthenticated GET /healthz and /readyz (the
+// database answers) for probes. It returns nil and no error when addr is empty
+// (the listener is off by default). The UI's background work stops when ctx
+// ends; the caller closes the server, whose Addr is the address listened on.
+func serveAdmin(ctx context.Context, addr, user, password string, client *river.Client[pgx.Tx], pool *pgxpool.Pool, log zerolog.Logger) (*http.Server, error) {
+	if err := validateAdmin(addr, user, password); err != nil {
+		return nil, err
+	}
+	if addr == "" {
+		return nil, nil
+	}
+	log = log.With().Str("component", "admin").Logger()
+	ui, err := riverui.NewHandler(&riverui.HandlerOpts{
+		Endpoints: riverui.NewEndpoints(client, nil),
+		Logger:    slog.New(&slogToZerolog{log: log}),
+		Prefix:    adminPrefix,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("river ui: %w", err)
+	}
+	if err := ui.Start(ctx); err != nil {
+		return nil, fmt.Errorf("river ui: %w", err)
+	}
+
+	mux := http.NewServeMux()
+	mux.Handle(adminPrefix+"/", basicAuth(user, password, log, ui))
+	mux.Handle("GET /{$}", http.RedirectHandler(adminPrefix+"/", http.StatusFound))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}`))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		// The UI is only as useful as the database behind it.
+		pctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		w.Header().Set("Content-Type", "application/json")
+		if err := pool.Ping(pctx); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"status":"database unavailable"}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"status":"ready"}`))
+	})
+
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	log.Info().Str("addr", ln.Addr().String()).Str("path", adminPrefix+"/").Msg("admin listening")
+	srv := &http.Server{
+		Addr:              ln.Addr().String(), // the port chosen for ":0", for the caller
+		Handler:           mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    32 << 10,
+	}
+	go func() { _ = srv.Serve(ln) }()
+	return srv, nil
+}
+
+// basicAuth answers 401 unless the request carries user and password. Both
+// are compared in constant time over their SHA-256, so that neither their
+// content nor their length shows in the timing.
+func basicAuth(user, password string, log zerolog.Logger, next http.Handler) http.Handler {
+	wantUser, wantPassword := sha256.Sum256([]byte(user)), sha256.Sum256([]byte(password))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, p, ok := r.BasicAuth()
+		gotUser, gotPassword := sha256.Sum256([]byte(u)), sha256.Sum256([]byte(p))
+		userOK := subtle.ConstantTimeCompare(gotUser[:], wantUser[:])
+		passwordOK := subtle.ConstantTimeCompare(gotPassword[:], wantPassword[:])
+		if !ok || userOK&passwordOK != 1 {
+			if ok {
+				// Never the password; the user name helps tell a typo from a probe.
+				log.Warn().Str("remote", r.RemoteAddr).Str("user", truncate(u, 64)).Msg("admin: wrong credentials")
+			}
+			w.Header().Set("WWW-Authenticate", `Basic realm="labels admin", charset="UTF-8"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// slogToZerolog hands the River UI's slog records to the worker's logger, so
+// that they come out in the same format as every other line.
+type slogToZerolog struct {
+	log   zerolog.Logger
+	attrs []slog.Attr
+	group string
+}
+
+func (h *slogToZerolog) Enabled(_ context.Context, l slog.Level) bool {
+	return h.log.GetLevel() <= zerologLevel(l)
+}
+
+func (h *slogToZerolog) Handle(_ context.Context, r slog.Record) error {
+	ev := h.log.WithLevel(zerologLevel(r.Level))
+	for _, a := range h.attrs {
+		ev = ev.Interface(a.Key, a.Value.Resolve().Any())
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		ev = ev.Interface(h.prefix()+a.Key, a.Value.Resolve().Any())
+		return true
+	})
+	ev.Msg(r.Message)
+	return nil
+}
+
+func (h *slogToZerolog) WithAttrs(attrs []slog.Attr) slog.Handler {
+	c := *h
+	c.attrs = append([]slog.Attr(nil), h.attrs...)
+	for _, a := range attrs {
+		c.attrs = append(c.attrs, slog.Attr{Key: h.prefix() + a.Key, Value: a.Value})
+	}
+	return &c
+}
+
+func (h *slogToZerolog) prefix() string {
+	if h.group == "" {
+		return ""
+	}
+	return h.group + "."
+}
+
+func (h *slogToZerolog) WithGroup(name string) slog.Handler {
+	c := *h
+	if c.group != "" {
+		name = c.group + "." + name
+	}
+	c.group = name
+	return &c
+}
+
+func zerologLevel(l slog.Level) zerolog.Level {
+	switch {
+	case l >= slog.LevelError:
+		return zerolog.ErrorLevel
+	case l >= slog.LevelWarn:
+		return zerolog.WarnLevel
+	case l >= slog.LevelInfo:
+		return zerolog.InfoLevel
+	}
+	return zerolog.DebugLevel
+}

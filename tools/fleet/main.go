@@ -1,0 +1,364 @@
+// Command fleet runs the label service as a small fleet on this machine: the
+// carrier simulator, the API and N workers against one database, every
+// listener on loopback, until Ctrl-C. It applies the migrations, creates a
+// caller and prints the addresses, the token and the River UI's credentials
+// (served by the first worker on ADMIN_ADDR).
+//
+//	go tool task fleet [N=5]   (DATABASE_URL from tools/devdb)
+//	go run ./tools/fleet [flags]
+//
+// Each process's JSON log lines are copied to stderr prefixed with its name
+// (--quiet turns that off). Ctrl-C stops the workers first (they finish their
+// carrier calls), then the API, then the simulator; a second Ctrl-C exits at
+// once, and the children die with it. Exit status: 0 after a clean stop, 1 when
+// a process failed to start or exited on its own, 2 on a bad flag.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/labelkit/labels/internal/cli"
+	"github.com/labelkit/labels/internal/proctest"
+)
+
+func main() {
+	ctx, cancel := cli.SignalContext(context.Background(), func() {
+		fmt.Fprintln(os.Stderr, "fleet: second signal: exiting at once")
+		os.Exit(130)
+	})
+	defer cancel()
+	os.Exit(run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr))
+}
+
+const usage = `Usage: fleet [flags]
+
+Runs the carrier simulator, the API and N workers together against the
+database of DATABASE_URL, on loopback, until Ctrl-C.
+
+Flags:
+  --workers N          worker processes (default 3)
+  --api-addr ADDR      the API's listen address (default 127.0.0.1:8080)
+  --carrier-addr ADDR  the simulator's listen address (default 127.0.0.1:8090)
+  --admin-addr ADDR    the first worker's River UI listener (default 127.0.0.1:9092; "" for none)
+  --bin DIR            use the binaries in DIR instead of building ./cmd/...
+  --quiet              do not copy the processes' log lines to stderr
+
+Environment: DATABASE_URL (required; go tool task fleet sets it),
+ADMIN_PASSWORD (default: a random one, printed), and every other variable of
+docs/operations.md, passed on to the processes (CARRIER_TIMEOUT, SIM_*, ...).
+`
+
+// Config is the fleet's configuration, read once in run.
+type Config struct {
+	DatabaseURL   string
+	Workers       int
+	APIAddr       string
+	CarrierAddr   string
+	AdminAddr     string
+	AdminPassword string
+	BinDir        string
+	Quiet         bool
+}
+
+// Validate checks what parsing alone cannot.
+func (c *Config) Validate() error {
+	switch {
+	case c.DatabaseURL == "":
+		return errors.New("DATABASE_URL is not set: run `go tool task fleet`, which finds or starts PostgreSQL")
+	case c.Workers < 1 || c.Workers > 50:
+		return fmt.Errorf("--workers %d: want 1 to 50", c.Workers)
+	case !loopback(c.APIAddr) || !loopback(c.CarrierAddr) || (c.AdminAddr != "" && !loopback(c.AdminAddr)):
+		return errors.New("--api-addr, --carrier-addr and --admin-addr must be loopback addresses (127.0.0.1:PORT, [::1]:PORT or localhost:PORT)")
+	}
+	if c.BinDir != "" {
+		if fi, err := os.Stat(c.BinDir); err != nil || !fi.IsDir() {
+			return fmt.Errorf("--bin %q: not a directory", c.BinDir)
+		}
+	}
+	return nil
+}
+
+func loopback(addr string) bool {
+	return strings.HasPrefix(addr, "127.") || strings.HasPrefix(addr, "[::1]:") || strings.HasPrefix(addr, "localhost:")
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	cfg := Config{
+		DatabaseURL:   getenv("DATABASE_URL"),
+		Workers:       3,
+		APIAddr:       "127.0.0.1:8080",
+		CarrierAddr:   "127.0.0.1:8090",
+		AdminAddr:     "127.0.0.1:9092",
+		AdminPassword: getenv("ADMIN_PASSWORD"),
+	}
+	fs := flag.NewFlagSet("fleet", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "")
+	fs.StringVar(&cfg.APIAddr, "api-addr", cfg.APIAddr, "")
+	fs.StringVar(&cfg.CarrierAddr, "carrier-addr", cfg.CarrierAddr, "")
+	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, "")
+	fs.StringVar(&cfg.BinDir, "bin", cfg.BinDir, "")
+	fs.BoolVar(&cfg.Quiet, "quiet", cfg.Quiet, "")
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
+			return 0
+		}
+		fmt.Fprintf(stderr, "fleet: %v\n", err)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "fleet: unexpected arguments %q; see fleet --help\n", fs.Args())
+		return 2
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "fleet: %v\n", err)
+		return 2
+	}
+	if cfg.AdminPassword == "" {
+		b := make([]byte, 12)
+		_, _ = rand.Read(b)
+		cfg.AdminPassword = hex.EncodeToString(b)
+	}
+
+	f := &fleet{cfg: cfg, stdout: stdout, stderr: &lockedWriter{w: stderr}}
+	err := f.start(ctx)
+	if err == nil {
+		f.summary()
+		err = f.wait(ctx)
+	}
+	stopErr := f.stopAll()
+	f.cleanup()
+	switch {
+	case err != nil && ctx.Err() != nil:
+		fmt.Fprintln(f.stderr, "fleet: interrupted while starting; everything it started is stopped")
+		return 130
+	case err != nil:
+		fmt.Fprintf(f.stderr, "fleet: %v\n", err)
+		return 1
+	case stopErr != nil:
+		fmt.Fprintf(f.stderr, "fleet: while stopping: %v\n", stopErr)
+		return 1
+	}
+	fmt.Fprintln(f.stderr, "fleet: stopped")
+	return 0
+}
+
+// fleet is the processes started so far, in start order.
+type fleet struct {
+	cfg            Config
+	stdout, stderr io.Writer
+	bins           *proctest.Binaries
+
+	procs                []*proctest.Process
+	apiAddr, carrierAddr string
+	metricsAddrs         []string
+	adminAddr            string
+	token                string
+}
+
+func (f *fleet) logf(format string, args ...any) {
+	fmt.Fprintf(f.stderr, "fleet: "+format+"\n", args...)
+}
+
+func (f *fleet) start(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if f.cfg.BinDir != "" {
+		f.bins = &proctest.Binaries{Dir: f.cfg.BinDir}
+	} else {
+		f.logf("building ./cmd/api ./cmd/worker ./cmd/carrier")
+		b, err := proctest.Build(ctx, &proctest.BuildOpts{Packages: []string{"./cmd/api", "./cmd/worker", "./cmd/carrier"}})
+		if err != nil {
+			return err
+		}
+		f.bins = b
+	}
+	for _, name := range []string{"api", "worker", "carrier"} {
+		if !f.bins.Has(name) {
+			return fmt.Errorf("no %s binary in %s", name, f.bins.Dir)
+		}
+	}
+	db := "DATABASE_URL=" + f.cfg.DatabaseURL
+
+	f.logf("applying the migrations")
+	if _, err := proctest.Run(ctx, f.bins.Path("api"), f.opts("migrate", []string{"migrate"}, db)); err != nil {
+		return err
+	}
+
+	carrier, err := f.startProc("carrier", nil, "CARRIER_ADDR="+f.cfg.CarrierAddr)
+	if err != nil {
+		return err
+	}
+	if f.carrierAddr, err = carrier.WaitListening(ctx, "listening"); err != nil {
+		return err
+	}
+
+	api, err := f.startProc("api", nil, db, "API_ADDR="+f.cfg.APIAddr)
+	if err != nil {
+		return err
+	}
+	if f.apiAddr, err = api.WaitListening(ctx, "listening"); err != nil {
+		return err
+	}
+	if err := api.WaitHealthy(ctx, f.apiAddr); err != nil {
+		return err
+	}
+
+	for i := range f.cfg.Workers {
+		env := []string{db, "CARRIER_URL=http://" + f.carrierAddr, "METRICS_ADDR=127.0.0.1:0"}
+		if i == 0 && f.cfg.AdminAddr != "" {
+			env = append(env, "ADMIN_ADDR="+f.cfg.AdminAddr, "ADMIN_USER=admin", "ADMIN_PASSWORD="+f.cfg.AdminPassword)
+		} else {
+			env = append(env, "ADMIN_ADDR=") // one admin listener, whatever the environment says
+		}
+		w, err := f.startProc(fmt.Sprintf("worker-%d", i+1), nil, env...)
+		if err != nil {
+			return err
+		}
+		addr, err := w.WaitListening(ctx, "metrics listening")
+		if err != nil {
+			return err
+		}
+		if err := w.WaitHealthy(ctx, addr); err != nil {
+			return err
+		}
+		f.metricsAddrs = append(f.metricsAddrs, addr)
+		if i == 0 && f.cfg.AdminAddr != "" {
+			// A worker built before ADMIN_ADDR existed says nothing: do not wait long.
+			actx, acancel := context.WithTimeout(ctx, 3*time.Second)
+			f.adminAddr, _ = w.WaitListening(actx, "admin listening")
+			acancel()
+		}
+	}
+
+	res, err := proctest.Run(ctx, f.bins.Path("api"), f.opts("caller", []string{"caller", "add", "fleet"}, db))
+	if err != nil {
+		return err
+	}
+	f.token = res.LastLine()
+	return nil
+}
+
+// opts passes the developer's environment on (CARRIER_TIMEOUT, SIM_*,
+// LOG_LEVEL...), with env on top.
+func (f *fleet) opts(name string, args []string, env ...string) *proctest.Opts {
+	o := &proctest.Opts{Name: name, Args: args, Env: env, InheritEnv: true, Grace: time.Minute}
+	if !f.cfg.Quiet {
+		o.OnLine = func(l proctest.Line) { fmt.Fprintf(f.stderr, "%-9s %s\n", name, l.Text) }
+	}
+	return o
+}
+
+func (f *fleet) startProc(name string, args []string, env ...string) (*proctest.Process, error) {
+	// Not ctx: the processes are stopped in order by stopAll, not all at once.
+	p, err := proctest.Start(context.Background(), f.bins.Path(strings.SplitN(name, "-", 2)[0]), f.opts(name, args, env...))
+	if err != nil {
+		return nil, err
+	}
+	f.procs = append(f.procs, p)
+	return p, nil
+}
+
+func (f *fleet) summary() {
+	w := f.stdout
+	fmt.Fprintf(w, "\nThe fleet runs (%d workers). Ctrl-C stops it.\n\n", f.cfg.Workers)
+	fmt.Fprintf(w, "  API          http://%s   (/metrics, /healthz, /readyz)\n", f.apiAddr)
+	fmt.Fprintf(w, "  carrier      http://%s   (/sim/stats, /sim/purchases, /sim/config)\n", f.carrierAddr)
+	for i, a := range f.metricsAddrs {
+		fmt.Fprintf(w, "  worker-%-5d http://%s/metrics\n", i+1, a)
+	}
+	switch {
+	case f.adminAddr != "":
+		fmt.Fprintf(w, "  River UI     http://%s/riverui/   user admin, password %s\n", f.adminAddr, f.cfg.AdminPassword)
+	case f.cfg.AdminAddr != "":
+		fmt.Fprintf(w, "  River UI     not served: this worker does not announce \"admin listening\" (ADMIN_ADDR not wired in yet?)\n")
+	}
+	fmt.Fprintf(w, "\n  caller token %s\n\n", f.token)
+	fmt.Fprintf(w, "Try:\n  curl -s -X POST http://%s/v1/labels -H 'Authorization: Bearer %s' \\\n"+
+		"    -H 'Idempotency-Key: label:918273:1:v1' -H 'Content-Type: application/json' \\\n"+
+		"    -d '{\"order_id\":918273,\"parcel_no\":1,\"weight_g\":1450,\"service\":\"ground\",\"ship_to\":{\"name\":\"A. Example\",\"line1\":\"1 Example Street\",\"city\":\"Exampleton\",\"postal_code\":\"10115\",\"country\":\"DE\"}}'\n\n",
+		f.apiAddr, f.token)
+}
+
+// wait returns nil on the first signal, an error when a process exits first.
+func (f *fleet) wait(ctx context.Context) error {
+	exited := make(chan *proctest.Process, len(f.procs))
+	for _, p := range f.procs {
+		go func() {
+			select {
+			case <-p.Done():
+				exited <- p
+			case <-ctx.Done():
+			}
+		}()
+	}
+	select {
+	case <-ctx.Done():
+		f.logf("stopping: workers first, then the API, then the carrier")
+		return nil
+	case p := <-exited:
+		return fmt.Errorf("%s exited on its own (status %d); stopping the rest", p.Name(), p.ExitCode())
+	}
+}
+
+// stopAll stops the workers together (each finishes its carrier calls), then
+// the API, then the carrier simulator.
+func (f *fleet) stopAll() error {
+	var workers, others []*proctest.Process
+	for _, p := range f.procs {
+		if strings.HasPrefix(p.Name(), "worker-") {
+			workers = append(workers, p)
+		} else {
+			others = append(others, p)
+		}
+	}
+	var mu sync.Mutex
+	var errs []error
+	stop := func(p *proctest.Process) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := p.Stop(ctx); err != nil {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}
+	}
+	var wg sync.WaitGroup
+	for _, p := range workers {
+		wg.Go(func() { stop(p) })
+	}
+	wg.Wait()
+	for i := len(others) - 1; i >= 0; i-- {
+		stop(others[i])
+	}
+	return errors.Join(errs...)
+}
+
+func (f *fleet) cleanup() {
+	if f.bins != nil {
+		_ = f.bins.Remove()
+	}
+}
+
+// lockedWriter serialises writes from the processes' goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
