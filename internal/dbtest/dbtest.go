@@ -13,6 +13,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -88,7 +89,9 @@ func AdminURL(t testing.TB) string {
 }
 
 func setup(ctx context.Context) error {
-	serverURL, err := devdb.Ensure(ctx, devdb.Options{})
+	// The server of DATABASE_URL when set (as `go tool task test` sets it), else
+	// 127.0.0.1:5432, else a private one.
+	serverURL, err := devdb.Ensure(ctx, devdb.Options{URL: os.Getenv("DATABASE_URL")})
 	if err != nil {
 		return err
 	}
