@@ -54,69 +54,97 @@ func (s *Server) accept(ctx context.Context, callerID, key string, parcel labels
 		Status:             labels.StatusPending,
 		CreatedAt:          now,
 	}
-	var d *decision
-	var purged bool
-	err := pgx.BeginFunc(ctx, s.deps.Pool, func(tx pgx.Tx) error {
-		// A concurrent request with the same key holds the key's index entry
-		// until it commits; wait for it, but only so long.
-		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", s.deps.ClaimWait.Milliseconds())); err != nil {
-			return err
-		}
-		inserted, purgedBefore, existing, err := idempotency.Insert(ctx, tx, rec)
-		if err != nil {
-			return err
-		}
-		purged = purgedBefore
-		if !inserted {
-			d, err = s.repeat(ctx, tx, existing, hash)
-			if err != nil {
-				return err
-			}
-			return errRollback
-		}
-		if s.deps.AfterKeyInsertFunc != nil {
-			if err := s.deps.AfterKeyInsertFunc(ctx); err != nil {
-				return err
-			}
-		}
-		err = outbox.Insert(ctx, tx, intent)
-		if errors.Is(err, outbox.ErrParcelTaken) {
-			d, err = s.parcelTaken(ctx, tx, callerID, parcel, hash)
-			if err != nil {
-				return err
-			}
-			return errRollback // nothing is stored under the new key
-		}
-		if err != nil {
-			return err
-		}
-		d = &decision{outcome: metrics.OutcomeNew, intent: intent}
-		return nil
-	})
+	d, purged, err := s.acceptTx(ctx, rec, intent)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
 		return nil, errClaimBusy
 	}
-	if err != nil && !errors.Is(err, errRollback) {
+	if err != nil {
 		return nil, err
+	}
+	if d == nil {
+		// Not stored: the answer comes from what already exists, read after the rollback.
+		existing, err := idempotency.Get(ctx, s.deps.Pool, callerID, key)
+		switch {
+		case err == nil:
+			d, err = s.repeat(ctx, existing, hash)
+		case errors.Is(err, idempotency.ErrNotFound):
+			// The key did not exist, so the parcel's natural key was taken.
+			d, err = s.parcelTaken(ctx, callerID, parcel, hash)
+			if errors.Is(err, outbox.ErrNotFound) {
+				// The intent holding the parcel failed for good in the meantime,
+				// which frees the parcel: the caller's retry will be accepted.
+				err = errClaimBusy
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	d.purgedKey = purged
 	return d, nil
+}
+
+// acceptTx is the accept transaction, in two round trips: BEGIN, the key
+// insert and the intent insert are pipelined in one batch; then COMMIT when
+// both were inserted, ROLLBACK otherwise (an existing key or a taken parcel:
+// nothing is stored). The key is always inserted first, so two accepts never
+// wait for each other in opposite orders.
+func (s *Server) acceptTx(ctx context.Context, rec *idempotency.Record, intent *outbox.Intent) (d *decision, purged bool, err error) {
+	conn, err := s.deps.Pool.Acquire(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	defer conn.Release()
+	var key idempotency.InsertResult
+	var intentInserted bool
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	// A concurrent request with the same key holds the key's index entry
+	// until it commits; wait for it, but only so long.
+	b.Queue(fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", s.deps.ClaimWait.Milliseconds()))
+	idempotency.QueueInsert(b, rec, &key)
+	if err := outbox.QueueInsert(b, intent, &intentInserted); err != nil {
+		return nil, false, err
+	}
+	commit := false
+	defer func() {
+		if !commit {
+			// A failed batch leaves the transaction aborted; a finished one
+			// that stored nothing is undone. Either way the connection is clean after.
+			if _, rerr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
+				conn.Conn().Close(context.WithoutCancel(ctx)) //nolint:errcheck // a broken connection is not reused
+			}
+		}
+	}()
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return nil, false, err
+	}
+	if !key.Inserted || !intentInserted {
+		return nil, key.PurgedBefore, nil
+	}
+	if s.deps.AfterKeyInsertFunc != nil {
+		if err := s.deps.AfterKeyInsertFunc(ctx); err != nil {
+			return nil, false, err
+		}
+	}
+	commit = true
+	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+		return nil, false, err
+	}
+	return &decision{outcome: metrics.OutcomeNew, intent: intent}, key.PurgedBefore, nil
 }
 
 // errClaimBusy says a concurrent request with the same key held its claim
 // longer than ClaimWait.
 var errClaimBusy = errors.New("a concurrent request with the same key holds its claim")
 
-// errRollback ends a transaction that found its answer without writing.
-var errRollback = errors.New("rollback")
-
 // repeat answers a request whose key exists.
-func (s *Server) repeat(ctx context.Context, tx pgx.Tx, rec *idempotency.Record, hash []byte) (*decision, error) {
+func (s *Server) repeat(ctx context.Context, rec *idempotency.Record, hash []byte) (*decision, error) {
 	if !sameFingerprint(rec.FingerprintVersion, rec.RequestHash, hash) {
 		return &decision{outcome: metrics.OutcomeKeyReused, record: rec}, nil
 	}
-	in, err := outbox.Get(ctx, tx, rec.CallerID, rec.RequestID)
+	in, err := outbox.Get(ctx, s.deps.Pool, rec.CallerID, rec.RequestID)
 	if err != nil {
 		return nil, err
 	}
@@ -126,8 +154,8 @@ func (s *Server) repeat(ctx context.Context, tx pgx.Tx, rec *idempotency.Record,
 // parcelTaken answers a new key for a parcel and version that already have a
 // pending or succeeded intent: a replay of that intent if the request is the
 // same, 409 parcel_already_labelled if not.
-func (s *Server) parcelTaken(ctx context.Context, tx pgx.Tx, callerID string, parcel labels.Parcel, hash []byte) (*decision, error) {
-	in, err := outbox.GetByParcel(ctx, tx, callerID, parcel.OrderID, parcel.ParcelNo, parcel.LabelVersion)
+func (s *Server) parcelTaken(ctx context.Context, callerID string, parcel labels.Parcel, hash []byte) (*decision, error) {
+	in, err := outbox.GetByParcel(ctx, s.deps.Pool, callerID, parcel.OrderID, parcel.ParcelNo, parcel.LabelVersion)
 	if err != nil {
 		return nil, err
 	}

@@ -74,15 +74,26 @@ func scanRecord(row pgx.Row) (*Record, error) {
 	return &r, nil
 }
 
-// Insert writes a started record unless (caller, key) exists. It reports
-// whether it inserted, and whether the key had been purged before (a tombstone
-// matches it: a retry that arrived after the retention, or a client reusing
-// keys). When it did not insert, the existing, committed record is returned. A
-// concurrent insert of the same key that has not committed yet makes Insert
-// wait for it (bounded by the transaction's lock_timeout).
-func Insert(ctx context.Context, tx pgx.Tx, r *Record) (inserted, purgedBefore bool, existing *Record, err error) {
-	// One round trip: the insert and the tombstone look-up.
-	err = tx.QueryRow(ctx, `
+// InsertResult is what [QueueInsert] found once its batch has run.
+type InsertResult struct {
+	// Inserted says the record was new; otherwise the key existed (read it
+	// with [Get] after rolling back).
+	Inserted bool
+	// PurgedBefore says a tombstone matches the key: it was completed and
+	// purged before (a retry after the retention, or a client reusing keys).
+	PurgedBefore bool
+}
+
+// QueueInsert queues, on a batch that runs inside the caller's transaction,
+// the insert of a started record unless (caller, key) exists, together with
+// the tombstone look-up, as one statement. A concurrent insert of the same key
+// that has not committed yet makes the statement wait for it (bounded by the
+// transaction's lock_timeout). The result is filled in when the batch runs.
+//
+// Queuing instead of executing lets the accept send its whole transaction in
+// one round trip: the insert, the intent's insert, and then one commit.
+func QueueInsert(b *pgx.Batch, r *Record, res *InsertResult) {
+	b.Queue(`
 		WITH ins AS (
 			INSERT INTO idempotency_keys
 			       (caller_id, idem_key, request_hash, fingerprint_version, request_id, state, created_at, expires_at)
@@ -91,15 +102,10 @@ func Insert(ctx context.Context, tx pgx.Tx, r *Record) (inserted, purgedBefore b
 			RETURNING 1)
 		SELECT EXISTS (SELECT 1 FROM ins),
 		       EXISTS (SELECT 1 FROM idempotency_tombstones WHERE caller_id = $1 AND key_hash = sha256(convert_to($2, 'UTF8')))`,
-		r.CallerID, r.Key, r.RequestHash, r.FingerprintVersion, r.RequestID, r.CreatedAt, r.ExpiresAt).Scan(&inserted, &purgedBefore)
-	if err != nil {
-		return false, false, nil, err
-	}
-	if inserted {
-		return true, purgedBefore, nil, nil
-	}
-	existing, err = Get(ctx, tx, r.CallerID, r.Key)
-	return false, false, existing, err
+		r.CallerID, r.Key, r.RequestHash, r.FingerprintVersion, r.RequestID, r.CreatedAt, r.ExpiresAt,
+	).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&res.Inserted, &res.PurgedBefore)
+	})
 }
 
 // Get reads one record.

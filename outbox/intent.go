@@ -33,9 +33,6 @@ type Intent struct {
 // Errors of the outbox.
 var (
 	ErrNotFound = errors.New("outbox: no such intent")
-	// ErrParcelTaken is returned by [Insert] when the parcel and version already
-	// have a pending or succeeded intent.
-	ErrParcelTaken = errors.New("outbox: parcel and version already have an intent")
 )
 
 const intentColumns = `request_id, caller_id, idem_key, request_hash, fingerprint_version, payload,
@@ -62,31 +59,33 @@ func scanIntent(row pgx.Row) (*Intent, error) {
 	return &in, nil
 }
 
-// Insert writes a pending intent and notifies the relays (delivered at commit).
-// It returns [ErrParcelTaken] when the natural key is taken; the transaction
-// stays usable, since the conflict is handled by ON CONFLICT, not by an error.
-func Insert(ctx context.Context, tx pgx.Tx, in *Intent) error {
+// QueueInsert queues, on a batch that runs inside the caller's transaction,
+// the insert of a pending intent and the notification of the relays (delivered
+// at commit, and only if the intent was inserted). When the natural key is
+// taken, nothing is inserted and *inserted stays false; the transaction stays
+// usable, since the conflict is handled by ON CONFLICT, not by an error.
+func QueueInsert(b *pgx.Batch, in *Intent, inserted *bool) error {
 	payload, err := json.Marshal(in.Parcel)
 	if err != nil {
 		return err
 	}
-	tag, err := tx.Exec(ctx, `
-		INSERT INTO label_intents
-		       (request_id, caller_id, idem_key, request_hash, fingerprint_version,
-		        order_id, parcel_no, label_version, payload, carrier_key, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-		ON CONFLICT (caller_id, order_id, parcel_no, label_version)
-		   WHERE status IN ('pending', 'succeeded') DO NOTHING`,
+	b.Queue(`
+		WITH ins AS (
+			INSERT INTO label_intents
+			       (request_id, caller_id, idem_key, request_hash, fingerprint_version,
+			        order_id, parcel_no, label_version, payload, carrier_key, created_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+			ON CONFLICT (caller_id, order_id, parcel_no, label_version)
+			   WHERE status IN ('pending', 'succeeded') DO NOTHING
+			RETURNING 1)
+		SELECT EXISTS (SELECT 1 FROM ins), (SELECT pg_notify('label_intents', '') FROM ins) IS NULL`,
 		in.RequestID, in.CallerID, in.Key, in.RequestHash, in.FingerprintVersion,
-		in.Parcel.OrderID, in.Parcel.ParcelNo, in.Parcel.LabelVersion, payload, in.CarrierKey, in.CreatedAt)
-	if err != nil {
-		return err
-	}
-	if tag.RowsAffected() == 0 {
-		return ErrParcelTaken
-	}
-	_, err = tx.Exec(ctx, `SELECT pg_notify('label_intents', '')`)
-	return err
+		in.Parcel.OrderID, in.Parcel.ParcelNo, in.Parcel.LabelVersion, payload, in.CarrierKey, in.CreatedAt,
+	).QueryRow(func(row pgx.Row) error {
+		var ignored bool
+		return row.Scan(inserted, &ignored)
+	})
+	return nil
 }
 
 // Get reads an intent by request id, scoped to callerID unless it is empty.
