@@ -1,0 +1,585 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/labelkit/labels/internal/devdb"
+	"github.com/labelkit/labels/internal/proctest"
+)
+
+// The seed's example: a label for parcel 1 of order 918273.
+const (
+	callerName     = "fulfilment"
+	idempotencyKey = "label:918273:1:v1"
+	seedWeight     = 1450
+	changedWeight  = 1500
+)
+
+// labelBody is the request body, as api.md shows it, with weight_g set.
+func labelBody(weightG int) []byte {
+	return fmt.Appendf(nil, `{
+  "order_id": 918273,
+  "parcel_no": 1,
+  "weight_g": %d,
+  "service": "ground",
+  "label_version": 1,
+  "ship_to": {
+    "name": "A. Example",
+    "line1": "1 Example Street",
+    "line2": "",
+    "city": "Exampleton",
+    "postal_code": "10115",
+    "country": "DE"
+  }
+}`, weightG)
+}
+
+const (
+	// startTimeout bounds each process's start, and each one-shot command.
+	startTimeout = 60 * time.Second
+	// pollTimeout bounds the wait for the label request's outcome.
+	pollTimeout = 60 * time.Second
+	// stopTimeout is what a process gets after SIGTERM before SIGKILL: above
+	// the worker's longest graceful stop (CARRIER_TIMEOUT + LEASE_DURATION).
+	stopTimeout = 60 * time.Second
+)
+
+// demo is one run: what it started, and what it learnt on the way.
+type demo struct {
+	cfg    Config
+	say    *narrator
+	stderr io.Writer
+	http   *http.Client
+
+	bins  *proctest.Binaries
+	procs []*proctest.Process // in start order; stopped in reverse
+
+	dbURL      string
+	carrierURL string
+	apiURL     string
+	token      string
+	requestID  string
+	label      json.RawMessage // the Label of the succeeded request
+	labelID    string
+	labelDay   time.Time
+	purchases  int
+	reconciled string // the reconcile verdict for the summary
+}
+
+func newDemo(cfg Config, stdout, stderr io.Writer) *demo {
+	return &demo{
+		cfg:    cfg,
+		say:    &narrator{w: stdout},
+		stderr: stderr,
+		http:   &http.Client{Timeout: 40 * time.Second},
+	}
+}
+
+func (d *demo) run(ctx context.Context) error {
+	d.say.line("Label service demo: a label for parcel 1 of order 918273 (%s g, ground), asked for three times, bought once.", thousands(seedWeight))
+	for _, step := range []func(context.Context) error{
+		d.binaries,
+		d.database,
+		d.start,
+		d.addCaller,
+		d.create,
+		d.poll,
+		d.replay,
+		d.reuse,
+		d.carrierView,
+		d.reconcile,
+	} {
+		if err := step(ctx); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// database drops and creates the demo's database and applies the migrations.
+func (d *demo) database(ctx context.Context) error {
+	d.say.Step("Database")
+	server, err := devdb.Ensure(ctx, devdb.Options{URL: d.cfg.ServerURL, Log: func(format string, args ...any) {
+		d.say.Say("%s", strings.Join(strings.Fields(fmt.Sprintf(format, args...)), " "))
+	}})
+	if err != nil {
+		return fmt.Errorf("PostgreSQL: %w", err)
+	}
+	if err := dropDatabase(ctx, server, d.cfg.Database); err != nil {
+		return err
+	}
+	if d.dbURL, err = devdb.EnsureDatabase(ctx, server, d.cfg.Database); err != nil {
+		return fmt.Errorf("creating database %s: %w", d.cfg.Database, err)
+	}
+	d.say.Say("server    %s", redact(server))
+	d.say.Say("database  %s (dropped and created afresh, so the run starts clean)", d.cfg.Database)
+	d.say.Say("$ api migrate")
+	res, err := d.command(ctx, "api", "migrate")
+	if err != nil {
+		return err
+	}
+	d.say.Block(res.Stdout)
+	return nil
+}
+
+// dropDatabase drops name on the server of serverURL if it exists, with
+// whatever is still connected to it (a demo interrupted earlier).
+func dropDatabase(ctx context.Context, serverURL, name string) error {
+	conn, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		return fmt.Errorf("PostgreSQL: %w", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{name}.Sanitize()+` WITH (FORCE)`); err != nil {
+		return fmt.Errorf("dropping database %s: %w", name, err)
+	}
+	return nil
+}
+
+// binaries builds ./cmd/... once, unless --bin names prebuilt ones.
+func (d *demo) binaries(ctx context.Context) error {
+	d.say.Step("Binaries")
+	if d.cfg.BinDir != "" {
+		d.bins = &proctest.Binaries{Dir: d.cfg.BinDir}
+		d.say.Say("prebuilt in %s (--bin)", d.cfg.BinDir)
+	} else {
+		began := time.Now()
+		b, err := proctest.Build(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("building the binaries: %w", err)
+		}
+		d.bins = b
+		d.say.Say("$ go build -o %s/ ./cmd/...   (%.1fs)", b.Dir, time.Since(began).Seconds())
+	}
+	for _, name := range []string{"api", "worker", "carrier", "reconcile"} {
+		if !d.bins.Has(name) {
+			return fmt.Errorf("no %s binary in %s (does ./cmd/%s build?)", name, d.bins.Dir, name)
+		}
+	}
+	return nil
+}
+
+// env is the environment every binary of the demo gets; proctest passes
+// nothing else of the demo's own environment that could configure them.
+func (d *demo) env(extra ...string) []string {
+	return append([]string{"DATABASE_URL=" + d.dbURL, "LOG_FORMAT=json", "LOG_LEVEL=info"}, extra...)
+}
+
+// command runs a one-shot command (api migrate, api caller add) to its end.
+func (d *demo) command(ctx context.Context, name string, args ...string) (*proctest.Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	res, err := proctest.Run(ctx, d.bins.Path(name), &proctest.Opts{
+		Name: name + " " + strings.Join(args, " "),
+		Args: args,
+		Env:  d.env(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// start starts the carrier simulator, the API and a worker, each on a free
+// port, and waits until each answers GET /healthz.
+func (d *demo) start(ctx context.Context) error {
+	d.say.Step("Processes")
+	addr, err := d.startServer(ctx, "carrier", "listening", "CARRIER_ADDR=127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	d.carrierURL = "http://" + addr
+	d.say.Say("carrier   %s   the simulator: in memory, well-behaved, with keys", d.carrierURL)
+
+	if addr, err = d.startServer(ctx, "api", "listening", "API_ADDR=127.0.0.1:0"); err != nil {
+		return err
+	}
+	d.apiURL = "http://" + addr
+	d.say.Say("api       %s", d.apiURL)
+
+	if addr, err = d.startServer(ctx, "worker", "metrics listening", "METRICS_ADDR=127.0.0.1:0", "CARRIER_URL="+d.carrierURL); err != nil {
+		return err
+	}
+	worker := d.procs[len(d.procs)-1]
+	wctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	if _, err := worker.WaitLine(wctx, func(l proctest.Line) bool { return l.Msg() == "worker started" }); err != nil {
+		return err
+	}
+	d.say.Say("worker    http://%s/metrics   relay + River workers, buying from the carrier above", addr)
+	return nil
+}
+
+// startServer starts a long-running binary, waits for the log line that
+// announces its address and for GET /healthz there, and returns the address.
+func (d *demo) startServer(ctx context.Context, name, listening string, env ...string) (string, error) {
+	o := &proctest.Opts{Name: name, Env: d.env(env...)}
+	if d.cfg.Verbose {
+		o.OnLine = func(l proctest.Line) { fmt.Fprintf(d.stderr, "[%s] %s\n", name, l.Text) }
+	}
+	// Not ctx: on Ctrl-C the processes are stopped in order by stopAll, not all at once.
+	p, err := proctest.Start(context.WithoutCancel(ctx), d.bins.Path(name), o)
+	if err != nil {
+		return "", err
+	}
+	d.procs = append(d.procs, p)
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	addr, err := p.WaitListening(ctx, listening)
+	if err != nil {
+		return "", err
+	}
+	if err := p.WaitHealthy(ctx, addr); err != nil {
+		return "", err
+	}
+	return addr, nil
+}
+
+// addCaller creates the caller the requests are sent as.
+func (d *demo) addCaller(ctx context.Context) error {
+	d.say.Step("Caller")
+	d.say.Say("$ api caller add %s", callerName)
+	res, err := d.command(ctx, "api", "caller", "add", callerName)
+	if err != nil {
+		return err
+	}
+	d.token = res.LastLine()
+	if d.token == "" {
+		return fmt.Errorf("api caller add printed no token:\n%s", res.Stdout)
+	}
+	d.say.Block(strings.Replace(res.Stdout, d.token, mask(d.token), 1))
+	return nil
+}
+
+// create sends the seed's example under a new key: 202, pending.
+func (d *demo) create(ctx context.Context) error {
+	d.say.Step("Ask for the label: a new key is accepted (202) and carried out in the background")
+	r, err := d.post(ctx, seedWeight)
+	if err != nil {
+		return err
+	}
+	if err := expect(r, http.StatusAccepted, "pending"); err != nil {
+		return err
+	}
+	d.requestID = r.field("id")
+	loc := r.header.Get("Location")
+	if d.requestID == "" || !strings.HasSuffix(loc, "/v1/label-requests/"+d.requestID) {
+		return fmt.Errorf("202 with id %q and Location %q: want Location /v1/label-requests/{id}", d.requestID, loc)
+	}
+	if r.header.Get("Retry-After") == "" {
+		return errors.New("202 without Retry-After")
+	}
+	return nil
+}
+
+// poll follows the Location until the outcome is final, as a client would.
+func (d *demo) poll(ctx context.Context) error {
+	d.say.Step("Poll the label request until its outcome is final")
+	path := "/v1/label-requests/" + d.requestID
+	wait := time.Second // the 202's Retry-After
+	ctx, cancel := context.WithTimeout(ctx, pollTimeout)
+	defer cancel()
+	for n := 1; ; n++ {
+		d.say.Say("(waiting %s, as Retry-After says)", wait)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return fmt.Errorf("label request %s still pending after %s", d.requestID, pollTimeout)
+		}
+		r, err := d.do(ctx, http.MethodGet, path, nil, nil)
+		if err != nil {
+			return err
+		}
+		status := r.field("status")
+		if r.code != http.StatusOK || status != "pending" {
+			d.say.Request(http.MethodGet, path, d.auth(), nil)
+			d.say.Response(r)
+			if err := expect(r, http.StatusOK, "succeeded"); err != nil {
+				return err
+			}
+			return d.learnLabel(r)
+		}
+		d.say.Say("> GET %s   < %s, status pending (poll %d)", path, r, n)
+		if s, err := time.ParseDuration(r.header.Get("Retry-After") + "s"); err == nil && s > 0 {
+			wait = min(s, 5*time.Second)
+		}
+	}
+}
+
+// learnLabel keeps what later steps check: the label and its day.
+func (d *demo) learnLabel(r *response) error {
+	var lr struct {
+		Label json.RawMessage `json:"label"`
+	}
+	var label struct {
+		LabelID    string    `json:"label_id"`
+		TrackingNo string    `json:"tracking_no"`
+		CostCents  int64     `json:"cost_cents"`
+		Currency   string    `json:"currency"`
+		CreatedAt  time.Time `json:"created_at"`
+	}
+	if json.Unmarshal(r.body, &lr) != nil || json.Unmarshal(lr.Label, &label) != nil || label.LabelID == "" {
+		return fmt.Errorf("succeeded without a label: %s", r.body)
+	}
+	d.label = lr.Label
+	d.labelID = label.LabelID
+	d.labelDay = label.CreatedAt.UTC()
+	d.say.Say("Succeeded: label %s, tracking number %s, %d cents %s.", d.labelID, label.TrackingNo, label.CostCents, label.Currency)
+	return nil
+}
+
+// replay sends the very same request again, as a client whose reply got lost
+// would: the saved label comes back, nothing is bought.
+func (d *demo) replay(ctx context.Context) error {
+	d.say.Step("Send the same request again, as after a lost reply: the saved answer is replayed (201)")
+	r, err := d.post(ctx, seedWeight)
+	if err != nil {
+		return err
+	}
+	if err := expect(r, http.StatusCreated, ""); err != nil {
+		return err
+	}
+	if got := r.header.Get("Idempotent-Replayed"); got != "true" {
+		return fmt.Errorf("201 with Idempotent-Replayed %q, want true", got)
+	}
+	if !sameJSON(r.body, d.label) {
+		return fmt.Errorf("201 replay carries %s, want the label the request made, %s", r.body, d.label)
+	}
+	if loc := r.header.Get("Location"); !strings.HasSuffix(loc, "/v1/labels/"+d.labelID) {
+		return fmt.Errorf("201 replay with Location %q, want /v1/labels/%s", loc, d.labelID)
+	}
+	d.say.Say("The label %s again: the answer saved when it was bought. Nothing ran twice.", d.labelID)
+	return nil
+}
+
+// reuse sends the same key with another body: a client bug, refused.
+func (d *demo) reuse(ctx context.Context) error {
+	d.say.Step(fmt.Sprintf("Same key, weight changed to %s g (a client bug): refused with 422", thousands(changedWeight)))
+	r, err := d.post(ctx, changedWeight)
+	if err != nil {
+		return err
+	}
+	if r.code != http.StatusUnprocessableEntity || r.field("code") != "idempotency_key_reused" {
+		return fmt.Errorf("got %s with code %q, want 422 idempotency_key_reused", r, r.field("code"))
+	}
+	if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/problem+json") {
+		return fmt.Errorf("422 with Content-Type %q, want application/problem+json", ct)
+	}
+	d.say.Say("Nothing is stored or bought: the key still names the 1,450 g parcel's label.")
+	return nil
+}
+
+// carrierView asks the simulator how many labels it sold: one.
+func (d *demo) carrierView(ctx context.Context) error {
+	d.say.Step("What the carrier saw")
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.carrierURL+"/sim/stats", nil)
+	if err != nil {
+		return err
+	}
+	r, err := d.send(req)
+	if err != nil {
+		return err
+	}
+	d.say.Request(http.MethodGet, "/sim/stats", nil, nil)
+	d.say.Response(r)
+	var stats struct {
+		Purchases int `json:"purchases"`
+	}
+	if r.code != http.StatusOK || json.Unmarshal(r.body, &stats) != nil {
+		return fmt.Errorf("GET /sim/stats: %s", r)
+	}
+	d.purchases = stats.Purchases
+	if stats.Purchases != 1 {
+		return fmt.Errorf("the carrier sold %d labels, want 1", stats.Purchases)
+	}
+	d.say.Say("Three requests, one purchase: the worker's carrier key (derived from the caller and our key) makes its calls idempotent too.")
+	return nil
+}
+
+// reconcile matches the carrier's invoice for the label's day against our
+// labels and keys. Discrepancies (exit 1) are findings, shown, not a failure.
+func (d *demo) reconcile(ctx context.Context) error {
+	day := d.labelDay
+	if day.IsZero() {
+		day = time.Now().UTC()
+	}
+	date := day.Format(time.DateOnly)
+	d.say.Step("Reconcile today's invoice (" + date + ", UTC) against our labels and keys")
+	args := []string{"--date", date, "--format", "text", "--grace", "0s"}
+	d.say.Say("$ reconcile %s", strings.Join(args, " "))
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	res, err := proctest.Run(ctx, d.bins.Path("reconcile"), &proctest.Opts{
+		Name: "reconcile",
+		Args: args,
+		Env:  d.env("CARRIER_URL=" + d.carrierURL),
+	})
+	if res == nil || (err != nil && res.ExitCode != 1) {
+		return err
+	}
+	d.say.Block(res.Stdout)
+	d.say.line("")
+	if res.ExitCode == 0 {
+		d.reconciled = "every invoice line and label matched"
+		d.say.Say("exit 0: %s.", d.reconciled)
+	} else {
+		d.reconciled = "discrepancies reported"
+		d.say.Say("exit 1: discrepancies reported above; a finding to act on, not a failure of the demo.")
+	}
+	return nil
+}
+
+// stopAll stops every process, the last started first, and reports each
+// exit. A process still stopping when hurry ends is killed.
+func (d *demo) stopAll(hurry context.Context) error {
+	if len(d.procs) == 0 {
+		return nil
+	}
+	d.say.Step("Stop everything (SIGTERM, last started first)")
+	var errs []error
+	for i := len(d.procs) - 1; i >= 0; i-- {
+		p := d.procs[i]
+		ctx, cancel := context.WithTimeout(hurry, stopTimeout)
+		err := p.Stop(ctx)
+		cancel()
+		if err != nil {
+			d.say.Say("%-9s %v", p.Name(), firstLine(err))
+			errs = append(errs, err)
+			continue
+		}
+		d.say.Say("%-9s stopped, exit 0", p.Name())
+	}
+	return errors.Join(errs...)
+}
+
+// cleanup removes the binaries it built.
+func (d *demo) cleanup() {
+	if err := d.bins.Remove(); err != nil {
+		fmt.Fprintf(d.stderr, "demo: removing %s: %v\n", d.bins.Dir, err)
+	}
+}
+
+// dumpLogs shows the last lines of every process on stderr, after a failure.
+func (d *demo) dumpLogs() {
+	for _, p := range d.procs {
+		fmt.Fprintf(d.stderr, "\n--- last lines of %s ---\n%s\n", p.Name(), p.Tail(proctest.TailLines))
+	}
+}
+
+func (d *demo) summary() {
+	d.say.line("")
+	d.say.line("Demo OK: 202 -> succeeded -> 201 with Idempotent-Replayed: true -> 422 idempotency_key_reused; the carrier sold %d label; reconcile: %s.", d.purchases, d.reconciled)
+}
+
+// post sends the seed's example under its key with the given weight.
+func (d *demo) post(ctx context.Context, weightG int) (*response, error) {
+	headers := append(d.auth(),
+		header{"Idempotency-Key", idempotencyKey},
+		header{"Content-Type", "application/json"})
+	body := labelBody(weightG)
+	d.say.Request(http.MethodPost, "/v1/labels", headers, body)
+	r, err := d.do(ctx, http.MethodPost, "/v1/labels", headers, body)
+	if err != nil {
+		return nil, err
+	}
+	d.say.Response(r)
+	return r, nil
+}
+
+// auth is the Authorization header as printed; do sends the real token.
+func (d *demo) auth() []header {
+	return []header{{"Authorization", "Bearer " + mask(d.token)}}
+}
+
+// do sends a request to the API with the caller's token.
+func (d *demo) do(ctx context.Context, method, path string, headers []header, body []byte) (*response, error) {
+	u, err := url.JoinPath(d.apiURL, path)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range headers {
+		req.Header.Set(h.name, h.value)
+	}
+	req.Header.Set("Authorization", "Bearer "+d.token)
+	return d.send(req)
+}
+
+func (d *demo) send(req *http.Request) (*response, error) {
+	resp, err := d.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: reading the answer: %w", req.Method, req.URL.Path, err)
+	}
+	return &response{proto: resp.Proto, status: resp.Status, code: resp.StatusCode, header: resp.Header, body: b}, nil
+}
+
+// expect checks the status code and, when status is set, the LabelRequest's status.
+func expect(r *response, code int, status string) error {
+	if r.code != code {
+		return fmt.Errorf("got %s, want %d %s (body: %s)", r, code, http.StatusText(code), bytes.TrimSpace(r.body))
+	}
+	if status != "" && r.field("status") != status {
+		return fmt.Errorf("got status %q, want %q (body: %s)", r.field("status"), status, bytes.TrimSpace(r.body))
+	}
+	return nil
+}
+
+// sameJSON reports whether a and b are the same JSON value, member order aside.
+func sameJSON(a, b []byte) bool {
+	var va, vb any
+	if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
+		return false
+	}
+	return reflect.DeepEqual(va, vb)
+}
+
+// mask shows enough of a token to recognise it, not enough to use it.
+func mask(token string) string {
+	if len(token) <= 8 {
+		return "…"
+	}
+	return token[:8] + "…"
+}
+
+// redact hides a password in a database URL.
+func redact(u string) string {
+	if p, err := url.Parse(u); err == nil {
+		return p.Redacted()
+	}
+	return u
+}
+
+func thousands(n int) string {
+	if n < 1000 {
+		return fmt.Sprint(n)
+	}
+	return fmt.Sprintf("%d,%03d", n/1000, n%1000)
+}
+
+func firstLine(err error) string {
+	s, _, _ := strings.Cut(err.Error(), "\n")
+	return s
+}

@@ -1,0 +1,172 @@
+// Command demo runs the label service end to end on this machine and narrates
+// it: it prepares a fresh database, starts the carrier simulator, the API and a
+// worker, creates a caller, and sends the seed's example (order 918273, parcel
+// 1, 1,450 g, ground, key label:918273:1:v1) three times: new (202, then
+// polled until it succeeded), repeated (201 with Idempotent-Replayed: true) and
+// with a changed weight (422 idempotency_key_reused). It then shows what the
+// carrier sold, reconciles today's invoice, and stops everything it started.
+//
+//	go tool task demo            (DATABASE_URL from tools/devdb)
+//	go run ./tools/demo [flags]
+//
+// Every step checks the answer it expects, so the demo doubles as a smoke test:
+// it exits 0 when all went as described, 1 otherwise (with the last log lines
+// of every process), 2 on a bad flag, 130 when interrupted. Ctrl-C (SIGINT or
+// SIGTERM) stops every process it started, gracefully and in order; a second
+// Ctrl-C kills them at once. Either way the demo cleans up and exits.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"regexp"
+	"sync"
+	"syscall"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args, os.Getenv, os.Stdout, os.Stderr))
+}
+
+const usage = `Usage: demo [flags]
+
+Runs the label service end to end (carrier simulator, API, worker) against a
+fresh database and narrates the seed's example: 202, polled to succeeded, the
+201 replay, the 422 for a changed body, the carrier's view and a reconciliation.
+
+Flags:
+  --database NAME   database to drop and create afresh on the server of
+                    DATABASE_URL (default labels_demo; must start with labels_demo)
+  --bin DIR         use the binaries in DIR (api, worker, carrier, reconcile)
+                    instead of building ./cmd/... into a temporary directory
+  --verbose         copy every process's log lines to stderr
+
+Environment: DATABASE_URL names the PostgreSQL server (its database name is
+not used); without it, 127.0.0.1:5432, else a private server under .pgdata
+(see internal/devdb).
+`
+
+// Config is the demo's configuration, read once in run.
+type Config struct {
+	// ServerURL names the PostgreSQL server (DATABASE_URL); empty lets devdb choose.
+	ServerURL string
+	// Database is dropped and created afresh on that server.
+	Database string
+	// BinDir holds prebuilt binaries; empty means build them.
+	BinDir string
+	// Verbose copies the processes' log lines to stderr.
+	Verbose bool
+}
+
+// demoDatabase guards the DROP DATABASE: only a database made for the demo.
+var demoDatabase = regexp.MustCompile(`^labels_demo[a-z0-9_]{0,40}$`)
+
+// Validate checks the values that parsing alone cannot.
+func (c *Config) Validate() error {
+	if !demoDatabase.MatchString(c.Database) {
+		return fmt.Errorf("--database %q: the demo drops it, so it must be labels_demo followed by at most 40 of a-z, 0-9, _", c.Database)
+	}
+	if c.BinDir != "" {
+		if fi, err := os.Stat(c.BinDir); err != nil || !fi.IsDir() {
+			return fmt.Errorf("--bin %q: not a directory", c.BinDir)
+		}
+	}
+	return nil
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	cfg := Config{ServerURL: getenv("DATABASE_URL"), Database: "labels_demo"}
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&cfg.Database, "database", cfg.Database, "")
+	fs.StringVar(&cfg.BinDir, "bin", cfg.BinDir, "")
+	fs.BoolVar(&cfg.Verbose, "verbose", cfg.Verbose, "")
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
+			return 0
+		}
+		fmt.Fprintf(stderr, "demo: %v\n", err)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "demo: unexpected arguments %q; see demo --help\n", fs.Args())
+		return 2
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "demo: %v\n", err)
+		return 2
+	}
+
+	// The processes' log lines arrive on their own goroutines.
+	stderr = &lockedWriter{w: stderr}
+	ctx, hurry, stopSignals := signalContexts(ctx, stderr)
+	defer stopSignals()
+	d := newDemo(cfg, stdout, stderr)
+	err := d.run(ctx)
+	stopErr := d.stopAll(hurry)
+	d.cleanup()
+	switch {
+	case ctx.Err() != nil:
+		fmt.Fprintln(stderr, "demo: interrupted; everything it started is stopped")
+		return 130
+	case err != nil:
+		fmt.Fprintf(stderr, "\ndemo: FAILED: %v\n", err)
+		d.dumpLogs()
+		return 1
+	case stopErr != nil:
+		fmt.Fprintf(stderr, "\ndemo: FAILED while stopping: %v\n", stopErr)
+		return 1
+	}
+	d.summary()
+	return 0
+}
+
+// signalContexts returns ctx, cancelled on the first SIGINT or SIGTERM, and
+// hurry, cancelled on the second: the demo then kills what it is still
+// stopping gracefully. A third signal gets the default action.
+func signalContexts(parent context.Context, stderr io.Writer) (ctx, hurry context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(parent)
+	hurry, cancelHurry := context.WithCancel(context.WithoutCancel(parent))
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		defer signal.Stop(ch)
+		select {
+		case s := <-ch:
+			fmt.Fprintf(stderr, "\ndemo: %v: stopping everything it started (again to kill them at once)\n", s)
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case s := <-ch:
+			fmt.Fprintf(stderr, "demo: %v again: killing what still runs\n", s)
+			cancelHurry()
+		case <-done:
+		}
+	}()
+	return ctx, hurry, func() {
+		close(done)
+		cancel()
+		cancelHurry()
+	}
+}
+
+// lockedWriter serialises writes from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
