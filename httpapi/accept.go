@@ -15,6 +15,7 @@ import (
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/idempotency"
 	"github.com/labelkit/labels/metrics"
+	"github.com/labelkit/labels/notify"
 	"github.com/labelkit/labels/outbox"
 )
 
@@ -132,6 +133,7 @@ func (s *Server) acceptTx(ctx context.Context, rec *idempotency.Record, intent *
 	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
 		return nil, false, err
 	}
+	s.deps.Notifier.Notify(notify.ChannelIntents, "")
 	return &decision{outcome: metrics.OutcomeNew, intent: intent}, key.PurgedBefore, nil
 }
 

@@ -25,6 +25,7 @@ import (
 type Deps struct {
 	Pool     *pgxpool.Pool
 	Listener *notify.Listener // wakes Prefer: wait; nil means poll only
+	Notifier *notify.Notifier // wakes the relays after an accept; nil means they poll
 	Metrics  *metrics.Metrics
 	Log      zerolog.Logger
 	// KeyRetention sets expires_at of a started record; it is reset at completion.

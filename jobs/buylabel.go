@@ -20,6 +20,7 @@ import (
 	"github.com/labelkit/labels/idempotency"
 	"github.com/labelkit/labels/label"
 	"github.com/labelkit/labels/metrics"
+	"github.com/labelkit/labels/notify"
 	"github.com/labelkit/labels/outbox"
 )
 
@@ -68,6 +69,8 @@ type BuyLabelConfig struct {
 	MaxAttempts    int           // carrier calls before the saved 502 carrier_unavailable
 	Metrics        *metrics.Metrics
 	Log            zerolog.Logger
+	// Notifier wakes Prefer: wait after a completion; nil means waiters poll.
+	Notifier *notify.Notifier
 
 	// AfterCarrierFunc, when set, runs between the carrier's answer and the
 	// completion transaction; an error makes the attempt stop there as if the
@@ -200,12 +203,18 @@ func (w *BuyLabelWorker) work(ctx context.Context, job *river.Job[BuyLabelArgs],
 	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.CarrierTimeout)
 	defer dcancel()
 	err = w.complete(dctx, job, in, token, out)
+	if err == nil {
+		cfg.Notifier.Notify(notify.ChannelFinal, in.RequestID)
+	}
 	if errors.Is(err, label.ErrParcelAlreadyLabelled) {
 		// Unreachable while the intents' natural key holds; if it happens the
 		// purchase just made is an orphan that reconciliation reports.
 		log.Error().Msg("the parcel already has a label: saving parcel_already_labelled")
 		out = outcome{problem: labels.NewProblem(409, labels.CodeParcelAlreadyLabelled, "the parcel and version already have a label")}
 		err = w.complete(dctx, job, in, token, out)
+		if err == nil {
+			cfg.Notifier.Notify(notify.ChannelFinal, in.RequestID)
+		}
 	}
 	switch {
 	case errors.Is(err, idempotency.ErrFenced):

@@ -10,6 +10,7 @@ package notify
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -122,6 +123,9 @@ func (l *Listener) listen(ctx context.Context, connected func()) error {
 		if err != nil {
 			return err
 		}
-		l.dispatch(n.Channel, n.Payload, false)
+		// A payload may carry several values, joined by commas (see Notifier).
+		for _, p := range strings.Split(n.Payload, ",") {
+			l.dispatch(n.Channel, p, false)
+		}
 	}
 }

@@ -60,8 +60,8 @@ func scanIntent(row pgx.Row) (*Intent, error) {
 }
 
 // QueueInsert queues, on a batch that runs inside the caller's transaction,
-// the insert of a pending intent and the notification of the relays (delivered
-// at commit, and only if the intent was inserted). When the natural key is
+// the insert of a pending intent. The caller wakes the relays after its commit
+// (see notify.Notifier): a NOTIFY inside the transaction would serialise commits. When the natural key is
 // taken, nothing is inserted and *inserted stays false; the transaction stays
 // usable, since the conflict is handled by ON CONFLICT, not by an error.
 func QueueInsert(b *pgx.Batch, in *Intent, inserted *bool) error {
@@ -78,12 +78,11 @@ func QueueInsert(b *pgx.Batch, in *Intent, inserted *bool) error {
 			ON CONFLICT (caller_id, order_id, parcel_no, label_version)
 			   WHERE status IN ('pending', 'succeeded') DO NOTHING
 			RETURNING 1)
-		SELECT EXISTS (SELECT 1 FROM ins), (SELECT pg_notify('label_intents', '') FROM ins) IS NULL`,
+		SELECT EXISTS (SELECT 1 FROM ins)`,
 		in.RequestID, in.CallerID, in.Key, in.RequestHash, in.FingerprintVersion,
 		in.Parcel.OrderID, in.Parcel.ParcelNo, in.Parcel.LabelVersion, payload, in.CarrierKey, in.CreatedAt,
 	).QueryRow(func(row pgx.Row) error {
-		var ignored bool
-		return row.Scan(inserted, &ignored)
+		return row.Scan(inserted)
 	})
 	return nil
 }
@@ -118,8 +117,8 @@ func CountAttempt(ctx context.Context, tx pgx.Tx, requestID string) (int, error)
 	return n, err
 }
 
-// MarkSucceeded makes a pending intent succeeded with its label, and wakes
-// whoever waits for it (delivered at commit).
+// MarkSucceeded makes a pending intent succeeded with its label. The caller
+// wakes whoever waits for it after its commit (see notify.Notifier).
 func MarkSucceeded(ctx context.Context, tx pgx.Tx, requestID, labelID string) error {
 	return mark(ctx, tx, requestID, `status = 'succeeded', label_id = $2, completed_at = now()`, labelID)
 }
@@ -137,6 +136,5 @@ func mark(ctx context.Context, tx pgx.Tx, requestID, set string, arg any) error 
 	if tag.RowsAffected() == 0 {
 		return ErrNotFound
 	}
-	_, err = tx.Exec(ctx, `SELECT pg_notify('label_request_final', $1)`, requestID)
-	return err
+	return nil
 }

@@ -126,10 +126,13 @@ func serve(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, log zerolog
 	lctx, lcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer lcancel()
 	go listener.Run(lctx)
+	notifier := notify.NewNotifier(pool, 0, log)
+	go notifier.Run(lctx)
 
 	handler := httpapi.NewServer(httpapi.Deps{
 		Pool:         pool,
 		Listener:     listener,
+		Notifier:     notifier,
 		Metrics:      metrics.New(),
 		Log:          log,
 		KeyRetention: cfg.KeyRetention,

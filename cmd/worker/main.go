@@ -189,7 +189,8 @@ func work(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, periodic []*
 	defer pool.Close()
 	m := metrics.New()
 
-	client, err := newRiverClient(cfg, pool, m, periodic, log)
+	notifier := notify.NewNotifier(pool, 0, log)
+	client, err := newRiverClient(cfg, pool, m, notifier, periodic, log)
 	if err != nil {
 		log.Error().Err(err).Msg("river client")
 		return 1
@@ -207,6 +208,12 @@ func work(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, periodic []*
 	})
 	wg.Go(func() { listener.Run(bg) })
 	wg.Go(func() { relay.Run(bg) })
+	// The notifier outlives the relay and River: completions during shutdown still wake their waiters.
+	nctx, stopNotifier := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopNotifier()
+	notifierDone := make(chan struct{})
+	go func() { notifier.Run(nctx); close(notifierDone) }()
+	defer func() { stopNotifier(); <-notifierDone }()
 
 	metricsSrv, err := serveMetrics(cfg.MetricsAddr, pool, m, log)
 	if err != nil {
@@ -256,7 +263,7 @@ func work(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, periodic []*
 	return 0
 }
 
-func newRiverClient(cfg Config, pool *pgxpool.Pool, m *metrics.Metrics, periodic []*river.PeriodicJob, log zerolog.Logger) (*river.Client[pgx.Tx], error) {
+func newRiverClient(cfg Config, pool *pgxpool.Pool, m *metrics.Metrics, notifier *notify.Notifier, periodic []*river.PeriodicJob, log zerolog.Logger) (*river.Client[pgx.Tx], error) {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, jobs.NewBuyLabelWorker(jobs.BuyLabelConfig{
 		Pool:           pool,
@@ -267,9 +274,10 @@ func newRiverClient(cfg Config, pool *pgxpool.Pool, m *metrics.Metrics, periodic
 		MaxAttempts:    cfg.MaxAttempts,
 		Metrics:        m,
 		Log:            log,
+		Notifier:       notifier,
 	}))
 	river.AddWorker(workers, &jobs.SweepKeysWorker{Pool: pool, Batch: cfg.SweepBatch, TombstoneRetention: cfg.TombstoneRetention, Metrics: m, Log: log})
-	if err := addReconcileWorker(workers, pool, cfg, log); err != nil {
+	if err := addReconcileWorker(workers, pool, cfg, m, log); err != nil {
 		return nil, err
 	}
 	periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(cfg.SweepInterval),

@@ -94,12 +94,14 @@ func NewSim(t testing.TB, o SimOpts) *SimStack {
 	simHTTP := httptest.NewServer(carrierSim)
 
 	listener := notify.NewListener(pool.Config().ConnConfig.Copy(), log, notify.ChannelFinal, notify.ChannelIntents)
+	notifier := notify.NewNotifier(pool, 0, log)
 	var wg sync.WaitGroup
 	wg.Go(func() { listener.Run(ctx) })
+	wg.Go(func() { notifier.Run(ctx) })
 
 	s := &SimStack{T: t, Pool: pool, Sim: carrierSim, Metrics: m, downtime: o.Downtime}
 	s.newAPI = func() http.Handler {
-		return httpapi.NewServer(httpapi.Deps{Pool: pool, Listener: listener, Metrics: m, Log: log, OpenAPI: o.OpenAPI})
+		return httpapi.NewServer(httpapi.Deps{Pool: pool, Listener: listener, Notifier: notifier, Metrics: m, Log: log, OpenAPI: o.OpenAPI})
 	}
 	s.Faults = &Faults{RetryAfter: "0", next: s.newAPI(), restart: s.Restart}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -114,6 +116,7 @@ func NewSim(t testing.TB, o SimOpts) *SimStack {
 		river.AddWorker(workers, jobs.NewBuyLabelWorker(jobs.BuyLabelConfig{
 			Pool: pool, Carrier: carrier.NewClient(simHTTP.URL, nil), CarrierTimeout: o.CarrierTimeout,
 			LeaseDuration: o.LeaseDuration, KeyRetention: 24 * time.Hour, MaxAttempts: o.MaxAttempts, Metrics: m, Log: log,
+			Notifier: notifier,
 		}))
 		jobTimeout, rescueAfter := jobs.RiverTimings(o.LeaseDuration)
 		riverClient, err = river.NewClient(riverpgxv5.New(pool), &river.Config{

@@ -81,11 +81,13 @@ func New(t testing.TB, o Opts) *Stack {
 	s := &Stack{T: t, Pool: pool, Carrier: NewFakeCarrier(), Metrics: m}
 
 	listener := notify.NewListener(pool.Config().ConnConfig.Copy(), log, notify.ChannelFinal, notify.ChannelIntents)
+	notifier := notify.NewNotifier(pool, 0, log)
 	var wg sync.WaitGroup
 	wg.Go(func() { listener.Run(ctx) })
+	wg.Go(func() { notifier.Run(ctx) })
 
 	api := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
-		Pool: pool, Listener: listener, Metrics: m, Log: log, AfterKeyInsertFunc: o.AfterKeyInsert, ClaimWait: o.ClaimWait,
+		Pool: pool, Listener: listener, Notifier: notifier, Metrics: m, Log: log, AfterKeyInsertFunc: o.AfterKeyInsert, ClaimWait: o.ClaimWait,
 	}))
 	s.URL = api.URL
 
@@ -94,7 +96,7 @@ func New(t testing.TB, o Opts) *Stack {
 		river.AddWorker(workers, jobs.NewBuyLabelWorker(jobs.BuyLabelConfig{
 			Pool: pool, Carrier: s.Carrier, CarrierTimeout: o.CarrierTimeout, LeaseDuration: o.LeaseDuration,
 			KeyRetention: 24 * time.Hour, MaxAttempts: o.MaxAttempts, Metrics: m, Log: log,
-			AfterCarrierFunc: o.AfterCarrierFunc,
+			AfterCarrierFunc: o.AfterCarrierFunc, Notifier: notifier,
 		}))
 		jobTimeout, rescueAfter := jobs.RiverTimings(o.LeaseDuration)
 		client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{

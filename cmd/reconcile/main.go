@@ -1,0 +1,378 @@
+// Command reconcile matches a carrier invoice against our labels and completed
+// keys (operations.md, "reconcile"), saves the run and its items, and prints a
+// report:
+//
+//	reconcile (--invoice FILE | --date YYYY-MM-DD) [--format text|json|csv] [--out FILE]
+//	          [--grace DURATION] [--stuck-after DURATION]
+//
+// It exits 0 when every item is matched, 1 when any discrepancy is found, and 2
+// on an error (a bad flag, an unreadable invoice, an unreachable database or
+// carrier), so that a scheduler can alert on 1. See docs/reconcile.md.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/labelkit/labels/carrier"
+	"github.com/labelkit/labels/reconcile"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args, os.Getenv, os.Stdout, os.Stderr))
+}
+
+// Exit statuses, as operations.md names them.
+const (
+	exitMatched     = 0
+	exitDiscrepancy = 1
+	exitError       = 2
+)
+
+// Config is everything a run is started with.
+type Config struct {
+	DatabaseURL  string
+	CarrierURL   string
+	CarrierToken string
+	LogLevel     zerolog.Level
+	LogFormat    string
+
+	InvoicePath string    // --invoice
+	Date        time.Time // --date; zero when --invoice is given
+	Format      string
+	Out         string
+	Grace       time.Duration
+	StuckAfter  time.Duration
+}
+
+const usage = `Usage: reconcile (--invoice FILE | --date YYYY-MM-DD) [flags]
+
+Matches a carrier invoice against our labels and completed keys, saves the run
+and its items in the database, and prints a report. Exit status: 0 when every
+item is matched, 1 when any discrepancy is found, 2 on an error.
+
+Flags:
+  --invoice FILE          the carrier's invoice CSV (carrier.md)
+  --date YYYY-MM-DD       fetch that day's invoice from CARRIER_URL instead
+  --format FORMAT         text (a summary), json or csv (every item) (default text)
+  --out FILE              write the report to FILE instead of standard output
+  --grace DURATION        unbilled labels younger than this are not reported (default 48h)
+  --stuck-after DURATION  intents pending for longer are stuck (default 1h)
+
+Environment:
+  DATABASE_URL   PostgreSQL connection string (default postgres://localhost:5432/labels?sslmode=disable)
+  CARRIER_URL    carrier base URL, for --date (default http://127.0.0.1:8090)
+  CARRIER_TOKEN  bearer token for the carrier (default none)
+  LOG_LEVEL      debug, info, warn or error (default info)
+  LOG_FORMAT     json or console (default json)
+
+Durations use Go's syntax: 90m, 48h, 0s.
+`
+
+// parseConfig reads flags and environment; the error is the one line to print.
+func parseConfig(args []string, getenv func(string) string) (cfg Config, help bool, err error) {
+	env := func(name, def string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	cfg.DatabaseURL = env("DATABASE_URL", "postgres://localhost:5432/labels?sslmode=disable")
+	cfg.CarrierURL = env("CARRIER_URL", "http://127.0.0.1:8090")
+	cfg.CarrierToken = getenv("CARRIER_TOKEN")
+	switch v := env("LOG_LEVEL", "info"); v {
+	case "debug", "info", "warn", "error":
+		cfg.LogLevel, _ = zerolog.ParseLevel(v)
+	default:
+		return cfg, false, fmt.Errorf("invalid LOG_LEVEL %q: want debug, info, warn or error", v)
+	}
+	if cfg.LogFormat = env("LOG_FORMAT", "json"); cfg.LogFormat != "json" && cfg.LogFormat != "console" {
+		return cfg, false, fmt.Errorf("invalid LOG_FORMAT %q: want json or console", cfg.LogFormat)
+	}
+
+	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	var date, grace, stuck string
+	fs.StringVar(&cfg.InvoicePath, "invoice", "", "")
+	fs.StringVar(&date, "date", "", "")
+	fs.StringVar(&cfg.Format, "format", "text", "")
+	fs.StringVar(&cfg.Out, "out", "", "")
+	fs.StringVar(&grace, "grace", reconcile.DefaultGrace.String(), "")
+	fs.StringVar(&stuck, "stuck-after", reconcile.DefaultStuckAfter.String(), "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, true, nil
+		}
+		return cfg, false, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, false, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	switch {
+	case cfg.InvoicePath == "" && date == "":
+		return cfg, false, errors.New("give --invoice FILE or --date YYYY-MM-DD")
+	case cfg.InvoicePath != "" && date != "":
+		return cfg, false, errors.New("give --invoice or --date, not both")
+	case date != "":
+		if cfg.Date, err = time.Parse(time.DateOnly, date); err != nil {
+			return cfg, false, fmt.Errorf("invalid --date %q: want YYYY-MM-DD", date)
+		}
+		if u, err := url.Parse(cfg.CarrierURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return cfg, false, fmt.Errorf("invalid CARRIER_URL %q: want http(s)://host[:port]", cfg.CarrierURL)
+		}
+	}
+	if cfg.Format != "text" && cfg.Format != "json" && cfg.Format != "csv" {
+		return cfg, false, fmt.Errorf("invalid --format %q: want text, json or csv", cfg.Format)
+	}
+	if cfg.Grace, err = duration("--grace", grace); err != nil {
+		return cfg, false, err
+	}
+	if cfg.StuckAfter, err = duration("--stuck-after", stuck); err != nil {
+		return cfg, false, err
+	}
+	if _, err := pgxpool.ParseConfig(cfg.DatabaseURL); err != nil {
+		return cfg, false, fmt.Errorf("invalid DATABASE_URL: %v", redact(err))
+	}
+	return cfg, false, nil
+}
+
+func duration(name, v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("invalid %s %q: want a duration like 48h or 30m", name, v)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("invalid %s %q: must not be negative", name, v)
+	}
+	return d, nil
+}
+
+// redact keeps a connection string's password out of an error message; pgx
+// already masks it, this is belt and braces for the parse errors it wraps.
+func redact(err error) string {
+	return strings.SplitN(err.Error(), "\n", 2)[0]
+}
+
+func newLogger(w io.Writer, level zerolog.Level, format string) zerolog.Logger {
+	if format == "console" {
+		w = zerolog.ConsoleWriter{Out: w, NoColor: true, TimeFormat: time.RFC3339}
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Str("service", "reconcile").Logger()
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		args = args[1:]
+	}
+	cfg, help, err := parseConfig(args, getenv)
+	if help {
+		fmt.Fprint(stdout, usage)
+		return exitMatched
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "reconcile: %v\n", err)
+		return exitError
+	}
+	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
+
+	// A run is one transaction: the first signal lets it finish (what it saved
+	// is then whole), a second one cancels it and nothing is saved.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	go func() {
+		select {
+		case <-signals:
+			log.Warn().Msg("signal received: finishing the run; a second signal cancels it")
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case <-signals:
+			log.Warn().Msg("second signal: cancelling the run")
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+
+	code, err := reconcileOnce(ctx, cfg, stdout, stderr, log)
+	if err != nil {
+		log.Error().Err(err).Msg("reconcile failed")
+		return exitError
+	}
+	return code
+}
+
+func reconcileOnce(ctx context.Context, cfg Config, stdout, stderr io.Writer, log zerolog.Logger) (int, error) {
+	opts := reconcile.Opts{Grace: cfg.Grace, StuckAfter: cfg.StuckAfter}
+	if cfg.InvoicePath != "" {
+		f, err := os.Open(cfg.InvoicePath)
+		if err != nil {
+			return 0, err
+		}
+		defer f.Close()
+		opts.Invoice, opts.Source = f, cfg.InvoicePath
+	} else {
+		client := carrier.NewClient(cfg.CarrierURL, &carrier.ClientOpts{Token: cfg.CarrierToken})
+		fctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+		defer cancel()
+		csv, err := client.Invoice(fctx, cfg.Date)
+		if err != nil {
+			return 0, fmt.Errorf("fetching the invoice of %s from %s: %w", cfg.Date.Format(time.DateOnly), cfg.CarrierURL, err)
+		}
+		opts.Invoice = bytes.NewReader(csv)
+		opts.Source = "carrier:" + cfg.Date.Format(time.DateOnly)
+		opts.Day = cfg.Date
+	}
+	if isTerminal(stderr) {
+		p := &progress{w: stderr}
+		opts.ProgressFunc = p.report
+		defer p.end()
+	}
+
+	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return 0, err
+	}
+	poolCfg.MaxConns = 2
+	if poolCfg.ConnConfig.ConnectTimeout == 0 {
+		poolCfg.ConnConfig.ConnectTimeout = 10 * time.Second
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return 0, err
+	}
+	defer pool.Close()
+
+	started := time.Now()
+	rep, err := reconcile.Run(ctx, pool, opts)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+			return 0, fmt.Errorf("%w (is the database migrated? run: api migrate)", err)
+		}
+		return 0, err
+	}
+	log.Debug().Int64("run_id", rep.RunID).Strs("period", rep.Period).Int("lines", rep.LinesRead).
+		Int("discrepancies", rep.Discrepancies()).Interface("counts", rep.Counts).
+		Dur("took", time.Since(started)).Msg("reconcile run saved")
+
+	if err := writeReport(ctx, cfg, rep, stdout); err != nil {
+		return 0, fmt.Errorf("run %d is saved, but writing its report failed: %w", rep.RunID, err)
+	}
+	return rep.ExitCode(), nil
+}
+
+// writeReport writes the report to stdout, or to --out through a temporary
+// file renamed at the end, so that a reader never sees half a report.
+func writeReport(ctx context.Context, cfg Config, rep *reconcile.Report, stdout io.Writer) error {
+	write := rep.WriteText
+	switch cfg.Format {
+	case "json":
+		write = rep.WriteJSON
+	case "csv":
+		write = rep.WriteCSV
+	}
+	if cfg.Out == "" {
+		return write(ctx, stdout)
+	}
+	f, err := os.CreateTemp(filepath.Dir(cfg.Out), "."+filepath.Base(cfg.Out)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) //nolint:errcheck // gone after the rename
+	if err := write(ctx, f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(f.Name(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), cfg.Out)
+}
+
+// isTerminal reports whether w is a terminal (a character device), where
+// progress is worth showing.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// progress rewrites one line of the terminal as the run goes.
+type progress struct {
+	mu    sync.Mutex
+	w     io.Writer
+	last  time.Time
+	shown bool
+}
+
+func (p *progress) report(pr reconcile.Progress) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var line string
+	switch pr.Phase {
+	case "read":
+		if time.Since(p.last) < 200*time.Millisecond {
+			return
+		}
+		line = fmt.Sprintf("reconcile: %s lines read", thousands(pr.LinesRead))
+	case "match":
+		line = fmt.Sprintf("reconcile: %s lines read; %s", thousands(pr.LinesRead), pr.Step)
+	case "done":
+		fmt.Fprintf(p.w, "\r\033[Kreconcile: %s lines read, %s matched\n", thousands(pr.LinesRead), thousands(pr.LinesMatched))
+		p.shown = false
+		return
+	default:
+		return
+	}
+	p.last = time.Now()
+	p.shown = true
+	fmt.Fprintf(p.w, "\r\033[K%s", line)
+}
+
+// end closes a progress line left open by a run that failed.
+func (p *progress) end() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.shown {
+		fmt.Fprintln(p.w)
+	}
+}
+
+func thousands(n int) string {
+	s := fmt.Sprint(n)
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

@@ -1,0 +1,249 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/labelkit/labels/carrier"
+	"github.com/labelkit/labels/carrier/sim"
+	"github.com/labelkit/labels/internal/dbtest"
+)
+
+// The command runs on the real clock: its invoices bill a day well past the
+// default grace period.
+var day = time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, -5)
+
+type label struct {
+	n         int
+	cl, trk   string
+	costCents int64
+	createdAt time.Time
+}
+
+func (l label) requestID() string  { return fmt.Sprintf("lr_%d", l.n) }
+func (l label) idemKey() string    { return fmt.Sprintf("label:%d:1:v1", l.n) }
+func (l label) carrierKey() string { return carrier.DeriveKey("fulfilment", l.idemKey()) }
+
+// line is the invoice line that bills l as it should.
+func (l label) line(lineNo int) string {
+	return fmt.Sprintf("INV-%s,%d,%s,%s,%s,%s,%s,%d,USD", day.Format("20060102"), lineNo,
+		l.createdAt.Format(time.RFC3339), l.cl, l.trk, l.carrierKey(), l.requestID(), l.costCents)
+}
+
+// insert writes a label as the worker's completion does: intent, completed key, label.
+func insert(t *testing.T, pool *pgxpool.Pool, l label) {
+	t.Helper()
+	ctx := context.Background()
+	hash := sha256.Sum256([]byte(l.requestID()))
+	labelID := fmt.Sprintf("lbl_%d", l.n)
+	body := fmt.Sprintf(`{"label_id":%q,"order_id":%d,"parcel_no":1,"label_version":1,"service":"ground","tracking_no":%q,"carrier_label_id":%q,"cost_cents":%d,"currency":"USD","created_at":%q}`,
+		labelID, l.n, l.trk, l.cl, l.costCents, l.createdAt.Format(time.RFC3339))
+	_, err := pool.Exec(ctx, `
+		INSERT INTO label_intents (request_id, caller_id, idem_key, request_hash, fingerprint_version, order_id, parcel_no,
+		                           label_version, payload, carrier_key, status, label_id, created_at, dispatched_at, completed_at)
+		VALUES ($1, 'fulfilment', $2, $3, 1, $4, 1, 1, '{}', $5, 'succeeded', $6, $7, $7, $7)`,
+		l.requestID(), l.idemKey(), hash[:], l.n, l.carrierKey(), labelID, l.createdAt)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `
+		INSERT INTO labels (label_id, caller_id, request_id, order_id, parcel_no, label_version, service, tracking_no,
+		                    carrier_label_id, carrier_key, cost_cents, currency, created_by_key, created_at)
+		VALUES ($1, 'fulfilment', $2, $3, 1, 1, 'ground', $4, $5, $6, $7, 'USD', $8, $9)`,
+		labelID, l.requestID(), l.n, l.trk, l.cl, l.carrierKey(), l.costCents, l.idemKey(), l.createdAt)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `
+		INSERT INTO idempotency_keys (caller_id, idem_key, request_hash, fingerprint_version, request_id, state,
+		                              response_status, response_body, created_at, expires_at)
+		VALUES ('fulfilment', $1, $2, 1, $3, 'completed', 201, $4::text::json, $5, $5::timestamptz + interval '1 day')`,
+		l.idemKey(), hash[:], l.requestID(), body, l.createdAt)
+	require.NoError(t, err)
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func runCmd(env map[string]string, args ...string) result {
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), append([]string{"reconcile"}, args...), func(k string) string { return env[k] }, &stdout, &stderr)
+	return result{code, stdout.String(), stderr.String()}
+}
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "invoice.csv")
+	require.NoError(t, os.WriteFile(path, []byte(content), 0o644))
+	return path
+}
+
+const header = "invoice_no,line_no,billed_at,carrier_label_id,tracking_no,idempotency_key,reference,cost_cents,currency\n"
+
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	r := runCmd(nil, "--help")
+	require.Equal(t, 0, r.code)
+	require.Contains(t, r.stdout, "Usage: reconcile (--invoice FILE | --date YYYY-MM-DD)")
+	require.Empty(t, r.stderr)
+}
+
+// A bad flag or value exits 2 with one line, before touching anything.
+func TestBadConfiguration(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{nil, nil, "give --invoice FILE or --date YYYY-MM-DD"},
+		{[]string{"--invoice", "a.csv", "--date", "2026-12-02"}, nil, "not both"},
+		{[]string{"--date", "2026-12-32"}, nil, `invalid --date "2026-12-32"`},
+		{[]string{"--invoice", "a.csv", "--grace", "two days"}, nil, `invalid --grace "two days"`},
+		{[]string{"--invoice", "a.csv", "--grace", "-1h"}, nil, "must not be negative"},
+		{[]string{"--invoice", "a.csv", "--stuck-after", "1"}, nil, `invalid --stuck-after "1"`},
+		{[]string{"--invoice", "a.csv", "--format", "xml"}, nil, `invalid --format "xml"`},
+		{[]string{"--invoice", "a.csv", "extra"}, nil, `unexpected argument "extra"`},
+		{[]string{"--frobnicate"}, nil, "flag provided but not defined: -frobnicate"},
+		{[]string{"--invoice", "a.csv"}, map[string]string{"LOG_LEVEL": "loud"}, `invalid LOG_LEVEL "loud"`},
+		{[]string{"--invoice", "a.csv"}, map[string]string{"LOG_FORMAT": "xml"}, `invalid LOG_FORMAT "xml"`},
+		{[]string{"--date", "2026-12-02"}, map[string]string{"CARRIER_URL": "carrier:8090"}, `invalid CARRIER_URL "carrier:8090"`},
+		{[]string{"--invoice", "a.csv"}, map[string]string{"DATABASE_URL": "postgres://h:notaport/db"}, "invalid DATABASE_URL"},
+	} {
+		r := runCmd(tc.env, tc.args...)
+		require.Equal(t, 2, r.code, "%v", tc.args)
+		require.Empty(t, r.stdout)
+		require.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %q", r.stderr)
+		require.True(t, strings.HasPrefix(r.stderr, "reconcile: "), r.stderr)
+		require.Contains(t, r.stderr, tc.want)
+	}
+}
+
+func TestInvoiceFile(t *testing.T) {
+	t.Parallel()
+	pool, url := dbtest.New(t)
+	env := map[string]string{"DATABASE_URL": url}
+	l := label{n: 1, cl: "CL-1", trk: "GRD000000001", costCents: 612, createdAt: day.Add(10 * time.Hour)}
+	insert(t, pool, l)
+
+	// Every item matched: 0, and the summary on stdout.
+	ok := writeFile(t, header+l.line(1)+"\n")
+	r := runCmd(env, "--invoice", ok)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "every item matched: exit status 0")
+	require.Empty(t, r.stderr, "quiet when standard error is not a terminal")
+
+	// A charge with no label of ours: 1, in each format.
+	bad := writeFile(t, header+l.line(1)+"\n"+fmt.Sprintf("INV-%s,2,%s,CL-F1,GRD9-X,,,845,USD\n", day.Format("20060102"), day.Add(11*time.Hour).Format(time.RFC3339)))
+	r = runCmd(env, "--invoice", bad)
+	require.Equal(t, 1, r.code, r.stderr)
+	require.Contains(t, r.stdout, "billed_without_label: first 1 of 1")
+
+	r = runCmd(env, "--invoice", bad, "--format", "json")
+	require.Equal(t, 1, r.code, r.stderr)
+	var doc struct {
+		Counts map[string]int `json:"counts"`
+		Items  []struct {
+			Category string `json:"category"`
+			LineNo   int    `json:"line_no"`
+		} `json:"items"`
+		ExitStatus int `json:"exit_status"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+	require.Equal(t, 1, doc.Counts["billed_without_label"])
+	require.Equal(t, 1, doc.ExitStatus)
+	require.Len(t, doc.Items, 2)
+
+	out := filepath.Join(t.TempDir(), "report.csv")
+	r = runCmd(env, "--invoice", bad, "--format", "csv", "--out", out)
+	require.Equal(t, 1, r.code, r.stderr)
+	require.Empty(t, r.stdout)
+	f, err := os.Open(out)
+	require.NoError(t, err)
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	require.NoError(t, err)
+	require.Len(t, rows, 3)
+	require.Equal(t, "category", rows[0][2])
+	require.Equal(t, []string{"matched", "billed_without_label"}, []string{rows[1][2], rows[2][2]})
+
+	var runs int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM reconcile_runs`).Scan(&runs))
+	require.Equal(t, 4, runs, "each run is saved")
+}
+
+// --date fetches the day's invoice from the carrier, with its token.
+func TestDate(t *testing.T) {
+	t.Parallel()
+	pool, url := dbtest.New(t)
+	at := day.Add(9 * time.Hour)
+	simulator, err := sim.New(&sim.Options{Token: "s3cret", NowFunc: func() time.Time { return at }})
+	require.NoError(t, err)
+	srv := httptest.NewServer(simulator)
+	t.Cleanup(srv.Close)
+
+	l := label{n: 7}
+	bought, err := carrier.NewClient(srv.URL, &carrier.ClientOpts{Token: "s3cret"}).Buy(context.Background(), l.carrierKey(),
+		carrier.PurchaseRequest{Reference: l.requestID(), OrderID: 7, ParcelNo: 1, WeightG: 1000, Service: "ground",
+			ShipTo: carrier.Address{Name: "A", Line1: "1 Street", City: "Town", PostalCode: "10115", Country: "DE"}})
+	require.NoError(t, err)
+	l.cl, l.trk, l.costCents, l.createdAt = bought.CarrierLabelID, bought.TrackingNo, bought.CostCents, at.Add(time.Second)
+	insert(t, pool, l)
+
+	env := map[string]string{"DATABASE_URL": url, "CARRIER_URL": srv.URL, "CARRIER_TOKEN": "s3cret"}
+	r := runCmd(env, "--date", day.Format(time.DateOnly))
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "reconcile run 1: carrier:"+day.Format(time.DateOnly))
+	require.Contains(t, r.stdout, "lines    1 read")
+
+	// The day before: nothing billed, nothing of ours, all matched.
+	r = runCmd(env, "--date", day.AddDate(0, 0, -1).Format(time.DateOnly))
+	require.Equal(t, 0, r.code, r.stderr)
+
+	env["CARRIER_TOKEN"] = "wrong"
+	r = runCmd(env, "--date", day.Format(time.DateOnly))
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, "401")
+}
+
+// An unreachable database or carrier, or an unreadable invoice, is exit 2 and
+// a log line that says why.
+func TestErrors(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closed := ln.Addr().String()
+	ln.Close()
+
+	file := writeFile(t, header)
+	r := runCmd(map[string]string{"DATABASE_URL": "postgres://" + closed + "/labels?sslmode=disable"}, "--invoice", file)
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, `"message":"reconcile failed"`)
+
+	r = runCmd(map[string]string{"CARRIER_URL": "http://" + closed}, "--date", "2026-12-02")
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, "fetching the invoice of 2026-12-02")
+
+	r = runCmd(nil, "--invoice", filepath.Join(t.TempDir(), "missing.csv"))
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, "no such file or directory")
+
+	_, url := dbtest.New(t)
+	bad := writeFile(t, header+"INV-1,1,yesterday,CL-1,GRD1,,,612,USD\n")
+	r = runCmd(map[string]string{"DATABASE_URL": url, "LOG_FORMAT": "console"}, "--invoice", bad)
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, "invoice.csv:2: billed_at: want an RFC 3339 time")
+	require.Equal(t, 1, strings.Count(r.stderr, "\n"), r.stderr)
+}

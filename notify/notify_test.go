@@ -1,0 +1,69 @@
+package notify_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/labelkit/labels/internal/dbtest"
+	"github.com/labelkit/labels/notify"
+)
+
+// Values notified separately reach their own subscribers, coalesced into few
+// NOTIFYs; a wildcard subscriber hears every one.
+func TestNotifierReachesSubscribers(t *testing.T) {
+	t.Parallel()
+	pool, _ := dbtest.New(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l := notify.NewListener(pool.Config().ConnConfig.Copy(), zerolog.Nop(), notify.ChannelFinal)
+	go l.Run(ctx)
+
+	// 1,000 request ids do not fit one payload: they go out in several chunks.
+	ids := make([]string, 1000)
+	subs := make([]<-chan struct{}, len(ids))
+	for i := range ids {
+		ids[i] = fmt.Sprintf("lr_%026d", i)
+		ch, unsubscribe := l.Subscribe(notify.ChannelFinal, ids[i])
+		defer unsubscribe()
+		subs[i] = ch
+	}
+	any, unsubscribe := l.Subscribe(notify.ChannelFinal, "")
+	defer unsubscribe()
+	// The first wake-up of every subscriber comes from the listener connecting.
+	<-any
+	for _, ch := range subs {
+		<-ch
+	}
+
+	n := notify.NewNotifier(pool, 5*time.Millisecond, zerolog.Nop())
+	go n.Run(ctx)
+	for _, id := range ids {
+		n.Notify(notify.ChannelFinal, id)
+	}
+	for i, ch := range subs {
+		select {
+		case <-ch:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("subscriber of %s was not woken", ids[i])
+		}
+	}
+	select {
+	case <-any:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the wildcard subscriber was not woken")
+	}
+	require.Less(t, len(strings.Join(ids, ",")), 8000*5)
+}
+
+// A nil notifier is a valid no-op: components without one fall back to polling.
+func TestNilNotifier(t *testing.T) {
+	t.Parallel()
+	var n *notify.Notifier
+	n.Notify(notify.ChannelIntents, "")
+}

@@ -1,0 +1,412 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// scope is what one run compares, in the terms of the SQL below.
+type scope struct {
+	runID       int64
+	days        []string  // the period: billing days, YYYY-MM-DD
+	period      string    // the same days as a tstzmultirange literal
+	lo, hi      time.Time // the window: [first day − Window, last day + 1 day + Window)
+	graceBefore time.Time // a label created after this is in its grace period
+	stuckBefore time.Time // an intent created before this and still pending is stuck
+	staged      bool      // the lines of the run are those of rc_stage (see importResult)
+}
+
+// counted is one group of the saved items: category, currency and whether the
+// items are invoice lines.
+type counted struct {
+	category string
+	currency string
+	line     bool
+	n        int
+	cents    int64
+}
+
+// labelKey is the test of has_key for label l against key record k of its
+// request: the key is the label's own, completed with 201, and its saved Label
+// names l. The saved body is the compact JSON of labels.Label.Body, so a
+// substring test settles almost every row without parsing JSON; a body written
+// any other way is parsed.
+const labelKey = `(k.caller_id = l.caller_id AND k.idem_key = l.created_by_key
+	AND k.state = 'completed' AND k.response_status = 201
+	AND (strpos(k.response_body::text, '"label_id":"' || l.label_id || '"') > 0
+	     OR coalesce(k.response_body ->> 'label_id' = l.label_id, false)))`
+
+// keyState says why a key record found for label l is not a completed key naming it.
+const keyState = `CASE WHEN k.caller_id <> l.caller_id OR k.idem_key <> l.created_by_key THEN 'the key record of the request is under another key'
+	WHEN k.state <> 'completed' THEN 'the key record is still started'
+	WHEN k.response_status <> 201 THEN 'the key record saved status ' || k.response_status
+	ELSE 'the key record names another label' END`
+
+// The statements of a run, in order. Each is one set-based pass; none loops
+// over rows. The one temporary table (ON COMMIT DROP) is not WAL-logged.
+var (
+	// rc_m: in one pass, every invoice line of the window matched to a label
+	// by carrier key; every label of the period no line matched by key
+	// (invoice_no NULL); and the completed keys of the period whose request
+	// has no label (label_id NULL too: candidates for key_without_label).
+	//
+	// A label comes with the key record of its request (joined on request_id)
+	// and whether that is a completed key naming it (has_key; NULL when no
+	// record was found in the window). g is the group a line is netted and
+	// deduplicated in: its label. A line keeps its identifiers only while it
+	// has no label: they are what the other ways of matching need.
+	sqlMatchByKey = `
+CREATE TEMP TABLE rc_m ON COMMIT DROP AS
+SELECT u.invoice_no, u.line_no, u.billed_at, u.cost_cents AS l_cost, u.currency AS l_cur, u.in_report,
+       CASE WHEN lk.label_id IS NULL THEN u.carrier_label_id END AS l_cl,
+       CASE WHEN lk.label_id IS NULL THEN u.tracking_no END AS l_tr,
+       CASE WHEN lk.label_id IS NULL THEN u.idempotency_key END AS l_key,
+       CASE WHEN lk.label_id IS NULL THEN u.reference END AS l_ref,
+       lk.label_id, lk.cost_cents AS lab_cost, lk.currency AS lab_cur, lk.created_at,
+       coalesce(lk.in_period, false) AS in_period, lk.has_key, lk.key_state,
+       CASE WHEN u.invoice_no IS NOT NULL AND lk.label_id IS NOT NULL THEN 1 END::int2 AS how,
+       lk.carrier_label_id = u.carrier_label_id AS same_cl,
+       coalesce(lk.label_id, chr(1) || lk.k_request) AS g,
+       false AS rev,
+       NULL::text AS h_caller, NULL::text AS h_key, NULL::text AS h_detail,
+       lk.k_caller, lk.k_key, lk.k_request, lk.k_body
+  FROM (SELECT i.invoice_no, i.line_no, i.billed_at, i.carrier_label_id, i.tracking_no, i.idempotency_key,
+               i.reference, i.cost_cents, i.currency, %s AS in_report
+          FROM invoice_lines i WHERE i.billed_at >= $1 AND i.billed_at < $2) u
+  FULL JOIN (
+       SELECT x.label_id, x.carrier_key, x.carrier_label_id, x.cost_cents,
+              x.currency, x.created_at, x.in_period, x.has_key, x.k_caller, x.k_key, x.k_request, x.k_body,
+              CASE WHEN NOT x.has_key THEN x.key_state END AS key_state
+         FROM (SELECT l.label_id, l.carrier_key, l.carrier_label_id, l.cost_cents, l.currency, l.created_at,
+                      l.created_at <@ $4::tstzmultirange AS in_period,
+                      CASE WHEN l.label_id IS NULL OR k.request_id IS NULL THEN NULL ELSE ` + labelKey + ` END AS has_key,
+                      CASE WHEN l.label_id IS NULL OR k.request_id IS NULL THEN NULL ELSE ` + keyState + ` END AS key_state,
+                      CASE WHEN l.label_id IS NULL THEN k.caller_id END AS k_caller,
+                      CASE WHEN l.label_id IS NULL THEN k.idem_key END AS k_key,
+                      CASE WHEN l.label_id IS NULL THEN k.request_id END AS k_request,
+                      CASE WHEN l.label_id IS NULL THEN k.response_body::text END AS k_body
+                 FROM (SELECT label_id, caller_id, request_id, carrier_key, carrier_label_id, cost_cents, currency,
+                              created_by_key, created_at
+                         FROM labels WHERE created_at >= $1 AND created_at < $2) l
+                 FULL JOIN (SELECT caller_id, idem_key, request_id, state, response_status, response_body, created_at
+                              FROM idempotency_keys WHERE created_at >= $1 AND created_at < $2) k
+                   ON k.request_id = l.request_id
+                WHERE l.label_id IS NOT NULL
+                   OR (k.state = 'completed' AND k.response_status = 201 AND k.created_at <@ $4::tstzmultirange)) x
+       ) lk
+    ON lk.carrier_key = NULLIF(u.idempotency_key, '')
+ WHERE u.invoice_no IS NOT NULL OR lk.in_period OR lk.label_id IS NULL`
+
+	// For labels of the period whose key record was not in the window: look it
+	// up by its primary key; when it is gone (purged after KEY_RETENTION) the
+	// intent stands in for it, since the worker completes the key, inserts the
+	// label and marks the intent succeeded in one transaction.
+	sqlKeysOutsideWindow = `
+UPDATE rc_m t SET has_key = f.ok, key_state = f.state
+  FROM (SELECT l.label_id,
+               CASE WHEN k.request_id IS NOT NULL THEN ` + labelKey + `
+                    ELSE coalesce(i.status = 'succeeded' AND i.label_id = l.label_id, false) END AS ok,
+               CASE WHEN k.request_id IS NOT NULL THEN CASE WHEN ` + labelKey + ` THEN NULL ELSE ` + keyState + ` END
+                    WHEN i.request_id IS NULL THEN 'no key record and no intent'
+                    WHEN i.status <> 'succeeded' THEN 'no key record, and the intent is ' || i.status
+                    WHEN i.label_id <> l.label_id THEN 'no key record, and the intent names label ' || i.label_id END AS state
+          FROM (SELECT DISTINCT label_id FROM rc_m WHERE in_period AND has_key IS NULL) m
+          JOIN labels l ON l.label_id = m.label_id
+          LEFT JOIN idempotency_keys k
+                 ON k.caller_id = l.caller_id AND k.idem_key = l.created_by_key AND k.request_id = l.request_id
+          LEFT JOIN LATERAL (SELECT * FROM label_intents i WHERE i.request_id = l.request_id) i ON true) f
+ WHERE t.label_id = f.label_id AND t.in_period AND t.has_key IS NULL`
+
+	// Two labels under one carrier key (possible only when a caller reuses a
+	// key after it was purged) give a line two rows: keep the first label, and
+	// let the other one stand alone.
+	sqlLinesInWindow = `
+SELECT (SELECT count(*) FROM rc_m WHERE invoice_no IS NOT NULL),
+       (SELECT count(*) FROM invoice_lines WHERE billed_at >= $1 AND billed_at < $2)`
+	sqlDedupeKeyMatches = `
+WITH gone AS (
+       DELETE FROM rc_m a USING rc_m b
+        WHERE a.invoice_no = b.invoice_no AND a.line_no = b.line_no AND a.label_id > b.label_id
+       RETURNING a.*)
+INSERT INTO rc_m (label_id, lab_cost, lab_cur, created_at, in_period, has_key, key_state, g, rev)
+SELECT DISTINCT ON (label_id) label_id, lab_cost, lab_cur, created_at, in_period, has_key, key_state, label_id, false
+  FROM gone
+ WHERE in_period AND label_id NOT IN (SELECT label_id FROM rc_m WHERE label_id IS NOT NULL AND invoice_no IS NOT NULL)`
+
+	// Lines no carrier key matched, a few in a normal night, in one pass:
+	// match them by carrier label id, then tracking number, then reference,
+	// through the indexes of labels (a label matched so leaves its stand-alone
+	// row); group the rest by what they share, so that one carrier key or
+	// reference billed twice is a duplicate even with no label; and say what
+	// the intent behind their reference became, so that the report names a
+	// caller and a key.
+	sqlUnmatched = `
+WITH um AS MATERIALIZED (
+       SELECT invoice_no, line_no, in_report, NULLIF(l_cl, '') AS cl, NULLIF(l_tr, '') AS tr,
+              NULLIF(l_key, '') AS k, NULLIF(l_ref, '') AS ref
+         FROM rc_m WHERE label_id IS NULL AND invoice_no IS NOT NULL),
+     best AS MATERIALIZED (
+       SELECT DISTINCT ON (invoice_no, line_no) *
+         FROM (SELECT um.invoice_no, um.line_no, 2 AS how, l.label_id, l.carrier_label_id = um.cl AS same_cl
+                 FROM um JOIN labels l ON l.carrier_label_id = um.cl AND l.created_at >= $1 AND l.created_at < $2
+               UNION ALL
+               SELECT um.invoice_no, um.line_no, 3, l.label_id, l.carrier_label_id = um.cl
+                 FROM um JOIN labels l ON l.tracking_no = um.tr AND l.created_at >= $1 AND l.created_at < $2
+               UNION ALL
+               SELECT um.invoice_no, um.line_no, 4, l.label_id, l.carrier_label_id = um.cl
+                 FROM um JOIN labels l ON l.request_id = um.ref AND l.created_at >= $1 AND l.created_at < $2) c
+        ORDER BY invoice_no, line_no, how, label_id),
+     -- What is known of those labels: their row in rc_m, or, for a label of
+     -- a neighbouring day no line matched by key, the labels table.
+     info AS MATERIALIZED (
+       SELECT DISTINCT ON (b.label_id) b.label_id,
+              coalesce(m.lab_cost, l.cost_cents) AS lab_cost, coalesce(m.lab_cur, l.currency) AS lab_cur,
+              l.created_at, coalesce(m.in_period, false) AS in_period, m.has_key, m.key_state,
+              m.label_id IS NOT NULL AND m.invoice_no IS NULL AS alone
+         FROM (SELECT DISTINCT label_id FROM best) b
+         JOIN labels l ON l.label_id = b.label_id
+         LEFT JOIN rc_m m ON m.label_id = b.label_id
+        ORDER BY b.label_id, m.invoice_no NULLS FIRST),
+     orphan AS (
+       SELECT um.invoice_no, um.line_no,
+              chr(2) || coalesce('k' || um.k, 'r' || um.ref, 'c' || um.cl, 't' || um.tr,
+                                 'l' || um.invoice_no || ' ' || um.line_no) AS g,
+              i.caller_id, i.idem_key,
+              CASE WHEN i.status = 'succeeded' THEN 'the intent ' || i.request_id || ' has label ' || i.label_id || ', created outside the window'
+                   WHEN i.request_id IS NOT NULL THEN 'the intent ' || i.request_id || ' is ' || i.status END AS detail
+         FROM um
+         LEFT JOIN LATERAL (SELECT * FROM label_intents i WHERE um.in_report AND i.request_id = um.ref) i ON true
+        WHERE NOT EXISTS (SELECT 1 FROM best b WHERE b.invoice_no = um.invoice_no AND b.line_no = um.line_no)),
+     fix AS (
+       SELECT b.invoice_no, b.line_no, b.how, b.label_id, i.lab_cost, i.lab_cur, i.created_at, i.in_period,
+              i.has_key, i.key_state, b.same_cl, b.label_id AS g, NULL::text AS h_caller, NULL::text AS h_key,
+              NULL::text AS h_detail
+         FROM best b JOIN info i USING (label_id)
+       UNION ALL
+       SELECT invoice_no, line_no, NULL, NULL, NULL, NULL, NULL, false, NULL, NULL, NULL, g, caller_id, idem_key, detail
+         FROM orphan),
+     upd AS (
+       UPDATE rc_m m
+          SET g = f.g, how = f.how, label_id = f.label_id, lab_cost = f.lab_cost,
+              lab_cur = f.lab_cur, created_at = f.created_at, in_period = f.in_period, has_key = f.has_key,
+              key_state = f.key_state, same_cl = f.same_cl, h_caller = f.h_caller, h_key = f.h_key, h_detail = f.h_detail
+         FROM fix f
+        WHERE m.invoice_no = f.invoice_no AND m.line_no = f.line_no AND m.label_id IS NULL
+       RETURNING f.label_id)
+DELETE FROM rc_m d
+ WHERE d.invoice_no IS NULL AND d.label_id IN (SELECT label_id FROM info WHERE alone)
+   AND EXISTS (SELECT 1 FROM upd)`
+
+	// Credits net against their charge: in a group, each credit of -X reverses
+	// one charge of X, the least likely to be the label's own first (another
+	// carrier label id, then the latest). A credit that reverses no charge
+	// adjusts the group's amount instead.
+	sqlPairCredits = `
+WITH cg AS MATERIALIZED (SELECT DISTINCT g FROM rc_m WHERE l_cost < 0)
+UPDATE rc_m m SET rev = true
+  FROM (SELECT invoice_no, line_no
+          FROM (SELECT invoice_no, line_no, l_cost,
+                       row_number() OVER (PARTITION BY g, abs(l_cost), l_cost < 0
+                                          ORDER BY same_cl NULLS FIRST, billed_at DESC, invoice_no DESC, line_no DESC) AS rk,
+                       count(*) FILTER (WHERE l_cost > 0) OVER (PARTITION BY g, abs(l_cost)) AS charges,
+                       count(*) FILTER (WHERE l_cost < 0) OVER (PARTITION BY g, abs(l_cost)) AS credits
+                  FROM rc_m
+                 WHERE invoice_no IS NOT NULL AND l_cost <> 0 AND g IN (SELECT g FROM cg)) y
+         WHERE rk <= CASE WHEN l_cost > 0 THEN credits ELSE charges END) r
+ WHERE m.invoice_no = r.invoice_no AND m.line_no = r.line_no AND m.g IN (SELECT g FROM cg)`
+
+	// One pass over the groups decides every category, and the items are
+	// saved in report order in the same statement.
+	//
+	// In a group (a label, or lines sharing a key) the first line is the
+	// label's own charge: an unreversed charge, billed under the label's own
+	// carrier label id if one is, else the earliest. Further unreversed charges
+	// are duplicates. The label's billed amount is its first charge plus the
+	// credits that reversed nothing; it is matched when that equals its cost.
+	sqlItems = `
+INSERT INTO reconcile_items (run_id, item_no, category, subject, invoice_no, line_no, label_id,
+                             caller_id, idem_key, reference, carrier_key, amount_cents, currency, matched_by, detail)
+WITH multi AS MATERIALIZED (SELECT g FROM rc_m GROUP BY g HAVING count(*) > 1),
+     w AS (
+       -- A group of several lines (a label billed twice, a charge and its
+       -- credit…): its lines in order.
+       SELECT m.*,
+              row_number() OVER wo AS rk,
+              sum(CASE WHEN m.l_cost < 0 AND NOT m.rev THEN m.l_cost ELSE 0 END) OVER wa AS partial,
+              first_value(m.invoice_no) OVER wo AS p_inv,
+              first_value(m.line_no) OVER wo AS p_line,
+              first_value(CASE WHEN m.l_cost >= 0 AND NOT m.rev THEN m.l_cost END) OVER wo AS p_charge,
+              first_value(m.l_cur) OVER wo AS p_cur
+         FROM rc_m m
+        WHERE m.g IN (SELECT g FROM multi)
+       WINDOW wo AS (PARTITION BY m.g ORDER BY m.rev, m.l_cost < 0, m.same_cl DESC NULLS LAST,
+                     m.billed_at, m.invoice_no, m.line_no),
+              wa AS (wo ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)
+       UNION ALL
+       -- Almost every group is one line and its label, or a label alone:
+       -- no order to find.
+       SELECT m.*, 1, CASE WHEN m.l_cost < 0 AND NOT m.rev THEN m.l_cost ELSE 0 END, m.invoice_no, m.line_no,
+              CASE WHEN m.l_cost >= 0 AND NOT m.rev THEN m.l_cost END, m.l_cur
+         FROM rc_m m
+        WHERE m.g NOT IN (SELECT g FROM multi)),
+     c AS (
+       SELECT w.*,
+              coalesce(w.p_charge, 0) + w.partial AS eff,
+              CASE WHEN w.label_id IS NULL OR w.p_inv IS NULL THEN NULL
+                   WHEN coalesce(w.p_charge, 0) + w.partial = w.lab_cost AND w.p_cur = w.lab_cur THEN 'matched'
+                   ELSE 'amount_mismatch' END AS billing,
+              w.l_cost >= 0 AND NOT w.rev AND w.rk > 1 AS dup,
+              w.in_period AND NOT coalesce(w.has_key, false) AS no_key
+         FROM w),
+     items AS (
+       -- Each row of c is at most one item: an invoice line of the run, or a
+       -- label of the period whose own charge is not a line of the run (or
+       -- that has none).
+       SELECT CASE WHEN NOT x.line THEN CASE WHEN x.no_key THEN 'label_without_key'
+                                             WHEN x.invoice_no IS NULL THEN 'label_not_billed'
+                                             ELSE x.billing END
+                   WHEN x.dup THEN 'duplicate_charge'
+                   WHEN x.label_id IS NULL THEN CASE WHEN x.rev THEN 'matched' ELSE 'billed_without_label' END
+                   WHEN x.rk = 1 AND x.no_key THEN 'label_without_key'
+                   ELSE x.billing END AS category,
+              CASE WHEN NOT x.line THEN 'label'
+                   WHEN x.label_id IS NOT NULL AND x.rk = 1 AND x.in_period THEN 'line+label'
+                   ELSE 'line' END AS subject,
+              CASE WHEN x.line THEN x.invoice_no END AS invoice_no,
+              CASE WHEN x.line THEN x.line_no END AS line_no,
+              x.label_id,
+              x.h_caller AS caller_id, x.h_key AS idem_key, NULL::text AS reference, NULL::text AS carrier_key,
+              CASE WHEN x.line AND (x.dup OR x.label_id IS NULL) THEN CASE WHEN x.rev THEN 0 ELSE x.l_cost END
+                   WHEN x.line AND x.rk > 1 THEN 0
+                   WHEN (x.rk = 1 AND x.no_key) OR x.invoice_no IS NULL THEN x.lab_cost
+                   WHEN x.billing = 'amount_mismatch' AND x.p_cur = x.lab_cur THEN x.eff - x.lab_cost
+                   ELSE x.eff END AS amount_cents,
+              CASE WHEN x.line AND (x.dup OR x.label_id IS NULL OR x.rk > 1) THEN x.l_cur
+                   WHEN (x.rk = 1 AND x.no_key) OR x.invoice_no IS NULL THEN x.lab_cur
+                   ELSE x.p_cur END AS currency,
+              CASE WHEN x.line THEN (ARRAY['idempotency_key', 'carrier_label_id', 'tracking_no', 'reference'])[x.how] END AS matched_by,
+              CASE WHEN x.line AND x.dup THEN 'duplicate of ' || x.p_inv || ' line ' || x.p_line
+                   WHEN x.line AND x.label_id IS NULL AND x.rev THEN 'a charge and a credit that cancel out'
+                   WHEN x.line AND x.label_id IS NULL THEN x.h_detail
+                   WHEN x.line AND x.rk > 1 THEN 'nets against ' || x.p_inv || ' line ' || x.p_line
+                   WHEN x.no_key THEN coalesce(x.key_state, 'the key record names another label')
+                   WHEN x.invoice_no IS NULL THEN NULL
+                   WHEN x.billing = 'amount_mismatch' AND x.line
+                        THEN format('billed %s %s, label cost %s %s', x.eff, x.p_cur, x.lab_cost, x.lab_cur)
+                   WHEN x.billing = 'amount_mismatch'
+                        THEN format('billed %s %s on %s line %s, label cost %s %s', x.eff, x.p_cur, x.p_inv, x.p_line, x.lab_cost, x.lab_cur)
+                   WHEN NOT x.line THEN 'billed on ' || x.p_inv || ' line ' || x.p_line
+              END AS detail
+         FROM (SELECT c.*, coalesce(c.in_report, false) AS line FROM c) x
+        WHERE x.line
+           OR (x.label_id IS NOT NULL AND x.in_period AND x.rk = 1
+               AND NOT (x.invoice_no IS NULL AND NOT x.no_key AND x.created_at > $2))
+       UNION ALL
+       -- completed keys of the period naming a label that does not exist
+       SELECT 'key_without_label', 'key', NULL, NULL, o.named, o.k_caller, o.k_key, o.k_request, i.carrier_key,
+              CASE WHEN o.cost ~ '^-?[0-9]{1,18}$' THEN o.cost::bigint END, o.currency, NULL,
+              CASE WHEN o.named IS NULL THEN 'the saved response names no label'
+                   ELSE 'the saved response names ' || o.named || ', which does not exist' END
+         FROM (SELECT k_caller, k_key, k_request, k_body::json ->> 'label_id' AS named,
+                      k_body::json ->> 'cost_cents' AS cost, k_body::json ->> 'currency' AS currency
+                 FROM rc_m WHERE invoice_no IS NULL AND label_id IS NULL) o
+         LEFT JOIN LATERAL (SELECT carrier_key FROM label_intents i WHERE i.request_id = o.k_request) i ON true
+        WHERE NOT EXISTS (SELECT 1 FROM labels x WHERE x.label_id = o.named)
+       UNION ALL
+       -- intents of the period still pending after stuck-after
+       SELECT 'stuck_intent', 'intent', NULL, NULL, NULL, i.caller_id, i.idem_key, i.request_id, i.carrier_key,
+              NULL, NULL, NULL,
+              'pending since ' || to_char(i.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+         FROM label_intents i
+        WHERE i.status = 'pending' AND i.created_at < $4 AND i.created_at <@ $3::tstzmultirange)
+SELECT $1, row_number() OVER (ORDER BY ` + fmt.Sprintf(categoryRankSQL, "category") + `,
+                              invoice_no COLLATE "C" NULLS LAST, line_no, label_id COLLATE "C" NULLS LAST,
+                              caller_id COLLATE "C", idem_key COLLATE "C"),
+       category, subject, invoice_no, line_no, label_id, caller_id, idem_key, reference, carrier_key,
+       amount_cents, currency, matched_by, detail
+  FROM items`
+
+	// The counts of the saved items.
+	sqlCounts = `
+SELECT category, coalesce(currency, ''), invoice_no IS NOT NULL, count(*), coalesce(sum(amount_cents), 0)
+  FROM reconcile_items WHERE run_id = $1 GROUP BY 1, 2, 3`
+
+	sqlPeriodLabels = `
+SELECT count(DISTINCT label_id) FILTER (WHERE in_period),
+       count(*) FILTER (WHERE invoice_no IS NULL AND in_period AND coalesce(has_key, false) AND created_at > $1)
+  FROM rc_m WHERE label_id IS NOT NULL`
+)
+
+// match runs the statements above in tx and returns the saved items, counted,
+// and the labels of the period, with those left out in their grace period.
+func match(ctx context.Context, tx pgx.Tx, s scope, step func(string)) (groups []counted, labels, inGrace int, err error) {
+	exec := func(name, sql string, args ...any) error {
+		if step != nil {
+			step(name)
+		}
+		if _, err := tx.Exec(ctx, sql, args...); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		return nil
+	}
+	inReport := "i.run_id = $3"
+	if s.staged {
+		inReport = "(i.run_id = $3 OR EXISTS (SELECT 1 FROM rc_stage s WHERE s.invoice_no = i.invoice_no AND s.line_no = i.line_no))"
+	}
+	if err := exec("match by carrier key", fmt.Sprintf(sqlMatchByKey, inReport), s.lo, s.hi, s.runID, s.period); err != nil {
+		return nil, 0, 0, err
+	}
+	if err := exec("keys outside the window", sqlKeysOutsideWindow); err != nil {
+		return nil, 0, 0, err
+	}
+	var rows, lines int64
+	if err := tx.QueryRow(ctx, sqlLinesInWindow, s.lo, s.hi).Scan(&rows, &lines); err != nil {
+		return nil, 0, 0, fmt.Errorf("count lines: %w", err)
+	}
+	if rows != lines {
+		if err := exec("one label per line", sqlDedupeKeyMatches); err != nil {
+			return nil, 0, 0, err
+		}
+	}
+	if err := exec("lines with no carrier key match", sqlUnmatched, s.lo, s.hi); err != nil {
+		return nil, 0, 0, err
+	}
+	if err := exec("net credits", sqlPairCredits); err != nil {
+		return nil, 0, 0, err
+	}
+	if err := exec("categorise and save items", sqlItems, s.runID, s.graceBefore, s.period, s.stuckBefore); err != nil {
+		return nil, 0, 0, err
+	}
+	rs, err := tx.Query(ctx, sqlCounts, s.runID)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("count items: %w", err)
+	}
+	for rs.Next() {
+		var g counted
+		if err := rs.Scan(&g.category, &g.currency, &g.line, &g.n, &g.cents); err != nil {
+			rs.Close()
+			return nil, 0, 0, err
+		}
+		groups = append(groups, g)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, 0, 0, fmt.Errorf("count items: %w", err)
+	}
+	if err := tx.QueryRow(ctx, sqlPeriodLabels, s.graceBefore).Scan(&labels, &inGrace); err != nil {
+		return nil, 0, 0, fmt.Errorf("count labels: %w", err)
+	}
+	return groups, labels, inGrace, nil
+}
+
+// periodRange writes days (UTC midnights) as a tstzmultirange literal.
+func periodRange(days []time.Time) string {
+	parts := make([]string, len(days))
+	for i, d := range days {
+		parts[i] = fmt.Sprintf("[%s,%s)", d.Format(time.RFC3339), d.AddDate(0, 0, 1).Format(time.RFC3339))
+	}
+	return "{" + strings.Join(parts, ",") + "}"
+}

@@ -1,0 +1,212 @@
+package reconcile
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Report is one saved run: what it covered, its counts, and its items, which
+// stay in the database and are read on demand ([Report.Items]).
+type Report struct {
+	RunID int64
+	// Source is the file name, or "carrier:YYYY-MM-DD".
+	Source string
+	// Period lists the billing days (YYYY-MM-DD, UTC) of the run.
+	Period     []string
+	StartedAt  time.Time
+	FinishedAt time.Time
+	Grace      time.Duration
+	StuckAfter time.Duration
+	// LinesRead is the number of lines in the invoice; LinesNew of them were
+	// stored by this run, the others were imported before with the same content.
+	LinesRead int
+	LinesNew  int
+	// Labels is the number of labels created in the period; LabelsInGrace of
+	// them are unbilled but younger than Grace, and are not reported.
+	Labels        int
+	LabelsInGrace int
+	// Counts has every category, zeros included: the number of items in each.
+	Counts map[string]int
+	// Amounts is, per category and currency, the sum of the items' amounts in
+	// cents (see reconcile_items.amount_cents).
+	Amounts map[string]map[string]int64
+	// First holds the first items of each category, in report order.
+	First map[string][]Item
+
+	db         *pgxpool.Pool
+	firstItems int
+}
+
+// Item is one line, label, key or intent of a run, with the ids to act on.
+type Item struct {
+	ItemNo   int    `json:"item_no"`
+	Category string `json:"category"`
+	// Subject is one of the Subject… constants.
+	Subject   string     `json:"subject"`
+	InvoiceNo string     `json:"invoice_no"`
+	LineNo    int        `json:"line_no"`
+	BilledAt  *time.Time `json:"billed_at"`
+	LabelID   string     `json:"label_id"`
+	CallerID  string     `json:"caller_id"`
+	// IdempotencyKey is the caller's key; CarrierKey the key sent to the carrier.
+	IdempotencyKey string `json:"idempotency_key"`
+	CarrierKey     string `json:"carrier_key"`
+	// Reference is our label request id.
+	Reference      string `json:"reference"`
+	CarrierLabelID string `json:"carrier_label_id"`
+	TrackingNo     string `json:"tracking_no"`
+	// BilledCents is the invoice line's amount; CostCents the label's.
+	BilledCents *int64 `json:"billed_cents"`
+	CostCents   *int64 `json:"cost_cents"`
+	// AmountCents is what the item is about, in Currency: the billed amount
+	// of a matched label, the difference of an amount_mismatch, the charge of
+	// a duplicate or of a line with no label, the cost of an unbilled label.
+	AmountCents *int64 `json:"amount_cents"`
+	Currency    string `json:"currency"`
+	// MatchedBy says how the line found its label: idempotency_key,
+	// carrier_label_id, tracking_no or reference.
+	MatchedBy string `json:"matched_by"`
+	Detail    string `json:"detail"`
+}
+
+// Discrepancies is the number of items not matched.
+func (r *Report) Discrepancies() int {
+	n := 0
+	for c, k := range r.Counts {
+		if c != Matched {
+			n += k
+		}
+	}
+	return n
+}
+
+// ExitCode is the exit status operations.md gives a run that finished: 0 when
+// every item is matched, 1 when any discrepancy is found.
+func (r *Report) ExitCode() int {
+	if r.Discrepancies() > 0 {
+		return 1
+	}
+	return 0
+}
+
+// ErrNoRun is returned by [Load] for a run id never saved.
+var ErrNoRun = errors.New("reconcile: no such run")
+
+// Load reads a saved run.
+func Load(ctx context.Context, pool *pgxpool.Pool, runID int64) (*Report, error) {
+	r := &Report{RunID: runID, db: pool, firstItems: DefaultFirstItems}
+	var (
+		period          []time.Time
+		grace, stuck    int64 // microseconds
+		counts, amounts []byte
+	)
+	err := pool.QueryRow(ctx, `
+		SELECT source, period, started_at, finished_at,
+		       (extract(epoch FROM grace) * 1e6)::bigint, (extract(epoch FROM stuck_after) * 1e6)::bigint,
+		       lines_read, lines_new, labels, labels_in_grace, counts, amounts
+		  FROM reconcile_runs WHERE run_id = $1`, runID).Scan(
+		&r.Source, &period, &r.StartedAt, &r.FinishedAt, &grace, &stuck,
+		&r.LinesRead, &r.LinesNew, &r.Labels, &r.LabelsInGrace, &counts, &amounts)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNoRun
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.StartedAt, r.FinishedAt = r.StartedAt.UTC(), r.FinishedAt.UTC()
+	r.Grace, r.StuckAfter = time.Duration(grace)*time.Microsecond, time.Duration(stuck)*time.Microsecond
+	for _, d := range period {
+		r.Period = append(r.Period, d.Format(time.DateOnly))
+	}
+	if err := json.Unmarshal(counts, &r.Counts); err != nil {
+		return nil, fmt.Errorf("run %d counts: %w", runID, err)
+	}
+	if err := json.Unmarshal(amounts, &r.Amounts); err != nil {
+		return nil, fmt.Errorf("run %d amounts: %w", runID, err)
+	}
+	for _, c := range Categories {
+		if _, ok := r.Counts[c]; !ok {
+			r.Counts[c] = 0
+		}
+	}
+	if err := r.loadFirst(ctx); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+const itemColumns = `item_no, category, subject, coalesce(invoice_no, ''), coalesce(line_no, 0), billed_at,
+	coalesce(label_id, ''), coalesce(caller_id, ''), coalesce(idem_key, ''), coalesce(carrier_key, ''),
+	coalesce(reference, ''), coalesce(carrier_label_id, ''), coalesce(tracking_no, ''),
+	billed_cents, cost_cents, amount_cents, coalesce(currency, ''), coalesce(matched_by, ''), coalesce(detail, '')`
+
+func scanItem(rows pgx.Rows, it *Item) error {
+	err := rows.Scan(&it.ItemNo, &it.Category, &it.Subject, &it.InvoiceNo, &it.LineNo, &it.BilledAt,
+		&it.LabelID, &it.CallerID, &it.IdempotencyKey, &it.CarrierKey, &it.Reference, &it.CarrierLabelID,
+		&it.TrackingNo, &it.BilledCents, &it.CostCents, &it.AmountCents, &it.Currency, &it.MatchedBy, &it.Detail)
+	if err == nil && it.BilledAt != nil {
+		t := it.BilledAt.UTC()
+		it.BilledAt = &t
+	}
+	return err
+}
+
+// loadFirst reads the first items of each category. Items are numbered by
+// category, so category c holds item numbers after those of the categories
+// before it: the first ones are a handful of primary key lookups.
+func (r *Report) loadFirst(ctx context.Context) error {
+	r.First = map[string][]Item{}
+	var nos []int32
+	start := 1
+	for _, c := range Categories {
+		for i := 0; i < min(r.Counts[c], r.firstItems); i++ {
+			nos = append(nos, int32(start+i))
+		}
+		start += r.Counts[c]
+	}
+	if len(nos) == 0 {
+		return nil
+	}
+	rows, err := r.db.Query(ctx, `SELECT `+itemColumns+` FROM reconcile_item_details
+		WHERE run_id = $1 AND item_no = ANY ($2) ORDER BY item_no`, r.RunID, nos)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var it Item
+		if err := scanItem(rows, &it); err != nil {
+			return err
+		}
+		r.First[it.Category] = append(r.First[it.Category], it)
+	}
+	return rows.Err()
+}
+
+// Items calls fn with every item of the run, in report order, reading them
+// from the database as it goes. fn must not keep it: the Item is reused.
+func (r *Report) Items(ctx context.Context, fn func(it *Item) error) error {
+	rows, err := r.db.Query(ctx, `SELECT `+itemColumns+` FROM reconcile_item_details
+		WHERE run_id = $1 ORDER BY item_no`, r.RunID)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var it Item
+	for rows.Next() {
+		it = Item{}
+		if err := scanItem(rows, &it); err != nil {
+			return err
+		}
+		if err := fn(&it); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
