@@ -1,0 +1,131 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/labelkit/labels"
+	"github.com/labelkit/labels/idempotency"
+)
+
+// The short run of CI: about 100 intents, a worker killed every 4 s for 25 s,
+// the API killed once, PostgreSQL restarted once, then the drain (most of a
+// minute after the last kill) and every check. Under two minutes on two cores.
+func TestShortRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and the fleet; about two minutes")
+	}
+	if err := CheckPrerequisites(); errors.Is(err, ErrNoPostgres) {
+		t.Skip(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	fig, err := Run(ctx, Config{
+		Intents:   100,
+		Duration:  25 * time.Second,
+		KillEvery: 4 * time.Second,
+		Seed:      1,
+		Progress:  testWriter{t},
+	})
+	require.NoError(t, err)
+	var out strings.Builder
+	fig.Print(&out)
+	t.Log("\n" + out.String())
+	require.Empty(t, fig.Violations)
+	require.Equal(t, 100, fig.Succeeded)
+	require.Equal(t, 100, fig.CarrierPurchases)
+	require.Equal(t, 100, fig.ReplaysChecked)
+	require.Positive(t, fig.WorkerKills)
+	require.Equal(t, 1, fig.APIKills)
+	require.Equal(t, 1, fig.DBRestarts)
+	require.Positive(t, fig.Answers[503], "the PostgreSQL restart is seen as 503 store_unavailable")
+}
+
+// Every rendering of an intent is the same request: it decodes to the same
+// values once the defaults are applied, and has the same canonical form; the
+// renderings differ in their bytes.
+func TestRenderingsAreOneRequest(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 50 {
+		p := newParcel(rng, int64(1000+i), 1+i%3)
+		want := canonical(t, p.render(0, nil))
+		seen := map[string]bool{}
+		for range 20 {
+			b := p.render(1, rng)
+			require.True(t, json.Valid(b), "%s", b)
+			require.Equal(t, want, canonical(t, b), "%s", b)
+			seen[string(b)] = true
+		}
+		require.Greater(t, len(seen), 10, "renderings vary")
+	}
+}
+
+// canonical decodes a body as the API's parcel, applies the defaults and
+// returns its canonical JSON.
+func canonical(t *testing.T, body []byte) string {
+	t.Helper()
+	var p labels.Parcel
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	require.NoError(t, dec.Decode(&p), "%s", body)
+	if p.LabelVersion == 0 {
+		p.LabelVersion = 1
+	}
+	c, err := idempotency.Canonical(p)
+	require.NoError(t, err)
+	return string(c)
+}
+
+func TestJSONStringEscapes(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"München", "東京", "a\"b\\c", "tab\there", "😀 emoji"} {
+		for _, all := range []bool{false, true} {
+			var got string
+			require.NoError(t, json.Unmarshal(jsonString(s, all), &got))
+			require.Equal(t, s, got)
+			if all {
+				require.True(t, isASCII(jsonString(s, all)), "%s", jsonString(s, all))
+			}
+		}
+	}
+}
+
+func isASCII(b []byte) bool {
+	for _, c := range b {
+		if c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, Config{}.Validate())
+	for _, c := range []Config{
+		{Intents: 1},
+		{Duration: time.Second},
+		{Workers: 30},
+		{KillEvery: 100 * time.Millisecond},
+		{BinDir: "/nonexistent"},
+	} {
+		require.Error(t, c.Validate(), "%+v", c)
+	}
+}
+
+// testWriter sends each line of progress to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
