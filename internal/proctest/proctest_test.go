@@ -188,9 +188,13 @@ func TestWaitFailsWhenTheProcessExits(t *testing.T) {
 func TestWaitLineHonoursContext(t *testing.T) {
 	t.Parallel()
 	p := proctest.StartT(t, os.Args[0], helperOpts("serve"))
+	// Once it listens, the helper has installed its SIGTERM handler, so the
+	// test's cleanup stops it cleanly however early it runs.
+	_, err := p.WaitListening(testContext(t), "listening")
+	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(testContext(t), 200*time.Millisecond)
 	defer cancel()
-	_, err := p.WaitLine(ctx, func(proctest.Line) bool { return false })
+	_, err = p.WaitLine(ctx, func(proctest.Line) bool { return false })
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.False(t, p.Exited())
 }
