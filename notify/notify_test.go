@@ -22,7 +22,16 @@ func TestNotifierReachesSubscribers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	l := notify.NewListener(pool.Config().ConnConfig.Copy(), zerolog.Nop(), notify.ChannelFinal)
+	// Subscribed before the listener starts, the wildcard subscriber is woken
+	// when the listener has connected and listens.
+	any, unsubscribe := l.Subscribe(notify.ChannelFinal, "")
+	defer unsubscribe()
 	go l.Run(ctx)
+	select {
+	case <-any:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the listener did not connect")
+	}
 
 	// 1,000 request ids do not fit one payload: they go out in several chunks.
 	ids := make([]string, 1000)
@@ -32,13 +41,6 @@ func TestNotifierReachesSubscribers(t *testing.T) {
 		ch, unsubscribe := l.Subscribe(notify.ChannelFinal, ids[i])
 		defer unsubscribe()
 		subs[i] = ch
-	}
-	any, unsubscribe := l.Subscribe(notify.ChannelFinal, "")
-	defer unsubscribe()
-	// The first wake-up of every subscriber comes from the listener connecting.
-	<-any
-	for _, ch := range subs {
-		<-ch
 	}
 
 	n := notify.NewNotifier(pool, 5*time.Millisecond, zerolog.Nop())
