@@ -1,0 +1,271 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/labelkit/labels"
+	"github.com/labelkit/labels/idempotency"
+)
+
+// TestBenchTiny runs the whole harness with tiny sizes against a private
+// PostgreSQL server of its own (the default) and checks that the JSON, the
+// Markdown and the PNG are written and add up. Timings are not checked: they
+// are what the harness measures, not what a test may assert.
+func TestBenchTiny(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binaries and starts a private PostgreSQL server")
+	}
+	for _, bin := range []string{"initdb", "pg_ctl"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			if m, _ := filepath.Glob("/usr/lib/postgresql/*/bin/" + bin); len(m) == 0 {
+				t.Skipf("no %s: the PostgreSQL server binaries are needed", bin)
+			}
+		}
+	}
+	if _, err := findPgbench(); err != nil {
+		t.Skip(err)
+	}
+	t.Parallel()
+	out := t.TempDir()
+	args := []string{"bench", "--quick", "--out", out,
+		"--concurrency", "2,4", "--duration", "1s", "--warmup", "200ms", "--repeat-share", "0.3",
+		"--e2e-creates", "40", "--e2e-concurrency", "4", "--sim-latencies", "0s,20ms",
+		"--replay-sizes", "200,1000", "--replay-rate", "100", "--replay-concurrency", "2",
+		"--purge-max", "20s", "--reconcile-lines", "0"}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, args, func(string) string { return "" }, &stdout, &stderr)
+	require.Equal(t, 0, code, "stderr:\n%s", stderr.String())
+
+	// One set of files, named by the date.
+	matches, err := filepath.Glob(filepath.Join(out, "*.json"))
+	require.NoError(t, err)
+	require.Len(t, matches, 1)
+	base := strings.TrimSuffix(matches[0], ".json")
+	for _, ext := range []string{".md", ".png", "-api-cpu.pprof"} {
+		fi, err := os.Stat(base + ext)
+		require.NoError(t, err, ext)
+		require.Positive(t, fi.Size(), ext)
+	}
+
+	var r Results
+	b, err := os.ReadFile(base + ".json")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &r))
+	require.Empty(t, r.Errors)
+	require.Equal(t, "quick", r.Mode)
+	require.Equal(t, filepath.Base(base), r.Date)
+	require.Positive(t, r.Machine.CPUs)
+	require.Contains(t, r.Machine.PostgreSQL, "PostgreSQL")
+	require.NotEmpty(t, r.Machine.Settings["synchronous_commit"])
+
+	// The ceiling and the accept ran at each concurrency.
+	require.Len(t, r.Ceiling, 2)
+	require.Len(t, r.Accept, 2)
+	for i, c := range []int{2, 4} {
+		ce, ac := r.Ceiling[i], r.Accept[i]
+		require.Equal(t, c, ce.Concurrency)
+		require.Empty(t, ce.Error)
+		require.Positive(t, ce.Transactions)
+		require.Zero(t, ce.Failed)
+		require.Positive(t, ce.TPS)
+		require.Equal(t, int(ce.Transactions), ce.Latency.Count, "one latency per pgbench transaction")
+		require.Equal(t, c, ac.Concurrency)
+		require.Zero(t, ac.Errors, ac.FirstError)
+		require.Positive(t, ac.New)
+		require.Positive(t, ac.Repeats, "a share of the requests repeat an earlier key")
+		require.Equal(t, ac.New+ac.Repeats, ac.Requests)
+		require.Equal(t, ac.Requests, ac.Statuses["202"], "new keys and repeats of pending ones are all 202")
+		require.InDelta(t, ac.PerSec/ce.TPS, ac.RatioToCeiling, 0.01)
+		require.LessOrEqual(t, ac.Latency.P50, ac.Latency.P99)
+		require.Positive(t, ac.DB.Commits, "the database saw the accepts commit")
+	}
+
+	// End to end: every create became final, timed in the database.
+	require.Len(t, r.EndToEnd, 2)
+	for _, e := range r.EndToEnd {
+		require.Empty(t, e.Error)
+		require.EqualValues(t, 40, e.Succeeded)
+		require.Zero(t, e.Pending)
+		require.Zero(t, e.Failed)
+		require.Equal(t, 40, e.Submit.New)
+		require.Equal(t, 40, e.ToFinal.Count)
+		require.Positive(t, e.CreatesPerSec)
+	}
+	require.GreaterOrEqual(t, r.EndToEnd[1].ToFinal.P50, 20.0, "the simulator's 20 ms are inside 202 → final")
+
+	// Replays answer 201 from the filled keys, back to back and paced.
+	require.Len(t, r.Replays, 2)
+	for i, n := range []int{200, 1000} {
+		rp := r.Replays[i]
+		require.Equal(t, n, rp.Keys)
+		require.Empty(t, rp.Error)
+		for _, l := range []LoadRun{rp.Load, rp.Paced} {
+			require.Zero(t, l.Errors, l.FirstError)
+			require.Positive(t, l.Requests)
+			require.Equal(t, l.Requests, l.Statuses["201"])
+		}
+		require.EqualValues(t, 100, rp.Paced.Rate)
+	}
+
+	// The store: 1000 records of a plausible size, all purged.
+	require.NotNil(t, r.Store)
+	require.EqualValues(t, 1000, r.Store.Rows)
+	require.Greater(t, r.Store.BytesPerRecord, 200.0)
+	require.Less(t, r.Store.BytesPerRecord, 4000.0)
+	require.InDelta(t, r.Store.BytesPerRecord, r.Store.HeapPerRecord+r.Store.IndexPerRecord+r.Store.ToastPerRecord, 1)
+	require.EqualValues(t, 1000, r.Store.Purge.Deleted)
+	require.True(t, r.Store.Purge.Complete)
+
+	// The reconciliation phase runs another package's benchmark (see
+	// TestReconcileOutput); --reconcile-lines 0 leaves it out here.
+	require.Nil(t, r.Reconcile)
+
+	require.NotNil(t, r.Profile)
+	require.Empty(t, r.Profile.Error)
+	require.Positive(t, r.Profile.CPUSeconds)
+	require.NotEmpty(t, r.Profile.Categories)
+	require.NotEmpty(t, r.Profile.Top)
+	var sum float64
+	for _, c := range r.Profile.Categories {
+		sum += c.Share
+	}
+	require.InDelta(t, 1, sum, 0.01, "the categories split the whole profile")
+
+	// The bar names every check it could make.
+	names := map[string]bool{}
+	for _, c := range r.Bar {
+		names[c.Name] = true
+	}
+	for _, want := range []string{"accept / ceiling at concurrency 2", "end to end / ceiling, simulator 0 ms",
+		"replay p99 with 1 k keys, at 100/s", "bytes per key record"} {
+		require.True(t, names[want], "bar check %q missing from %v", want, names)
+	}
+
+	md, err := os.ReadFile(base + ".md")
+	require.NoError(t, err)
+	for _, want := range []string{"Accept against the ceiling", "| 2 | ", "| 4 | ", "End to end", "Replays", "bytes per key record", "The bar"} {
+		require.Contains(t, string(md), want)
+	}
+	require.Contains(t, stdout.String(), "Accept against the ceiling", "the table is printed too")
+
+	f, err := os.Open(base + ".png")
+	require.NoError(t, err)
+	defer f.Close()
+	img, err := png.Decode(f)
+	require.NoError(t, err)
+	require.Greater(t, img.Bounds().Dx(), 600)
+	require.Greater(t, img.Bounds().Dy(), 200)
+}
+
+func TestFlags(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"QuickAndLong", []string{"--quick", "--long"}, "exclude each other"},
+		{"BadConcurrency", []string{"--concurrency", "8,x"}, "--concurrency"},
+		{"ZeroConcurrency", []string{"--concurrency", "0"}, "not between 1 and 1000"},
+		{"UnknownPhase", []string{"--phases", "ceiling,nap"}, `unknown phase "nap"`},
+		{"RemoteServer", []string{"--server", "postgres://db.example:5432/x"}, "loopback"},
+		{"Unsorted", []string{"--replay-sizes", "1000,10"}, "increasing"},
+		{"Argument", []string{"now"}, "unexpected argument"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr bytes.Buffer
+			code := run(context.Background(), append([]string{"bench", "--out", t.TempDir()}, tc.args...), func(string) string { return "" }, &stdout, &stderr)
+			require.Equal(t, 2, code)
+			require.Contains(t, stderr.String(), tc.want)
+		})
+	}
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, run(context.Background(), []string{"bench", "--help"}, func(string) string { return "" }, &stdout, &stderr))
+	require.Contains(t, stdout.String(), "--quick")
+}
+
+func TestSummarizeAndBar(t *testing.T) {
+	t.Parallel()
+	var ns []int64
+	for i := 1; i <= 1000; i++ {
+		ns = append(ns, int64(i)*int64(time.Millisecond))
+	}
+	l := summarize(ns)
+	require.Equal(t, 1000, l.Count)
+	require.InDelta(t, 500, l.P50, 1)
+	require.InDelta(t, 990, l.P99, 1)
+	require.InDelta(t, 1000, l.Max, 0.001)
+
+	r := &Results{
+		Accept:   []LoadRun{{Concurrency: 32, RatioToCeiling: 0.85, Latency: Latency{P99: 30}}},
+		EndToEnd: []E2ERun{{SimLatencyMs: 50, RatioToCeiling: 0.3, CeilingConcurrency: 32}},
+		Store:    &Store{Rows: 10, BytesPerRecord: 500},
+	}
+	got := map[string]bool{}
+	for _, c := range checkBar(r) {
+		got[c.Name] = c.Pass
+	}
+	require.Equal(t, map[string]bool{
+		"accept / ceiling at concurrency 32":    true,
+		"accept p99 at concurrency 32":          false,
+		"end to end / ceiling, simulator 50 ms": false,
+		"bytes per key record":                  true,
+	}, got)
+}
+
+// TestTemplates checks that the fill's templates give the bytes the API
+// computes: the canonical form behind the fingerprint, and the body.
+func TestTemplates(t *testing.T) {
+	t.Parallel()
+	for _, order := range []int64{replayBase, replayBase + 1, replayBase + 1023, replayBase + 1024, replayBase + 999_999, 1, 9_000_000_000_000_000} {
+		key, intent, err := filledRow(order-replayBase, time.Now())
+		require.NoError(t, err)
+		canonical, err := idempotency.Canonical(parcelFor(order))
+		require.NoError(t, err)
+		require.Equal(t, idempotency.Fingerprint("POST", "/v1/labels", canonical), key[2], "order %d", order)
+		require.Equal(t, string(bodyFor(order)), intent[8], "order %d", order)
+	}
+}
+
+// TestReconcileOutput reads the figure out of what go test -bench prints.
+func TestReconcileOutput(t *testing.T) {
+	t.Parallel()
+	out := "goos: linux\nBenchmarkReconcile-2   \t       1\t62863079090 ns/op\t     15908 lines/s\n--- BENCH: BenchmarkReconcile-2\nPASS\n"
+	m := reconcileLinesPerSec.FindStringSubmatch(out)
+	require.NotNil(t, m)
+	require.Equal(t, "62863079090", m[1])
+	require.Equal(t, "15908", m[2])
+}
+
+// TestReplayBodyMatchesFill checks that a replayed request is the request
+// the filled key was made for: the same fingerprint, or the API answers 422.
+func TestReplayBodyMatchesFill(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	key, intent, err := filledRow(7, now)
+	require.NoError(t, err)
+	order := int64(replayBase + 7)
+	require.Equal(t, keyFor(order), key[1])
+	require.Equal(t, order, intent[5])
+	var p labels.Parcel
+	require.NoError(t, json.Unmarshal(bodyFor(order), &p))
+	require.Equal(t, order, p.OrderID)
+	canonical, err := idempotency.Canonical(p)
+	require.NoError(t, err)
+	require.Equal(t, idempotency.Fingerprint("POST", "/v1/labels", canonical), key[2], "the saved fingerprint is the body's")
+	require.Equal(t, string(bodyFor(order)), intent[8], "the intent's payload is the body sent")
+}

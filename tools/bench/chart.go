@@ -1,0 +1,169 @@
+package main
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+	"os"
+	"strconv"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+var (
+	colCeiling = color.RGBA{R: 0x55, G: 0x55, B: 0x55, A: 0xff}
+	colAccept  = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
+	colE2E     = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
+	colE2ESlow = color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}
+)
+
+// Chart draws throughput (left) and latency (right) against concurrency:
+// the pgbench ceiling and the accept, with the end-to-end rates as points.
+func Chart(path string, r *Results) error {
+	ticks := plot.ConstantTicks{}
+	xmin, xmax := math.Inf(1), math.Inf(-1)
+	for _, c := range r.Setup.Concurrency {
+		ticks = append(ticks, plot.Tick{Value: float64(c), Label: strconv.Itoa(c)})
+		xmin, xmax = math.Min(xmin, float64(c)), math.Max(xmax, float64(c))
+	}
+	axisX := func(p *plot.Plot) {
+		p.X.Label.Text = "concurrency (clients)"
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = ticks
+		p.X.Min, p.X.Max = xmin/1.4, xmax*1.4
+	}
+
+	thr := plot.New()
+	thr.Title.Text = "Throughput"
+	thr.Y.Label.Text = "per second"
+	axisX(thr)
+	thr.Y.Min = 0
+	thr.Legend.Top = true
+	thr.Legend.Left = true
+
+	lat := plot.New()
+	lat.Title.Text = "Latency"
+	lat.Y.Label.Text = "ms (log scale)"
+	axisX(lat)
+	lat.Y.Scale = plot.LogScale{}
+	lat.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	lat.Legend.Top = true
+	lat.Legend.Left = true
+
+	var ceilTPS, ceilP50, ceilP99, accPS, accP50, accP99 plotter.XYs
+	for _, c := range r.Ceiling {
+		if c.TPS > 0 {
+			x := float64(c.Concurrency)
+			ceilTPS = append(ceilTPS, plotter.XY{X: x, Y: c.TPS})
+			ceilP50 = append(ceilP50, plotter.XY{X: x, Y: positive(c.Latency.P50)})
+			ceilP99 = append(ceilP99, plotter.XY{X: x, Y: positive(c.Latency.P99)})
+		}
+	}
+	for _, a := range r.Accept {
+		if a.Requests > 0 {
+			x := float64(a.Concurrency)
+			accPS = append(accPS, plotter.XY{X: x, Y: a.PerSec})
+			accP50 = append(accP50, plotter.XY{X: x, Y: positive(a.Latency.P50)})
+			accP99 = append(accP99, plotter.XY{X: x, Y: positive(a.Latency.P99)})
+		}
+	}
+	var ymax float64
+	for _, xy := range append(append(plotter.XYs{}, ceilTPS...), accPS...) {
+		ymax = math.Max(ymax, xy.Y)
+	}
+	if err := addLine(thr, ceilTPS, "ceiling: pgbench tps", colCeiling, false); err != nil {
+		return err
+	}
+	if err := addLine(thr, accPS, "accept: requests/s", colAccept, false); err != nil {
+		return err
+	}
+	for i, e := range r.EndToEnd {
+		if e.CreatesPerSec <= 0 {
+			continue
+		}
+		col := colE2E
+		if i > 0 {
+			col = colE2ESlow
+		}
+		s, err := plotter.NewScatter(plotter.XYs{{X: float64(e.Concurrency), Y: e.CreatesPerSec}})
+		if err != nil {
+			return err
+		}
+		s.GlyphStyle.Color = col
+		s.GlyphStyle.Radius = vg.Points(4)
+		s.GlyphStyle.Shape = draw.PyramidGlyph{}
+		thr.Add(s)
+		thr.Legend.Add(fmt.Sprintf("end to end, sim %g ms: creates/s", e.SimLatencyMs), s)
+		ymax = math.Max(ymax, e.CreatesPerSec)
+	}
+	thr.Y.Max = ymax * 1.25
+	thr.Add(plotter.NewGrid())
+
+	for _, l := range []struct {
+		xys    plotter.XYs
+		name   string
+		col    color.Color
+		dashed bool
+	}{
+		{ceilP50, "ceiling p50", colCeiling, true},
+		{ceilP99, "ceiling p99", colCeiling, false},
+		{accP50, "accept p50", colAccept, true},
+		{accP99, "accept p99", colAccept, false},
+	} {
+		if err := addLine(lat, l.xys, l.name, l.col, l.dashed); err != nil {
+			return err
+		}
+	}
+	// The bar: accept p99 at most 25 ms at concurrency 32.
+	bar, err := plotter.NewLine(plotter.XYs{{X: xmin / 1.4, Y: barAcceptP99}, {X: xmax * 1.4, Y: barAcceptP99}})
+	if err != nil {
+		return err
+	}
+	bar.LineStyle.Color = colE2E
+	bar.LineStyle.Dashes = []vg.Length{vg.Points(2), vg.Points(3)}
+	lat.Add(bar)
+	lat.Legend.Add("bar: p99 ≤ 25 ms at 32", bar)
+	lat.Add(plotter.NewGrid())
+
+	img := vgimg.New(vg.Points(960), vg.Points(400))
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Points(24), PadTop: vg.Points(8), PadBottom: vg.Points(8), PadLeft: vg.Points(8), PadRight: vg.Points(12)}
+	plots := [][]*plot.Plot{{thr, lat}}
+	canvases := plot.Align(plots, tiles, dc)
+	thr.Draw(canvases[0][0])
+	lat.Draw(canvases[0][1])
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func addLine(p *plot.Plot, xys plotter.XYs, name string, col color.Color, dashed bool) error {
+	if len(xys) == 0 {
+		return nil
+	}
+	l, s, err := plotter.NewLinePoints(xys)
+	if err != nil {
+		return err
+	}
+	l.LineStyle.Color, l.LineStyle.Width = col, vg.Points(1.5)
+	if dashed {
+		l.LineStyle.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
+	}
+	s.GlyphStyle.Color, s.GlyphStyle.Radius, s.GlyphStyle.Shape = col, vg.Points(2.5), draw.CircleGlyph{}
+	p.Add(l, s)
+	p.Legend.Add(name, l, s)
+	return nil
+}
+
+// positive keeps a log axis away from zero.
+func positive(v float64) float64 { return math.Max(v, 0.01) }

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// dbMark is the database's counters at one moment.
+type dbMark struct {
+	at       time.Time
+	commits  int64
+	rollback int64
+	walLSN   int64 // bytes since 0/0
+	walSyncs int64
+}
+
+// dbWatch reads the counters of one database and samples what its busy
+// backends wait on, over one load.
+type dbWatch struct {
+	url, dbName string
+
+	conn    *pgx.Conn
+	start   dbMark
+	stop    chan struct{}
+	done    chan struct{}
+	mu      sync.Mutex
+	counts  map[string]int
+	idleTx  map[string]int // the last statement of backends idle in a transaction
+	samples int
+}
+
+// watchDB starts watching; the returned watch's finish ends it.
+func watchDB(ctx context.Context, url, dbName string) (*dbWatch, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	w := &dbWatch{url: url, dbName: dbName, conn: conn, stop: make(chan struct{}), done: make(chan struct{}), counts: map[string]int{}, idleTx: map[string]int{}}
+	if w.start, err = w.mark(ctx); err != nil {
+		conn.Close(ctx)
+		return nil, err
+	}
+	go w.sample(ctx)
+	return w, nil
+}
+
+func (w *dbWatch) mark(ctx context.Context) (dbMark, error) {
+	m := dbMark{at: time.Now()}
+	// Counters are flushed by each backend at most once a second (pg_stat_*),
+	// which is small against a load of several seconds.
+	err := w.conn.QueryRow(ctx, `
+		SELECT d.xact_commit, d.xact_rollback,
+		       (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint,
+		       (SELECT wal_sync FROM pg_stat_wal)
+		  FROM pg_stat_database d WHERE d.datname = $1`, w.dbName).Scan(&m.commits, &m.rollback, &m.walLSN, &m.walSyncs)
+	return m, err
+}
+
+// sample counts the states of the database's busy backends every 20 ms.
+func (w *dbWatch) sample(ctx context.Context) {
+	defer close(w.done)
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rows, err := w.conn.Query(ctx, `
+			SELECT state, coalesce(wait_event_type, ''), coalesce(wait_event, ''), left(query, 200)
+			  FROM pg_stat_activity
+			 WHERE datname = $1 AND pid <> pg_backend_pid()
+			   AND state IN ('active', 'idle in transaction')`, w.dbName)
+		if err != nil {
+			return
+		}
+		local, idle := map[string]int{}, map[string]int{}
+		for rows.Next() {
+			var state, typ, ev, query string
+			if rows.Scan(&state, &typ, &ev, &query) != nil {
+				continue
+			}
+			local[waitName(state, typ, ev)]++
+			if state == "idle in transaction" {
+				idle[statementName(query)]++
+			}
+		}
+		rows.Close()
+		w.mu.Lock()
+		for k, v := range local {
+			w.counts[k] += v
+		}
+		for k, v := range idle {
+			w.idleTx[k] += v
+		}
+		w.samples++
+		w.mu.Unlock()
+	}
+}
+
+func waitName(state, typ, ev string) string {
+	switch {
+	case state == "idle in transaction":
+		return "in transaction, waiting for the client"
+	case typ == "":
+		return "running (CPU)"
+	case typ == "Lock" && ev == "object":
+		return "Lock:object (NOTIFY's commit lock)"
+	}
+	return typ + ":" + ev
+}
+
+// finish stops the sampling and returns the deltas.
+func (w *dbWatch) finish(ctx context.Context) DB {
+	close(w.stop)
+	<-w.done
+	defer w.conn.Close(context.WithoutCancel(ctx))
+	end, err := w.mark(context.WithoutCancel(ctx))
+	if err != nil {
+		return DB{}
+	}
+	secs := end.at.Sub(w.start.at).Seconds()
+	d := DB{
+		Commits:   end.commits - w.start.commits,
+		Rollbacks: end.rollback - w.start.rollback,
+		WALBytes:  end.walLSN - w.start.walLSN,
+		WALSyncs:  end.walSyncs - w.start.walSyncs,
+		Samples:   w.samples,
+	}
+	if secs > 0 {
+		d.CommitsPerSec = round1(float64(d.Commits) / secs)
+	}
+	if d.WALSyncs > 0 {
+		d.CommitsPerSync = round2(float64(d.Commits) / float64(d.WALSyncs))
+	}
+	w.mu.Lock()
+	total := 0
+	for _, v := range w.counts {
+		total += v
+	}
+	for k, v := range w.counts {
+		d.Waits = append(d.Waits, Share{Name: k, Share: round3(float64(v) / float64(total))})
+	}
+	idleTotal := 0
+	for _, v := range w.idleTx {
+		idleTotal += v
+	}
+	for k, v := range w.idleTx {
+		d.IdleInTransactionAfter = append(d.IdleInTransactionAfter, Share{Name: k, Share: round3(float64(v) / float64(idleTotal))})
+	}
+	w.mu.Unlock()
+	sortShares(d.Waits)
+	if len(d.Waits) > 8 {
+		d.Waits = d.Waits[:8]
+	}
+	sortShares(d.IdleInTransactionAfter)
+	if len(d.IdleInTransactionAfter) > 6 {
+		d.IdleInTransactionAfter = d.IdleInTransactionAfter[:6]
+	}
+	return d
+}
+
+// statementName shortens a statement to its first words, whitespace folded.
+func statementName(q string) string {
+	f := strings.Fields(q)
+	if len(f) > 8 {
+		f = f[:8]
+	}
+	return strings.Join(f, " ")
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

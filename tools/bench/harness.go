@@ -1,0 +1,414 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/labelkit/labels/internal/devdb"
+	"github.com/labelkit/labels/internal/proctest"
+)
+
+// Order ids: new requests count up from firstOrder; filled keys start at
+// replayBase. Both give keys of the seed's length (label:1000001:1:v1).
+const (
+	firstOrder = 1_000_000
+	replayBase = 100_000_000_000
+)
+
+// callerName is the caller every request is sent as.
+const callerName = "bench"
+
+// harness is one run: the server, the database, the processes, the results.
+type harness struct {
+	cfg  Config
+	logf func(format string, args ...any)
+	res  *Results
+
+	work    string // temporary directory, removed at the end
+	bins    *proctest.Binaries
+	pgbench string
+
+	serverURL  string // maintenance database of the server
+	privateDir string // the private server's directory; "" with --server
+	dbName     string
+	dbURL      string
+	pool       *pgxpool.Pool // the harness's own: fills, truncates, queries
+	token      string
+
+	api    *proctest.Process
+	apiURL string
+	cpu    *cpuMeter
+
+	orders atomic.Int64 // the last order id handed out to a new request
+	filled int          // keys filled for the replays so far
+}
+
+// Run measures everything cfg names and returns the results, also when a
+// phase failed (the error names every failed phase).
+func Run(ctx context.Context, cfg Config) (*Results, error) {
+	logf := cfg.LogFunc
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	began := time.Now()
+	h := &harness{cfg: cfg, logf: logf, cpu: &cpuMeter{}}
+	h.orders.Store(firstOrder)
+	h.res = &Results{
+		Date:      began.UTC().Format("2006-01-02"),
+		StartedAt: began.UTC().Truncate(time.Second),
+		Command:   cfg.Command,
+		Mode:      cfg.Mode,
+		Machine:   machine(),
+		Setup: Setup{
+			DurationSeconds:   cfg.Duration.Seconds(),
+			Rounds:            cfg.Rounds,
+			WarmupSeconds:     cfg.Warmup.Seconds(),
+			Concurrency:       cfg.Concurrency,
+			RepeatShare:       cfg.RepeatShare,
+			E2ECreates:        cfg.E2ECreates,
+			E2EConcurrency:    cfg.E2EConcurrency,
+			ReplayConcurrency: cfg.ReplayConcurrency,
+			ReplayRate:        cfg.ReplayRate,
+			LogLevel:          cfg.LogLevel,
+			Phases:            cfg.Phases,
+			CeilingScript:     ceilingScript,
+		},
+	}
+	h.res.Machine.LoadAverageStart = loadAverage()
+	err := h.setup(ctx)
+	if err == nil {
+		err = h.phases(ctx)
+	}
+	if cerr := h.teardown(); cerr != nil {
+		err = errors.Join(err, cerr)
+	}
+	h.res.Machine.LoadAverageEnd = loadAverage()
+	h.res.Seconds = round1(time.Since(began).Seconds())
+	h.res.Bar = checkBar(h.res)
+	return h.res, err
+}
+
+// phases runs each phase; a failed phase is reported and the next one runs.
+func (h *harness) phases(ctx context.Context) error {
+	var errs []error
+	step := func(name string, f func(context.Context) error) {
+		if ctx.Err() != nil {
+			return
+		}
+		began := time.Now()
+		h.logf("phase %s", name)
+		if err := f(ctx); err != nil {
+			h.res.Errors = append(h.res.Errors, name+": "+err.Error())
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			h.logf("phase %s FAILED after %s: %v", name, time.Since(began).Round(time.Second), err)
+			return
+		}
+		h.logf("phase %s done in %s", name, time.Since(began).Round(time.Second))
+	}
+	if h.cfg.has(PhaseCeiling) || h.cfg.has(PhaseAccept) {
+		step("ceiling+accept", h.ceilingAndAccept)
+	}
+	if h.cfg.has(PhaseProfile) {
+		step(PhaseProfile, h.profile)
+	}
+	if h.cfg.has(PhaseE2E) {
+		step(PhaseE2E, h.endToEnd)
+	}
+	if h.cfg.has(PhaseReplay) {
+		step(PhaseReplay, h.replays)
+	}
+	if h.cfg.has(PhaseStore) {
+		step(PhaseStore, h.store)
+	}
+	if h.cfg.has(PhaseReconcile) && h.cfg.ReconcileLines > 0 {
+		step(PhaseReconcile, h.reconcile)
+	}
+	if ctx.Err() != nil {
+		errs = append(errs, ctx.Err())
+	}
+	return errors.Join(errs...)
+}
+
+// setup builds the binaries, starts or finds the server, creates and
+// migrates the database, adds the caller and starts the API.
+func (h *harness) setup(ctx context.Context) error {
+	var err error
+	if h.work, err = os.MkdirTemp("", "labels-bench-"); err != nil {
+		return err
+	}
+	// A private server runs as user postgres when this runs as root: it must
+	// be able to enter the directory.
+	if err := os.Chmod(h.work, 0o755); err != nil {
+		return err
+	}
+	if h.pgbench, err = findPgbench(); err != nil && (h.cfg.has(PhaseCeiling)) {
+		return err
+	}
+	h.res.Machine.Pgbench = pgbenchVersion(h.pgbench)
+	if err := h.binaries(ctx); err != nil {
+		return err
+	}
+	if err := h.server(ctx); err != nil {
+		return err
+	}
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	h.dbName = "labels_bench_" + hex.EncodeToString(suffix)
+	h.logf("database %s", h.dbName)
+	if h.dbURL, err = devdb.EnsureDatabase(ctx, h.serverURL, h.dbName); err != nil {
+		return fmt.Errorf("creating %s: %w", h.dbName, err)
+	}
+	if _, err := h.command(ctx, "api", "migrate"); err != nil {
+		return err
+	}
+	res, err := h.command(ctx, "api", "caller", "add", callerName)
+	if err != nil {
+		return err
+	}
+	if h.token = res.LastLine(); h.token == "" {
+		return errors.New("api caller add printed no token")
+	}
+	pcfg, err := pgxpool.ParseConfig(h.dbURL)
+	if err != nil {
+		return err
+	}
+	pcfg.MaxConns = 4
+	pcfg.ConnConfig.RuntimeParams["application_name"] = "bench-harness"
+	if h.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return err
+	}
+	if err := h.settings(ctx); err != nil {
+		return err
+	}
+	return h.startAPI(ctx)
+}
+
+func (h *harness) binaries(ctx context.Context) error {
+	if h.cfg.BinDir != "" {
+		h.bins = &proctest.Binaries{Dir: h.cfg.BinDir}
+	} else {
+		h.logf("building ./cmd/api ./cmd/worker ./cmd/carrier ./tools/bench/apiprof")
+		b, err := proctest.Build(ctx, &proctest.BuildOpts{
+			OutDir:   filepath.Join(h.work, "bin"),
+			Packages: []string{"./cmd/api", "./cmd/worker", "./cmd/carrier", "./tools/bench/apiprof"},
+		})
+		if err != nil {
+			return err
+		}
+		h.bins = b
+	}
+	for _, name := range []string{"api", "worker", "carrier", "apiprof"} {
+		if !h.bins.Has(name) {
+			return fmt.Errorf("no %s binary in %s", name, h.bins.Dir)
+		}
+	}
+	return nil
+}
+
+// server starts the private server, or checks the one given.
+func (h *harness) server(ctx context.Context) error {
+	if h.cfg.ServerURL != "" {
+		u, err := url.Parse(h.cfg.ServerURL)
+		if err != nil {
+			return fmt.Errorf("--server: %w", err)
+		}
+		u.Path = "/postgres"
+		conn, err := pgx.Connect(ctx, u.String())
+		if err != nil {
+			return fmt.Errorf("--server %s: %w", redact(h.cfg.ServerURL), err)
+		}
+		conn.Close(ctx)
+		h.serverURL = u.String()
+		h.res.Machine.Server = redact(h.serverURL) + " (shared: other work may use it; PostgreSQL's CPU is not measured)"
+		return nil
+	}
+	h.privateDir = filepath.Join(h.work, "pg")
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	h.logf("starting a private PostgreSQL server on 127.0.0.1:%d", port)
+	// Port 1 answers nobody, so devdb starts the private server at once (and
+	// says so, which is no news here).
+	quiet := func(format string, args ...any) {
+		if !strings.HasPrefix(format, "devdb: no server answers") {
+			h.logf(format, args...)
+		}
+	}
+	u, err := devdb.Ensure(ctx, devdb.Options{URL: "postgres://127.0.0.1:1/postgres?sslmode=disable", Dir: h.privateDir, Port: port, Log: quiet})
+	if err != nil {
+		return err
+	}
+	h.serverURL = u
+	h.res.Machine.Server = "private (internal/devdb: initdb, max_connections=300, otherwise defaults)"
+	b, err := os.ReadFile(filepath.Join(h.privateDir, "data", "postmaster.pid"))
+	if err == nil {
+		h.cpu.postmaster, _ = strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	}
+	return nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// settings records the server's version and the settings that decide commit speed.
+func (h *harness) settings(ctx context.Context) error {
+	if err := h.pool.QueryRow(ctx, `SELECT version()`).Scan(&h.res.Machine.PostgreSQL); err != nil {
+		return err
+	}
+	for _, name := range []string{"shared_buffers", "synchronous_commit", "fsync", "wal_sync_method", "commit_delay",
+		"wal_buffers", "max_wal_size", "checkpoint_timeout", "max_connections", "full_page_writes"} {
+		var v string
+		if err := h.pool.QueryRow(ctx, `SELECT current_setting($1)`, name).Scan(&v); err != nil {
+			return err
+		}
+		h.res.Machine.Settings[name] = v
+	}
+	return nil
+}
+
+// env is what every binary gets (proctest passes nothing else of ours).
+func (h *harness) env(extra ...string) []string {
+	return append([]string{"DATABASE_URL=" + h.dbURL, "LOG_FORMAT=json", "LOG_LEVEL=" + h.cfg.LogLevel}, extra...)
+}
+
+func (h *harness) command(ctx context.Context, name string, args ...string) (*proctest.Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	return proctest.Run(ctx, h.bins.Path(name), &proctest.Opts{Name: name + " " + strings.Join(args, " "), Args: args, Env: h.env()})
+}
+
+// start starts a long-running binary and waits for its listening line and
+// GET /healthz there.
+func (h *harness) start(ctx context.Context, bin, name, listening string, env ...string) (*proctest.Process, string, error) {
+	p, err := proctest.Start(context.WithoutCancel(ctx), h.bins.Path(bin), &proctest.Opts{Name: name, Env: h.env(env...), Grace: time.Minute})
+	if err != nil {
+		return nil, "", err
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	addr, err := p.WaitListening(wctx, listening)
+	if err == nil {
+		err = p.WaitHealthy(wctx, addr)
+	}
+	if err != nil {
+		_ = p.Kill()
+		return nil, "", err
+	}
+	return p, addr, nil
+}
+
+func (h *harness) startAPI(ctx context.Context) error {
+	p, addr, err := h.start(ctx, "api", "api", "listening", "API_ADDR=127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	h.api, h.apiURL = p, "http://"+addr
+	h.cpu.api = p.Pid()
+	h.logf("api %s", h.apiURL)
+	return nil
+}
+
+func stop(p *proctest.Process) error {
+	if p == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return p.Stop(ctx)
+}
+
+// teardown stops everything it started and drops what it created.
+func (h *harness) teardown() error {
+	var errs []error
+	if err := stop(h.api); err != nil {
+		errs = append(errs, err)
+	}
+	if h.pool != nil {
+		h.pool.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if h.dbName != "" && !h.cfg.Keep {
+		if err := dropDatabase(ctx, h.serverURL, h.dbName); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if h.privateDir != "" && !h.cfg.Keep {
+		if err := devdb.Stop(ctx, h.privateDir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if h.work != "" {
+		if h.cfg.Keep {
+			h.logf("kept %s (database %s on %s)", h.work, h.dbName, redact(h.serverURL))
+		} else {
+			_ = os.RemoveAll(h.work)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func dropDatabase(ctx context.Context, serverURL, name string) error {
+	if !strings.HasPrefix(name, "labels_bench_") {
+		return fmt.Errorf("refusing to drop %q: not a labels_bench_ database", name)
+	}
+	conn, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{name}.Sanitize()+` WITH (FORCE)`)
+	return err
+}
+
+func redact(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "?"
+	}
+	return p.Redacted()
+}
+
+// reset empties the tables a load writes, and on a private server writes a
+// checkpoint, so that every load starts from the same state.
+func (h *harness) reset(ctx context.Context) error {
+	if _, err := h.pool.Exec(ctx, `TRUNCATE idempotency_keys, label_intents, labels, idempotency_tombstones, river_job`); err != nil {
+		return err
+	}
+	if h.privateDir != "" {
+		if _, err := h.pool.Exec(ctx, `CHECKPOINT`); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// apiBackends counts the database's client connections other than the harness's.
+func (h *harness) apiBackends(ctx context.Context) int {
+	var n int
+	_ = h.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = $1 AND backend_type = 'client backend' AND application_name <> 'bench-harness'
+		  AND pid <> pg_backend_pid()`, h.dbName).Scan(&n)
+	return n
+}

@@ -1,0 +1,309 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/labelkit/labels"
+)
+
+// The requests the load sends are the seed's example with the order id
+// changed: each order id names one parcel (parcelFor) and one key (keyFor),
+// so a repeat, or a replay of a filled key, can send the same key and body.
+
+// keyFor is the derived key of the seed's form, label:{order}:{parcel}:v{version}.
+func keyFor(order int64) string {
+	return "label:" + strconv.FormatInt(order, 10) + ":1:v1"
+}
+
+var (
+	services = []string{"ground", "express", "overnight"}
+	cities   = []string{"Exampleton", "Musterstadt", "Berlin", "Hamburg", "München"}
+)
+
+// parcelVariants is how many different parcels there are besides the order
+// id: the fill renders each once (see fillTemplates).
+const parcelVariants = 1024
+
+// parcelFor is the parcel of an order, with the defaults applied as the API
+// applies them before it takes the fingerprint.
+func parcelFor(order int64) labels.Parcel {
+	h := uint64(order%parcelVariants) * 0x9E3779B97F4A7C15
+	return labels.Parcel{
+		OrderID:      order,
+		ParcelNo:     1,
+		WeightG:      100 + int(h%30_000),
+		Service:      services[h%3],
+		LabelVersion: 1,
+		ShipTo: labels.Address{
+			Name:       "Customer " + strconv.FormatUint(h%100_000, 10),
+			Line1:      strconv.FormatUint(1+h%999, 10) + " Example Street",
+			Line2:      "",
+			City:       cities[h%uint64(len(cities))],
+			PostalCode: strconv.FormatUint(10_000+h%89_999, 10),
+			Country:    "DE",
+		},
+	}
+}
+
+// bodyFor is the JSON body of an order's request.
+func bodyFor(order int64) []byte {
+	b, _ := json.Marshal(parcelFor(order))
+	return b
+}
+
+// loadSpec is one closed-loop load.
+type loadSpec struct {
+	Name        string
+	BaseURL     string // http://host:port
+	Token       string
+	Concurrency int
+	Warmup      time.Duration
+	Duration    time.Duration
+	// RepeatShare of the requests repeat an earlier accepted key and body of
+	// the same client (202 while pending, 201 once completed).
+	RepeatShare float64
+	// NextOrder hands out order ids for new requests.
+	NextOrder *atomic.Int64
+	// Count, when positive, ends the load after that many new requests have
+	// been sent (the end-to-end run) instead of after Duration.
+	Count int64
+	// ReplayFrom and ReplayN, when ReplayN is positive, make every request a
+	// replay of a filled key: an order drawn uniformly from [ReplayFrom, ReplayFrom+ReplayN).
+	ReplayFrom, ReplayN int64
+	// Rate, when positive, paces the requests at that many per second
+	// (spread over the goroutines) instead of sending them back to back.
+	Rate float64
+	// Accepted, when set, receives the order id of every 202 to a new request.
+	Accepted func(order int64)
+}
+
+// loadClient is the HTTP client of a load: keep-alive, one connection per
+// goroutine, no compression.
+func loadClient(concurrency int) *http.Client {
+	return &http.Client{
+		Timeout: 30 * time.Second,
+		Transport: &http.Transport{
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        concurrency * 2,
+			MaxIdleConnsPerHost: concurrency * 2,
+			IdleConnTimeout:     time.Minute,
+			DisableCompression:  true,
+		},
+	}
+}
+
+// clientStats is one goroutine's record.
+type clientStats struct {
+	newLat, repLat []int64 // nanoseconds
+	statuses       map[int]int
+	errors         int
+	firstErr       string
+}
+
+// runLoad runs spec and returns what it measured. Requests that end during
+// the warm-up are not counted; neither are requests started after the end.
+func runLoad(ctx context.Context, spec loadSpec) LoadRun {
+	client := loadClient(spec.Concurrency)
+	defer client.CloseIdleConnections()
+	start := time.Now()
+	measureFrom := start.Add(spec.Warmup)
+	end := measureFrom.Add(spec.Duration)
+	if spec.Count > 0 {
+		measureFrom = start
+		end = start.Add(24 * time.Hour)
+	}
+	var sent atomic.Int64
+	// With a rate, a pacer hands out the scheduled start times and latency is
+	// measured from them, so a slow answer delays the count rather than the
+	// schedule (no coordinated omission).
+	var slots chan time.Time
+	if spec.Rate > 0 {
+		slots = make(chan time.Time, 4096)
+		go func() {
+			defer close(slots)
+			interval := time.Duration(float64(time.Second) / spec.Rate)
+			for next := start; next.Before(end) && ctx.Err() == nil; next = next.Add(interval) {
+				if d := time.Until(next); d > 0 {
+					time.Sleep(d)
+				}
+				select {
+				case slots <- next:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	stats := make([]*clientStats, spec.Concurrency)
+	var wg sync.WaitGroup
+	for g := range spec.Concurrency {
+		st := &clientStats{statuses: map[int]int{}}
+		stats[g] = st
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(start.UnixNano()), uint64(g)))
+			var mine []int64 // accepted orders of this goroutine, for repeats
+			for ctx.Err() == nil {
+				var began time.Time
+				if slots != nil {
+					t, ok := <-slots
+					if !ok {
+						return
+					}
+					began = t
+				} else if began = time.Now(); began.After(end) {
+					return
+				}
+				var order int64
+				repeat := false
+				switch {
+				case spec.ReplayN > 0:
+					order = spec.ReplayFrom + rng.Int64N(spec.ReplayN)
+					repeat = true
+				case len(mine) > 0 && rng.Float64() < spec.RepeatShare:
+					order = mine[rng.IntN(len(mine))]
+					repeat = true
+				default:
+					if spec.Count > 0 && sent.Add(1) > spec.Count {
+						return
+					}
+					order = spec.NextOrder.Add(1)
+				}
+				status, err := post(ctx, client, spec.BaseURL, spec.Token, keyFor(order), bodyFor(order))
+				took := time.Since(began)
+				counted := !began.Before(measureFrom)
+				ok := err == nil && (status == http.StatusAccepted || (repeat && status == http.StatusCreated))
+				if !repeat && status == http.StatusAccepted {
+					if len(mine) < 4096 {
+						mine = append(mine, order)
+					} else {
+						mine[rng.IntN(len(mine))] = order
+					}
+					if spec.Accepted != nil {
+						spec.Accepted(order)
+					}
+				}
+				if !counted {
+					continue
+				}
+				if err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					st.errors++
+					if st.firstErr == "" {
+						st.firstErr = err.Error()
+					}
+					continue
+				}
+				st.statuses[status]++
+				if !ok {
+					st.errors++
+					if st.firstErr == "" {
+						what := "a new key"
+						if repeat {
+							what = "a repeat"
+						}
+						st.firstErr = fmt.Sprintf("%s answered %d", what, status)
+					}
+					continue
+				}
+				if repeat {
+					st.repLat = append(st.repLat, int64(took))
+				} else {
+					st.newLat = append(st.newLat, int64(took))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// The window ends when the last request started in it has been answered.
+	elapsed := time.Since(measureFrom)
+	r := LoadRun{Name: spec.Name, Concurrency: spec.Concurrency, Rate: spec.Rate, Seconds: round2(elapsed.Seconds()), Statuses: map[string]int{}}
+	var all, newL, repL []int64
+	for _, st := range stats {
+		newL = append(newL, st.newLat...)
+		repL = append(repL, st.repLat...)
+		r.Errors += st.errors
+		if r.FirstError == "" {
+			r.FirstError = st.firstErr
+		}
+		for k, v := range st.statuses {
+			r.Statuses[strconv.Itoa(k)] += v
+		}
+	}
+	all = append(append(all, newL...), repL...)
+	r.New, r.Repeats, r.Requests = len(newL), len(repL), len(all)
+	if s := elapsed.Seconds(); s > 0 {
+		r.PerSec = round1(float64(r.Requests) / s)
+		r.NewPerSec = round1(float64(r.New) / s)
+	}
+	r.Latency, r.NewLatency, r.RepLatency = summarize(all), summarize(newL), summarize(repL)
+	r.newLat, r.repLat = newL, repL
+	return r
+}
+
+// post sends one create and reads the whole answer.
+func post(ctx context.Context, client *http.Client, baseURL, token, key string, body []byte) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+"/v1/labels", bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return 0, errors.Join(errors.New("reading the answer"), err)
+	}
+	return resp.StatusCode, nil
+}
+
+// summarize sorts ns (nanoseconds) and summarises it in milliseconds.
+func summarize(ns []int64) Latency {
+	if len(ns) == 0 {
+		return Latency{}
+	}
+	slices.Sort(ns)
+	var sum float64
+	for _, v := range ns {
+		sum += float64(v)
+	}
+	q := func(p float64) float64 {
+		i := int(p*float64(len(ns))+0.5) - 1
+		i = max(0, min(len(ns)-1, i))
+		return ms(ns[i])
+	}
+	return Latency{
+		Count: len(ns),
+		Mean:  round3(sum / float64(len(ns)) / 1e6),
+		P50:   q(0.50),
+		P90:   q(0.90),
+		P99:   q(0.99),
+		P999:  q(0.999),
+		Max:   ms(ns[len(ns)-1]),
+	}
+}
+
+func ms(ns int64) float64 { return round3(float64(ns) / 1e6) }
+
+func round1(v float64) float64 { return float64(int64(v*10+0.5)) / 10 }
+func round2(v float64) float64 { return float64(int64(v*100+0.5)) / 100 }
+func round3(v float64) float64 { return float64(int64(v*1000+0.5)) / 1000 }

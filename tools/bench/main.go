@@ -1,0 +1,385 @@
+// Command bench measures the label service on this machine in one run and
+// writes the figures issue 8 asks for, next to the ceiling the database itself
+// sets:
+//
+//	go tool task bench            (go run ./tools/bench)
+//	go run ./tools/bench --quick  (a smoke run: short loads, small stores)
+//	go run ./tools/bench --long   (adds replays with 10 M keys in the store)
+//
+// It builds the real binaries (cmd/api, cmd/worker, cmd/carrier, and
+// tools/bench/apiprof for the profile), starts a private PostgreSQL server in
+// a temporary directory (or uses --server), creates a throwaway database
+// (labels_bench_<random>), migrates it, and measures (the profile runs right
+// after the accept, on tables of the same size):
+//
+//  1. the ceiling: pgbench running the accept's own transaction shape (BEGIN;
+//     one key row; one outbox row; COMMIT) with random keys and column values
+//     of the real sizes, at each concurrency (-c N -j 2);
+//  2. the accept: the real api process under a closed-loop Go HTTP client
+//     (keep-alive, N goroutines, a share of repeats of earlier keys and bodies)
+//     at the same concurrencies, alternating with pgbench in rounds (15 s
+//     each in three rounds of 5 s), so that both see the same machine;
+//  3. end to end: api + one worker (WORKER_CONCURRENCY=100) + the carrier
+//     simulator at 0 and 50 ms latency; a fixed number of creates sent as fast
+//     as they are answered, timed from label_intents.created_at to
+//     completed_at in the database;
+//  4. replays: completed keys (with their intents) filled by COPY to 10 k and
+//     1 M (10 M with --long), replayed through the api by 8 clients, back to
+//     back (throughput) and paced at 400/s (latency, from the scheduled start);
+//  5. the store: bytes per key record at the largest fill, and the purge rate
+//     of idempotency.Purge (the sweeper's statement, batch 1000);
+//  6. reconciliation: bench/BenchmarkReconcile, as it is, with
+//     200 k lines (1 M with --long: its seeding alone takes minutes here),
+//     run as a subprocess;
+//  7. a CPU profile of the API (tools/bench/apiprof: the same handler in its
+//     own process, with /debug/pprof) under the accept load at concurrency 32.
+//
+// During every load it records the CPU each process used (client, api,
+// PostgreSQL, pgbench) and samples pg_stat_activity's wait events, so that the
+// report says where the time went as well as how much was done.
+//
+// It writes DIR/<date>.json, DIR/<date>.md (the table), DIR/<date>.png (the
+// chart: throughput and latency against concurrency) and DIR/<date>-api-cpu.pprof
+// with DIR = --out (default bench/results at the module root). The ratios to
+// the ceiling are checked against issue 8's bar in the report; no threshold
+// makes the command fail. Benchmarks measure; tests check.
+//
+// Exit status: 0 when every phase ran, 1 when a phase failed (the report is
+// still written, naming it), 2 on a bad flag, 130 when interrupted.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/labelkit/labels/internal/proctest"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+const usage = `Usage: bench [flags]
+
+Measures the label service on this machine against the pgbench ceiling of its
+own accept transaction, and writes DIR/<date>.json, .md and .png.
+
+Flags:
+  --quick              a smoke run: 3 s loads, 1 k and 10 k keys, 300 creates end to end
+  --long               also replay with 10 M keys in the store
+  --out DIR            where the results go (default bench/results at the module root)
+  --server URL         use this PostgreSQL server (a throwaway labels_bench_* database
+                       is created on it and dropped) instead of a private one
+  --duration D         length of each measured load (default 15s; --quick 3s)
+  --rounds N           the ceiling and the accept at one concurrency alternate in
+                       N rounds of duration/N each, merged (default 3; --quick 1)
+  --warmup D           unmeasured load before each (default 1s)
+  --concurrency LIST   client concurrencies (default 8,32,128)
+  --repeat-share F     share of accept requests that repeat an earlier key and body (default 0.1)
+  --e2e-creates N      creates sent end to end per simulator latency (default 4000; --quick 300)
+  --e2e-concurrency N  clients of the end-to-end run (default 32)
+  --sim-latencies LIST simulator latencies end to end (default 0s,50ms)
+  --replay-sizes LIST  keys in the store for the replays (default 10000,1000000;
+                       --long adds 10000000; --quick 1000,10000)
+  --replay-concurrency N  clients of the replay runs (default 8)
+  --replay-rate R      replays per second of the paced replay run, whose p50/p99
+                       are held to the bar (default 400: the seed's average
+                       create rate, all of it replays)
+  --purge-max D        longest the purge measurement runs (default 20s; --quick 5s)
+  --reconcile-lines N  lines of the reconciliation benchmark (default 200000;
+                       --long 1000000; --quick 10000; 0 skips it)
+  --phases LIST        phases to run (default all: ceiling,accept,e2e,replay,store,reconcile,profile)
+  --log-level LEVEL    LOG_LEVEL of the api and the worker (default info, as deployed)
+  --bin DIR            prebuilt binaries (api, worker, carrier, apiprof) instead of building them
+  --keep               keep the database (and the private server's directory)
+
+Without --server the private server is started from the installed PostgreSQL
+binaries (initdb, pg_ctl; as internal/devdb does), listens on 127.0.0.1 only,
+and is stopped and deleted at the end.
+`
+
+// Phases, in the order they run.
+const (
+	PhaseCeiling   = "ceiling"
+	PhaseAccept    = "accept"
+	PhaseE2E       = "e2e"
+	PhaseReplay    = "replay"
+	PhaseStore     = "store"
+	PhaseReconcile = "reconcile"
+	PhaseProfile   = "profile"
+)
+
+var allPhases = []string{PhaseCeiling, PhaseAccept, PhaseE2E, PhaseReplay, PhaseStore, PhaseReconcile, PhaseProfile}
+
+// Config is one run's configuration, read once in run.
+type Config struct {
+	Mode              string // full, quick or long
+	Out               string
+	ServerURL         string // empty: a private server
+	Duration          time.Duration
+	Rounds            int
+	Warmup            time.Duration
+	Concurrency       []int
+	RepeatShare       float64
+	E2ECreates        int
+	E2EConcurrency    int
+	SimLatencies      []time.Duration
+	ReplaySizes       []int
+	ReplayConcurrency int
+	ReplayRate        float64
+	PurgeMax          time.Duration
+	ReconcileLines    int
+	Phases            []string
+	LogLevel          string
+	BinDir            string
+	Keep              bool
+	// Command is what the report says was run.
+	Command string
+	// LogFunc receives progress lines; nil discards them.
+	LogFunc func(format string, args ...any)
+}
+
+// DefaultConfig returns the configuration of a full run.
+func DefaultConfig() Config {
+	return Config{
+		Mode:              "full",
+		Duration:          15 * time.Second,
+		Rounds:            3,
+		Warmup:            time.Second,
+		Concurrency:       []int{8, 32, 128},
+		RepeatShare:       0.1,
+		E2ECreates:        4000,
+		E2EConcurrency:    32,
+		SimLatencies:      []time.Duration{0, 50 * time.Millisecond},
+		ReplaySizes:       []int{10_000, 1_000_000},
+		ReplayConcurrency: 8,
+		ReplayRate:        400,
+		PurgeMax:          20 * time.Second,
+		ReconcileLines:    200_000,
+		Phases:            allPhases,
+		LogLevel:          "info",
+	}
+}
+
+// has reports whether the phase is to run.
+func (c *Config) has(phase string) bool { return slices.Contains(c.Phases, phase) }
+
+// Validate checks what parsing alone cannot.
+func (c *Config) Validate() error {
+	switch {
+	case c.Duration < 500*time.Millisecond || c.Duration > 10*time.Minute:
+		return fmt.Errorf("--duration %s: 500ms to 10m", c.Duration)
+	case c.Rounds < 1 || c.Rounds > 20:
+		return fmt.Errorf("--rounds %d: 1 to 20", c.Rounds)
+	case c.Warmup < 0 || c.Warmup > time.Minute:
+		return fmt.Errorf("--warmup %s: 0 to 1m", c.Warmup)
+	case len(c.Concurrency) == 0:
+		return errors.New("--concurrency: at least one")
+	case c.RepeatShare < 0 || c.RepeatShare >= 1:
+		return fmt.Errorf("--repeat-share %g: 0 to below 1", c.RepeatShare)
+	case c.E2ECreates < 1 || c.E2ECreates > 1_000_000:
+		return fmt.Errorf("--e2e-creates %d: 1 to 1000000", c.E2ECreates)
+	case c.E2EConcurrency < 1 || c.E2EConcurrency > 1000:
+		return fmt.Errorf("--e2e-concurrency %d: 1 to 1000", c.E2EConcurrency)
+	case c.ReplayConcurrency < 1 || c.ReplayConcurrency > 1000:
+		return fmt.Errorf("--replay-concurrency %d: 1 to 1000", c.ReplayConcurrency)
+	case c.ReplayRate <= 0 || c.ReplayRate > 100_000:
+		return fmt.Errorf("--replay-rate %g: above 0, at most 100000", c.ReplayRate)
+	case c.PurgeMax <= 0:
+		return fmt.Errorf("--purge-max %s: must be positive", c.PurgeMax)
+	case c.ReconcileLines < 0 || c.ReconcileLines > 20_000_000:
+		return fmt.Errorf("--reconcile-lines %d: 0 to 20000000", c.ReconcileLines)
+	case c.Out == "":
+		return errors.New("--out: a directory is needed")
+	}
+	for _, n := range c.Concurrency {
+		if n < 1 || n > 1000 {
+			return fmt.Errorf("--concurrency: %d is not between 1 and 1000", n)
+		}
+	}
+	if !slices.IsSorted(c.ReplaySizes) {
+		return errors.New("--replay-sizes: give them in increasing order")
+	}
+	for _, n := range c.ReplaySizes {
+		if n < 10 || n > 100_000_000 {
+			return fmt.Errorf("--replay-sizes: %d is not between 10 and 100000000", n)
+		}
+	}
+	for _, p := range c.Phases {
+		if !slices.Contains(allPhases, p) {
+			return fmt.Errorf("--phases: unknown phase %q (known: %s)", p, strings.Join(allPhases, ","))
+		}
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("--log-level %q: debug, info, warn or error", c.LogLevel)
+	}
+	if c.ServerURL != "" && !strings.Contains(c.ServerURL, "127.0.0.1") && !strings.Contains(c.ServerURL, "localhost") && !strings.Contains(c.ServerURL, "[::1]") {
+		return fmt.Errorf("--server %q: loopback servers only", c.ServerURL)
+	}
+	if c.BinDir != "" {
+		if fi, err := os.Stat(c.BinDir); err != nil || !fi.IsDir() {
+			return fmt.Errorf("--bin %q: not a directory", c.BinDir)
+		}
+	}
+	return nil
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	cfg := DefaultConfig()
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	quick := fs.Bool("quick", false, "")
+	long := fs.Bool("long", false, "")
+	fs.StringVar(&cfg.Out, "out", "", "")
+	fs.StringVar(&cfg.ServerURL, "server", "", "")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "")
+	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "")
+	conc := fs.String("concurrency", "8,32,128", "")
+	fs.Float64Var(&cfg.RepeatShare, "repeat-share", cfg.RepeatShare, "")
+	fs.IntVar(&cfg.E2ECreates, "e2e-creates", cfg.E2ECreates, "")
+	fs.IntVar(&cfg.E2EConcurrency, "e2e-concurrency", cfg.E2EConcurrency, "")
+	lats := fs.String("sim-latencies", "0s,50ms", "")
+	sizes := fs.String("replay-sizes", "", "")
+	fs.IntVar(&cfg.ReplayConcurrency, "replay-concurrency", cfg.ReplayConcurrency, "")
+	fs.Float64Var(&cfg.ReplayRate, "replay-rate", cfg.ReplayRate, "")
+	fs.DurationVar(&cfg.PurgeMax, "purge-max", cfg.PurgeMax, "")
+	fs.IntVar(&cfg.ReconcileLines, "reconcile-lines", cfg.ReconcileLines, "")
+	phases := fs.String("phases", strings.Join(allPhases, ","), "")
+	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "")
+	fs.StringVar(&cfg.BinDir, "bin", "", "")
+	fs.BoolVar(&cfg.Keep, "keep", false, "")
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
+			return 0
+		}
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "bench: unexpected argument %q; see bench --help\n", fs.Arg(0))
+		return 2
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *quick && *long {
+		fmt.Fprintln(stderr, "bench: --quick and --long exclude each other")
+		return 2
+	}
+	// The modes change the defaults; a flag given explicitly wins.
+	switch {
+	case *quick:
+		cfg.Mode = "quick"
+		for name, apply := range map[string]func(){
+			"duration":        func() { cfg.Duration = 3 * time.Second },
+			"rounds":          func() { cfg.Rounds = 1 },
+			"e2e-creates":     func() { cfg.E2ECreates = 300 },
+			"purge-max":       func() { cfg.PurgeMax = 5 * time.Second },
+			"reconcile-lines": func() { cfg.ReconcileLines = 10_000 },
+		} {
+			if !set[name] {
+				apply()
+			}
+		}
+		cfg.ReplaySizes = []int{1_000, 10_000}
+	case *long:
+		cfg.Mode = "long"
+		cfg.ReplaySizes = []int{10_000, 1_000_000, 10_000_000}
+		if !set["reconcile-lines"] {
+			cfg.ReconcileLines = 1_000_000
+		}
+	}
+	var err error
+	if cfg.Concurrency, err = parseInts(*conc); err != nil {
+		fmt.Fprintf(stderr, "bench: --concurrency %q: %v\n", *conc, err)
+		return 2
+	}
+	if *sizes != "" {
+		if cfg.ReplaySizes, err = parseInts(*sizes); err != nil {
+			fmt.Fprintf(stderr, "bench: --replay-sizes %q: %v\n", *sizes, err)
+			return 2
+		}
+	}
+	cfg.SimLatencies = nil
+	for _, s := range strings.Split(*lats, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil || d < 0 || d > 10*time.Second {
+			fmt.Fprintf(stderr, "bench: --sim-latencies %q: want durations from 0s to 10s\n", *lats)
+			return 2
+		}
+		cfg.SimLatencies = append(cfg.SimLatencies, d)
+	}
+	cfg.Phases = nil
+	for _, p := range strings.Split(*phases, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			cfg.Phases = append(cfg.Phases, p)
+		}
+	}
+	if cfg.Out == "" {
+		root, err := proctest.ModuleRoot()
+		if err != nil {
+			fmt.Fprintf(stderr, "bench: --out not given and %v\n", err)
+			return 2
+		}
+		cfg.Out = filepath.Join(root, "bench", "results")
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 2
+	}
+	cfg.Command = strings.TrimSpace("go run ./tools/bench " + strings.Join(args[1:], " "))
+	cfg.LogFunc = func(format string, a ...any) {
+		fmt.Fprintf(stderr, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
+	}
+
+	res, err := Run(ctx, cfg)
+	if res != nil {
+		files, werr := Write(cfg.Out, res)
+		if werr != nil {
+			fmt.Fprintf(stderr, "bench: writing the results: %v\n", werr)
+			return 1
+		}
+		fmt.Fprintln(stdout, Markdown(res))
+		for _, f := range files {
+			fmt.Fprintf(stdout, "wrote %s\n", f)
+		}
+	}
+	switch {
+	case ctx.Err() != nil:
+		fmt.Fprintln(stderr, "bench: interrupted; everything it started is stopped")
+		return 130
+	case err != nil:
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

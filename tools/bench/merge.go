@@ -1,0 +1,165 @@
+package main
+
+import "slices"
+
+// A load at one concurrency runs in rounds that alternate with the ceiling's
+// (pgbench, accept, pgbench, accept…), so that both see the same machine:
+// other work on the two cores comes and goes. The rounds are merged here.
+
+func mergePgbench(parts []PgbenchRun) PgbenchRun {
+	if len(parts) == 0 {
+		return PgbenchRun{}
+	}
+	r := PgbenchRun{Concurrency: parts[0].Concurrency, Threads: parts[0].Threads, Rounds: len(parts)}
+	var tpsSecs float64
+	var lat []int64
+	var cpus []weighted[CPU]
+	var dbs []weighted[DB]
+	for _, p := range parts {
+		if p.Error != "" && r.Error == "" {
+			r.Error = p.Error
+		}
+		r.Seconds += p.Seconds
+		r.Transactions += p.Transactions
+		r.Failed += p.Failed
+		tpsSecs += p.TPS * p.Seconds
+		lat = append(lat, p.lat...)
+		cpus = append(cpus, weighted[CPU]{p.CPU, p.Seconds})
+		dbs = append(dbs, weighted[DB]{p.DB, p.Seconds})
+	}
+	if r.Seconds > 0 {
+		r.TPS = round1(tpsSecs / r.Seconds)
+	}
+	r.Latency, r.lat = summarize(lat), lat
+	r.CPU, r.DB = mergeCPU(cpus), mergeDB(dbs)
+	return r
+}
+
+func mergeLoads(parts []LoadRun) LoadRun {
+	if len(parts) == 0 {
+		return LoadRun{}
+	}
+	if len(parts) == 1 {
+		parts[0].Rounds = 1
+		return parts[0]
+	}
+	r := LoadRun{Name: parts[0].Name, Concurrency: parts[0].Concurrency, Rate: parts[0].Rate, Statuses: map[string]int{}, Rounds: len(parts)}
+	var cpus []weighted[CPU]
+	var dbs []weighted[DB]
+	for _, p := range parts {
+		r.Seconds += p.Seconds
+		r.Requests += p.Requests
+		r.New += p.New
+		r.Repeats += p.Repeats
+		r.Errors += p.Errors
+		if r.FirstError == "" {
+			r.FirstError = p.FirstError
+		}
+		for k, v := range p.Statuses {
+			r.Statuses[k] += v
+		}
+		r.newLat = append(r.newLat, p.newLat...)
+		r.repLat = append(r.repLat, p.repLat...)
+		r.Backends = max(r.Backends, p.Backends)
+		cpus = append(cpus, weighted[CPU]{p.CPU, p.Seconds})
+		dbs = append(dbs, weighted[DB]{p.DB, p.Seconds})
+	}
+	r.Seconds = round2(r.Seconds)
+	if r.Seconds > 0 {
+		r.PerSec = round1(float64(r.Requests) / r.Seconds)
+		r.NewPerSec = round1(float64(r.New) / r.Seconds)
+	}
+	all := append(slices.Clone(r.newLat), r.repLat...)
+	r.Latency, r.NewLatency, r.RepLatency = summarize(all), summarize(r.newLat), summarize(r.repLat)
+	r.CPU, r.DB = mergeCPU(cpus), mergeDB(dbs)
+	return r
+}
+
+type weighted[T any] struct {
+	v T
+	w float64
+}
+
+func mergeCPU(parts []weighted[CPU]) CPU {
+	var c CPU
+	var total float64
+	for _, p := range parts {
+		total += p.w
+	}
+	if total == 0 {
+		return c
+	}
+	for _, p := range parts {
+		f := p.w / total
+		c.Client += p.v.Client * f
+		c.API += p.v.API * f
+		c.Worker += p.v.Worker * f
+		c.Carrier += p.v.Carrier * f
+		c.Pgbench += p.v.Pgbench * f
+		c.Postgres += p.v.Postgres * f
+		c.Machine += p.v.Machine * f
+	}
+	return CPU{Client: round2(c.Client), API: round2(c.API), Worker: round2(c.Worker), Carrier: round2(c.Carrier),
+		Pgbench: round2(c.Pgbench), Postgres: round2(c.Postgres), Machine: round2(c.Machine)}
+}
+
+func mergeDB(parts []weighted[DB]) DB {
+	var d DB
+	var secs float64
+	waits := map[string]float64{}
+	idle := map[string]float64{}
+	for _, p := range parts {
+		d.Commits += p.v.Commits
+		d.Rollbacks += p.v.Rollbacks
+		d.WALBytes += p.v.WALBytes
+		d.WALSyncs += p.v.WALSyncs
+		d.Samples += p.v.Samples
+		secs += p.w
+		for _, s := range p.v.Waits {
+			waits[s.Name] += s.Share * float64(p.v.Samples)
+		}
+		for _, s := range p.v.IdleInTransactionAfter {
+			idle[s.Name] += s.Share * float64(p.v.Samples)
+		}
+	}
+	if secs > 0 {
+		d.CommitsPerSec = round1(float64(d.Commits) / secs)
+	}
+	if d.WALSyncs > 0 {
+		d.CommitsPerSync = round2(float64(d.Commits) / float64(d.WALSyncs))
+	}
+	if d.Samples > 0 {
+		for k, v := range waits {
+			d.Waits = append(d.Waits, Share{Name: k, Share: round3(v / float64(d.Samples))})
+		}
+	}
+	sortShares(d.Waits)
+	if len(d.Waits) > 8 {
+		d.Waits = d.Waits[:8]
+	}
+	var idleTotal float64
+	for _, v := range idle {
+		idleTotal += v
+	}
+	for k, v := range idle {
+		d.IdleInTransactionAfter = append(d.IdleInTransactionAfter, Share{Name: k, Share: round3(v / idleTotal)})
+	}
+	sortShares(d.IdleInTransactionAfter)
+	if len(d.IdleInTransactionAfter) > 6 {
+		d.IdleInTransactionAfter = d.IdleInTransactionAfter[:6]
+	}
+	return d
+}
+
+// sortShares puts the largest first.
+func sortShares(s []Share) {
+	slices.SortFunc(s, func(a, b Share) int {
+		switch {
+		case a.Share > b.Share:
+			return -1
+		case a.Share < b.Share:
+			return 1
+		}
+		return compareStrings(a.Name, b.Name)
+	})
+}

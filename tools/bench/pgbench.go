@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ceilingScript is the accept's own transaction for pgbench: one key record
+// and one label intent, as httpapi/accept.go writes them (the same columns,
+// the same ON CONFLICT clauses, values of the same sizes: a 20-odd character
+// key, a 32-byte hash, a 29-character request id, a 230-byte payload, a
+// 51-character carrier key), committed. What the real accept adds is left out
+// on purpose: SET LOCAL lock_timeout and the tombstone look-up. So
+// is everything outside the database (HTTP, JSON, validation, the client,
+// the notification sent after the commit).
+//
+// pgbench would take ":1" in a string for a variable, so colons are written as
+// chr(58) and, in the payload, as '#' replaced by one.
+const ceilingScript = `\set k random(1000000000000, 9000000000000000)
+BEGIN;
+INSERT INTO idempotency_keys
+       (caller_id, idem_key, request_hash, fingerprint_version, request_id, state, created_at, expires_at)
+VALUES ('bench', concat_ws(chr(58), 'label', :k::bigint, '1', 'v1'), sha256(int8send(:k::bigint)), 1,
+        'lr_' || lpad((:k::bigint)::text, 26, '0'), 'started', now(), now() + interval '24 hours')
+ON CONFLICT (caller_id, idem_key) DO NOTHING;
+INSERT INTO label_intents
+       (request_id, caller_id, idem_key, request_hash, fingerprint_version,
+        order_id, parcel_no, label_version, payload, carrier_key, created_at)
+VALUES ('lr_' || lpad((:k::bigint)::text, 26, '0'), 'bench', concat_ws(chr(58), 'label', :k::bigint, '1', 'v1'),
+        sha256(int8send(:k::bigint)), 1, :k::bigint, 1, 1,
+        replace('{"order_id"#918273,"parcel_no"#1,"weight_g"#1450,"service"#"ground","label_version"#1,"ship_to"#{"name"#"A. Example","line1"#"1 Example Street","line2"#"","city"#"Exampleton","postal_code"#"10115","country"#"DE"}}', '#', chr(58))::jsonb,
+        'carrier' || chr(58) || rtrim(encode(sha256(int8send(:k::bigint)), 'base64'), '='), now())
+ON CONFLICT (caller_id, order_id, parcel_no, label_version) WHERE status IN ('pending', 'succeeded') DO NOTHING;
+COMMIT;
+`
+
+var (
+	pgbenchTPS    = regexp.MustCompile(`(?m)^tps = ([0-9.]+) \(without initial connection time\)`)
+	pgbenchTxns   = regexp.MustCompile(`(?m)^number of transactions actually processed: (\d+)`)
+	pgbenchFailed = regexp.MustCompile(`(?m)^number of failed transactions: (\d+)`)
+)
+
+// findPgbench returns the pgbench executable: on PATH, else under
+// /usr/lib/postgresql/*/bin.
+func findPgbench() (string, error) {
+	if p, err := exec.LookPath("pgbench"); err == nil {
+		return p, nil
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pgbench")
+	if len(dirs) > 0 {
+		return dirs[len(dirs)-1], nil
+	}
+	return "", fmt.Errorf("pgbench not found (on PATH or in /usr/lib/postgresql/*/bin): install postgresql-contrib or the server package")
+}
+
+// runPgbench runs the ceiling script at one concurrency for d (whole seconds)
+// and reads its per-transaction log for the latency percentiles.
+func (h *harness) runPgbench(ctx context.Context, concurrency int, d time.Duration) PgbenchRun {
+	r := PgbenchRun{Concurrency: concurrency, Threads: min(2, concurrency)}
+	secs := max(1, int(math.Ceil(d.Seconds())))
+	dir, err := os.MkdirTemp(h.work, "pgbench-")
+	if err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	defer os.RemoveAll(dir)
+	script := filepath.Join(dir, "accept.sql")
+	if err := os.WriteFile(script, []byte(ceilingScript), 0o644); err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	prefix := filepath.Join(dir, "txn")
+	cmd := exec.CommandContext(ctx, h.pgbench, "-n", "-M", "prepared",
+		"-c", strconv.Itoa(concurrency), "-j", strconv.Itoa(r.Threads), "-T", strconv.Itoa(secs),
+		"-f", script, "-l", "--log-prefix", prefix, h.dbURL)
+	cmd.Dir = dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	before := h.cpu.read()
+	watch, werr := watchDB(ctx, h.dbURL, h.dbName)
+	err = cmd.Run()
+	if werr == nil {
+		r.DB = watch.finish(ctx)
+	}
+	r.CPU = since(before, h.cpu.read())
+	r.CPU.Client = 0 // the harness only waited
+	if cmd.ProcessState != nil {
+		r.CPU.Pgbench = round2((cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds() / float64(secs))
+	}
+	text := out.String()
+	if err != nil {
+		r.Error = fmt.Sprintf("pgbench: %v: %s", err, lastLines(text, 5))
+		return r
+	}
+	if m := pgbenchTPS.FindStringSubmatch(text); m != nil {
+		r.TPS = round1(atof(m[1]))
+	}
+	if m := pgbenchTxns.FindStringSubmatch(text); m != nil {
+		r.Transactions, _ = strconv.ParseInt(m[1], 10, 64)
+	}
+	if m := pgbenchFailed.FindStringSubmatch(text); m != nil {
+		r.Failed, _ = strconv.ParseInt(m[1], 10, 64)
+	}
+	r.Seconds = float64(secs)
+	lat, err := readPgbenchLogs(prefix)
+	if err != nil {
+		r.Error = err.Error()
+	}
+	r.Latency, r.lat = summarize(lat), lat
+	if r.TPS == 0 {
+		r.Error = "pgbench printed no tps: " + lastLines(text, 5)
+	}
+	return r
+}
+
+// readPgbenchLogs reads the latencies (third field, microseconds) of every
+// per-transaction log file pgbench wrote under prefix.
+func readPgbenchLogs(prefix string) ([]int64, error) {
+	files, err := filepath.Glob(prefix + ".*")
+	if err != nil || len(files) == 0 {
+		return nil, fmt.Errorf("no pgbench transaction log under %s", prefix)
+	}
+	var out []int64
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			return nil, err
+		}
+		sc := bufio.NewScanner(fh)
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) < 3 {
+				continue
+			}
+			us, err := strconv.ParseInt(fields[2], 10, 64)
+			if err != nil {
+				continue // "failed" or "skipped"
+			}
+			out = append(out, us*1000)
+		}
+		fh.Close()
+	}
+	return out, nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// pgbenchVersion is what pgbench --version prints.
+func pgbenchVersion(path string) string {
+	out, err := exec.Command(path, "--version").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}

@@ -1,0 +1,311 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/labelkit/labels/internal/proctest"
+)
+
+// measured runs load while it reads the CPU and the database's counters over
+// the measured window only: from the end of the warm-up to the end of the load.
+func (h *harness) measured(ctx context.Context, warmup time.Duration, load func() LoadRun) (LoadRun, CPU, DB) {
+	done := make(chan LoadRun, 1)
+	go func() { done <- load() }()
+	select {
+	case <-time.After(warmup):
+	case <-ctx.Done():
+	}
+	before := h.cpu.read()
+	watch, werr := watchDB(ctx, h.dbURL, h.dbName)
+	r := <-done
+	cpu := since(before, h.cpu.read())
+	var db DB
+	if werr == nil {
+		db = watch.finish(ctx)
+	}
+	return r, cpu, db
+}
+
+// ceilingAndAccept runs, at each concurrency, pgbench's ceiling and the
+// accept load in alternating rounds (each from empty tables after a
+// checkpoint), and merges the rounds of each.
+func (h *harness) ceilingAndAccept(ctx context.Context) error {
+	var errs []error
+	rounds := h.cfg.Rounds
+	slice := time.Duration(math.Ceil(h.cfg.Duration.Seconds()/float64(rounds))) * time.Second
+	for _, c := range h.cfg.Concurrency {
+		var ceilParts []PgbenchRun
+		var accParts []LoadRun
+		for range rounds {
+			if h.cfg.has(PhaseCeiling) {
+				if err := h.reset(ctx); err != nil {
+					return err
+				}
+				ceilParts = append(ceilParts, h.runPgbench(ctx, c, slice))
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if !h.cfg.has(PhaseAccept) {
+				continue
+			}
+			if err := h.reset(ctx); err != nil {
+				return err
+			}
+			r, cpu, db := h.measured(ctx, h.cfg.Warmup, func() LoadRun {
+				return runLoad(ctx, loadSpec{
+					Name: "accept", BaseURL: h.apiURL, Token: h.token, Concurrency: c,
+					Warmup: h.cfg.Warmup, Duration: slice, RepeatShare: h.cfg.RepeatShare, NextOrder: &h.orders,
+				})
+			})
+			r.CPU, r.DB, r.Backends = cpu, db, h.apiBackends(ctx)
+			accParts = append(accParts, r)
+		}
+		var ceiling *PgbenchRun
+		if len(ceilParts) > 0 {
+			r := mergePgbench(ceilParts)
+			h.res.Ceiling = append(h.res.Ceiling, r)
+			ceiling = &h.res.Ceiling[len(h.res.Ceiling)-1]
+			if r.Error != "" {
+				errs = append(errs, fmt.Errorf("pgbench -c %d: %s", c, r.Error))
+			}
+			h.logf("  c=%-3d ceiling  %7.0f tps   p50 %6.2f ms  p99 %6.2f ms   pg %.2f cores, pgbench %.2f", c, r.TPS, r.Latency.P50, r.Latency.P99, r.CPU.Postgres, r.CPU.Pgbench)
+		}
+		if len(accParts) == 0 {
+			continue
+		}
+		r := mergeLoads(accParts)
+		if ceiling != nil && ceiling.TPS > 0 {
+			r.RatioToCeiling = round3(r.PerSec / ceiling.TPS)
+		}
+		h.res.Accept = append(h.res.Accept, r)
+		if r.Errors > 0 {
+			errs = append(errs, fmt.Errorf("accept c=%d: %d errors, first: %s", c, r.Errors, r.FirstError))
+		}
+		h.logf("  c=%-3d accept   %7.0f req/s p50 %6.2f ms  p99 %6.2f ms   ratio %.2f   client %.2f, api %.2f, pg %.2f cores; %s", c, r.PerSec, r.Latency.P50, r.Latency.P99, r.RatioToCeiling, r.CPU.Client, r.CPU.API, r.CPU.Postgres, waitsLine(r.DB, 2))
+	}
+	return errors.Join(errs...)
+}
+
+// ceilingAt is the ceiling measured at the concurrency nearest to c.
+func (h *harness) ceilingAt(c int) *PgbenchRun {
+	var best *PgbenchRun
+	for i := range h.res.Ceiling {
+		r := &h.res.Ceiling[i]
+		if r.TPS == 0 {
+			continue
+		}
+		if best == nil || abs(r.Concurrency-c) < abs(best.Concurrency-c) {
+			best = r
+		}
+	}
+	return best
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// endToEnd sends a fixed number of creates through api, worker and simulator
+// at each simulator latency and times each from created_at to completed_at.
+func (h *harness) endToEnd(ctx context.Context) error {
+	var errs []error
+	for _, lat := range h.cfg.SimLatencies {
+		r, err := h.endToEndAt(ctx, lat)
+		if err != nil {
+			r.Error = err.Error()
+			errs = append(errs, fmt.Errorf("simulator latency %s: %w", lat, err))
+		}
+		h.res.EndToEnd = append(h.res.EndToEnd, r)
+		h.logf("  sim %-5s  %d creates: submitted at %.0f/s, %.0f creates/s to final; 202→final p50 %.0f ms, p99 %.0f ms; ratio %.2f",
+			lat, r.Creates, r.Submit.PerSec, r.CreatesPerSec, r.ToFinal.P50, r.ToFinal.P99, r.RatioToCeiling)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (h *harness) endToEndAt(ctx context.Context, lat time.Duration) (E2ERun, error) {
+	r := E2ERun{SimLatencyMs: float64(lat.Milliseconds()), Creates: h.cfg.E2ECreates, Concurrency: h.cfg.E2EConcurrency}
+	if err := h.reset(ctx); err != nil {
+		return r, err
+	}
+	carrier, carrierAddr, err := h.start(ctx, "carrier", "carrier", "listening", "CARRIER_ADDR=127.0.0.1:0", "SIM_LATENCY="+lat.String())
+	if err != nil {
+		return r, err
+	}
+	defer func() { _ = stop(carrier) }()
+	worker, _, err := h.start(ctx, "worker", "worker", "metrics listening",
+		"CARRIER_URL=http://"+carrierAddr, "METRICS_ADDR=127.0.0.1:0", "ADMIN_ADDR=", "WORKER_CONCURRENCY=100")
+	if err != nil {
+		return r, err
+	}
+	defer func() { _ = stop(worker) }()
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	_, err = worker.WaitLine(wctx, func(l proctest.Line) bool { return l.Msg() == "worker started" })
+	cancel()
+	if err != nil {
+		return r, err
+	}
+	h.cpu.worker, h.cpu.carrier = worker.Pid(), carrier.Pid()
+	defer func() { h.cpu.worker, h.cpu.carrier = 0, 0 }()
+
+	lo := h.orders.Load() + 1
+	before := h.cpu.read()
+	watch, werr := watchDB(ctx, h.dbURL, h.dbName)
+	r.Submit = runLoad(ctx, loadSpec{
+		Name: "e2e submit", BaseURL: h.apiURL, Token: h.token, Concurrency: h.cfg.E2EConcurrency,
+		NextOrder: &h.orders, Count: int64(h.cfg.E2ECreates),
+	})
+	hi := h.orders.Load()
+	// Wait until every intent of the run is final, reading the database (cheaper than polling the API).
+	deadline := time.Now().Add(time.Minute + time.Duration(h.cfg.E2ECreates)*20*time.Millisecond)
+	for {
+		err := h.pool.QueryRow(ctx, `
+			SELECT count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status = 'failed'),
+			       count(*) FILTER (WHERE status = 'pending')
+			  FROM label_intents WHERE order_id BETWEEN $1 AND $2`, lo, hi).Scan(&r.Succeeded, &r.Failed, &r.Pending)
+		if err != nil {
+			return r, err
+		}
+		if r.Pending == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	r.CPU = since(before, h.cpu.read())
+	if werr == nil {
+		r.DB = watch.finish(ctx)
+	}
+	var first, last time.Time
+	rows, err := h.pool.Query(ctx, `
+		SELECT created_at, completed_at FROM label_intents
+		 WHERE order_id BETWEEN $1 AND $2 AND completed_at IS NOT NULL`, lo, hi)
+	if err != nil {
+		return r, err
+	}
+	var lats []int64
+	for rows.Next() {
+		var c, f time.Time
+		if err := rows.Scan(&c, &f); err != nil {
+			rows.Close()
+			return r, err
+		}
+		if first.IsZero() || c.Before(first) {
+			first = c
+		}
+		if f.After(last) {
+			last = f
+		}
+		lats = append(lats, int64(f.Sub(c)))
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return r, err
+	}
+	r.ToFinal = summarize(lats)
+	if secs := last.Sub(first).Seconds(); secs > 0 {
+		r.Seconds = round2(secs)
+		r.CreatesPerSec = round1(float64(len(lats)) / secs)
+	}
+	if c := h.ceilingAt(r.Concurrency); c != nil {
+		r.CeilingConcurrency = c.Concurrency
+		r.RatioToCeiling = round3(r.CreatesPerSec / c.TPS)
+	}
+	switch {
+	case r.Submit.Errors > 0:
+		return r, fmt.Errorf("%d submissions failed, first: %s", r.Submit.Errors, r.Submit.FirstError)
+	case r.Pending > 0:
+		return r, fmt.Errorf("%d intents still pending at the deadline", r.Pending)
+	case r.Failed > 0:
+		return r, fmt.Errorf("%d intents failed", r.Failed)
+	}
+	return r, nil
+}
+
+// replays fills the store to each size and replays random filled keys.
+func (h *harness) replays(ctx context.Context) error {
+	if err := h.reset(ctx); err != nil {
+		return err
+	}
+	h.filled = 0
+	var errs []error
+	for _, n := range h.cfg.ReplaySizes {
+		r := ReplayRun{Keys: n}
+		began := time.Now()
+		err := h.fill(ctx, n)
+		took := time.Since(began)
+		r.FillSeconds = round1(took.Seconds())
+		if took > 0 {
+			r.FillPerSec = round1(float64(n) / took.Seconds())
+		}
+		if err != nil {
+			r.Error = err.Error()
+			h.res.Replays = append(h.res.Replays, r)
+			errs = append(errs, fmt.Errorf("filling %d keys: %w", n, err))
+			break
+		}
+		for _, paced := range []bool{false, true} {
+			spec := loadSpec{
+				Name: "replay", BaseURL: h.apiURL, Token: h.token, Concurrency: h.cfg.ReplayConcurrency,
+				Warmup: h.cfg.Warmup, Duration: h.cfg.Duration, ReplayFrom: replayBase, ReplayN: int64(n),
+			}
+			if paced {
+				spec.Name, spec.Rate = "replay (paced)", h.cfg.ReplayRate
+			}
+			load, cpu, db := h.measured(ctx, h.cfg.Warmup, func() LoadRun { return runLoad(ctx, spec) })
+			load.CPU, load.DB = cpu, db
+			if paced {
+				r.Paced = load
+			} else {
+				r.Load = load
+			}
+			if load.Errors > 0 {
+				errs = append(errs, fmt.Errorf("%s with %d keys: %d errors, first: %s", spec.Name, n, load.Errors, load.FirstError))
+			}
+		}
+		h.res.Replays = append(h.res.Replays, r)
+		h.logf("  %9d keys (filled in %s): %6.0f replays/s back to back (p50 %5.2f ms, p99 %6.2f ms); at %.0f/s p50 %5.2f ms, p99 %5.2f ms",
+			n, took.Round(time.Second), r.Load.PerSec, r.Load.Latency.P50, r.Load.Latency.P99, h.cfg.ReplayRate, r.Paced.Latency.P50, r.Paced.Latency.P99)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// store measures the key record's size at the largest fill and the purge rate.
+func (h *harness) store(ctx context.Context) error {
+	want := slices.Max(h.cfg.ReplaySizes)
+	if h.filled < want {
+		if h.filled == 0 {
+			if err := h.reset(ctx); err != nil {
+				return err
+			}
+		}
+		if err := h.fill(ctx, want); err != nil {
+			return err
+		}
+	}
+	s, err := h.sizes(ctx)
+	if err != nil {
+		return err
+	}
+	h.res.Store = s
+	h.logf("  %d key records: %.0f bytes each (heap %.0f, indexes %.0f, TOAST %.0f)", s.Rows, s.BytesPerRecord, s.HeapPerRecord, s.IndexPerRecord, s.ToastPerRecord)
+	s.Purge = h.purge(ctx)
+	h.logf("  purge: %d keys in %.1f s, %.0f keys/s (batch %d: p50 %.1f ms, p99 %.1f ms)", s.Purge.Deleted, s.Purge.Seconds, s.Purge.KeysPerSec, s.Purge.Batch, s.Purge.BatchP50Ms, s.Purge.BatchP99Ms)
+	if s.Purge.Error != "" {
+		return errors.New(s.Purge.Error)
+	}
+	return nil
+}

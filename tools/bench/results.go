@@ -1,0 +1,268 @@
+package main
+
+import (
+	"time"
+)
+
+// Results is everything one run measured; it is written as DIR/<date>.json.
+type Results struct {
+	Date      string    `json:"date"`
+	StartedAt time.Time `json:"started_at"`
+	Seconds   float64   `json:"seconds"`
+	Command   string    `json:"command"`
+	Mode      string    `json:"mode"`
+	Machine   Machine   `json:"machine"`
+	Setup     Setup     `json:"setup"`
+
+	Ceiling   []PgbenchRun `json:"ceiling"`
+	Accept    []LoadRun    `json:"accept"`
+	EndToEnd  []E2ERun     `json:"end_to_end"`
+	Replays   []ReplayRun  `json:"replays"`
+	Store     *Store       `json:"store,omitempty"`
+	Reconcile *Reconcile   `json:"reconcile,omitempty"`
+	Profile   *Profile     `json:"profile,omitempty"`
+
+	// Bar is issue 8's bar, checked against this run's own figures.
+	Bar []Check `json:"bar"`
+	// Errors names every phase that failed; the others still ran.
+	Errors []string `json:"errors,omitempty"`
+}
+
+// Machine describes where the figures come from.
+type Machine struct {
+	CPUs       int               `json:"cpus"`
+	CPUModel   string            `json:"cpu_model"`
+	MemoryGiB  float64           `json:"memory_gib"`
+	Kernel     string            `json:"kernel"`
+	GoVersion  string            `json:"go_version"`
+	PostgreSQL string            `json:"postgresql"`
+	Pgbench    string            `json:"pgbench"`
+	Server     string            `json:"server"` // private or the given URL (redacted)
+	Settings   map[string]string `json:"settings"`
+	// LoadAverage is /proc/loadavg (1, 5, 15 min) at the start and at the end:
+	// other work on the machine competes for the same two cores.
+	LoadAverageStart [3]float64 `json:"load_average_start"`
+	LoadAverageEnd   [3]float64 `json:"load_average_end"`
+}
+
+// Setup is what the loads were.
+type Setup struct {
+	DurationSeconds   float64  `json:"duration_seconds"`
+	Rounds            int      `json:"rounds"`
+	WarmupSeconds     float64  `json:"warmup_seconds"`
+	Concurrency       []int    `json:"concurrency"`
+	RepeatShare       float64  `json:"repeat_share"`
+	E2ECreates        int      `json:"e2e_creates"`
+	E2EConcurrency    int      `json:"e2e_concurrency"`
+	ReplayConcurrency int      `json:"replay_concurrency"`
+	ReplayRate        float64  `json:"replay_rate"`
+	LogLevel          string   `json:"log_level"`
+	APIPoolMaxConns   int      `json:"api_pool_max_conns"`
+	Phases            []string `json:"phases"`
+	CeilingScript     string   `json:"ceiling_script"`
+}
+
+// Latency summarises a set of latencies, in milliseconds.
+type Latency struct {
+	Count int     `json:"count"`
+	Mean  float64 `json:"mean_ms"`
+	P50   float64 `json:"p50_ms"`
+	P90   float64 `json:"p90_ms"`
+	P99   float64 `json:"p99_ms"`
+	P999  float64 `json:"p999_ms"`
+	Max   float64 `json:"max_ms"`
+}
+
+// CPU is how many cores each party used on average during a load.
+type CPU struct {
+	Client   float64 `json:"client_cores"`             // this process: the load generator (and the harness)
+	API      float64 `json:"api_cores,omitempty"`      // the api (or apiprof) process
+	Worker   float64 `json:"worker_cores,omitempty"`   // the worker process
+	Carrier  float64 `json:"carrier_cores,omitempty"`  // the simulator
+	Pgbench  float64 `json:"pgbench_cores,omitempty"`  // the pgbench process
+	Postgres float64 `json:"postgres_cores,omitempty"` // every process of the private server (0 with --server)
+	Machine  float64 `json:"machine_cores"`            // everything on the machine (/proc/stat), other work included
+}
+
+// DB is what the database reports about a load (pg_stat_database and
+// pg_stat_wal deltas) and where its backends spent their time.
+type DB struct {
+	Commits        int64   `json:"commits"`
+	Rollbacks      int64   `json:"rollbacks"`
+	CommitsPerSec  float64 `json:"commits_per_sec"`
+	WALBytes       int64   `json:"wal_bytes"`
+	WALSyncs       int64   `json:"wal_syncs"` // WAL flushes (pg_stat_wal.wal_sync): with group commit, fewer than commits
+	CommitsPerSync float64 `json:"commits_per_sync"`
+	// Waits is the share of sampled busy backends (active or idle in
+	// transaction) in each state: "CPU" (active, no wait event), "ClientRead
+	// in transaction" (waiting for the application's next statement), or
+	// "Type:Event".
+	Waits   []Share `json:"waits"`
+	Samples int     `json:"wait_samples"`
+	// IdleInTransactionAfter is, for the backends found idle in a
+	// transaction (waiting for their client), the statement they ran last:
+	// which transactions spend their time in round trips.
+	IdleInTransactionAfter []Share `json:"idle_in_transaction_after,omitempty"`
+}
+
+// Share is one part of a whole.
+type Share struct {
+	Name  string  `json:"name"`
+	Share float64 `json:"share"`
+}
+
+// PgbenchRun is one run of the ceiling script.
+type PgbenchRun struct {
+	Concurrency  int     `json:"concurrency"`
+	Threads      int     `json:"threads"`
+	Seconds      float64 `json:"seconds"`
+	Transactions int64   `json:"transactions"`
+	Failed       int64   `json:"failed"`
+	TPS          float64 `json:"tps"`
+	Latency      Latency `json:"latency"`
+	CPU          CPU     `json:"cpu"`
+	DB           DB      `json:"db"`
+	Rounds       int     `json:"rounds"`
+	Error        string  `json:"error,omitempty"`
+
+	lat []int64 // nanoseconds, for merging rounds
+}
+
+// LoadRun is one closed-loop HTTP load.
+type LoadRun struct {
+	Name        string         `json:"name"`
+	Concurrency int            `json:"concurrency"`
+	Rate        float64        `json:"target_rate,omitempty"` // 0: closed loop, back to back
+	Seconds     float64        `json:"seconds"`
+	Requests    int            `json:"requests"`
+	PerSec      float64        `json:"per_sec"`
+	New         int            `json:"new"`
+	Repeats     int            `json:"repeats"`
+	NewPerSec   float64        `json:"new_per_sec"`
+	Errors      int            `json:"errors"`
+	FirstError  string         `json:"first_error,omitempty"`
+	Statuses    map[string]int `json:"statuses"`
+	Latency     Latency        `json:"latency"`
+	NewLatency  Latency        `json:"new_latency"`
+	RepLatency  Latency        `json:"repeat_latency"`
+	CPU         CPU            `json:"cpu"`
+	DB          DB             `json:"db"`
+	// Backends is the API's connections to the database after the load
+	// (its pool and its LISTEN connection).
+	Backends int `json:"db_connections,omitempty"`
+	// RatioToCeiling is PerSec over the pgbench TPS at the same concurrency.
+	RatioToCeiling float64 `json:"ratio_to_ceiling,omitempty"`
+	Rounds         int     `json:"rounds,omitempty"`
+
+	newLat, repLat []int64 // nanoseconds, for merging rounds
+}
+
+// E2ERun is one end-to-end run: creates sent, then waited for until final.
+type E2ERun struct {
+	SimLatencyMs float64 `json:"sim_latency_ms"`
+	Creates      int     `json:"creates"`
+	Concurrency  int     `json:"concurrency"`
+	// Submit is the sending of the creates (202s), as fast as answered.
+	Submit LoadRun `json:"submit"`
+	// Succeeded and Failed count the intents final at the end; Pending the
+	// ones that were not final by the deadline.
+	Succeeded int64 `json:"succeeded"`
+	Failed    int64 `json:"failed"`
+	Pending   int64 `json:"pending"`
+	// Seconds is from the first intent's created_at to the last completed_at.
+	Seconds       float64 `json:"seconds"`
+	CreatesPerSec float64 `json:"creates_per_sec"`
+	// ToFinal is completed_at - created_at of every intent.
+	ToFinal Latency `json:"to_final"`
+	CPU     CPU     `json:"cpu"`
+	DB      DB      `json:"db"`
+	// RatioToCeiling is CreatesPerSec over the pgbench TPS at the concurrency
+	// nearest to the run's.
+	RatioToCeiling     float64 `json:"ratio_to_ceiling,omitempty"`
+	CeilingConcurrency int     `json:"ceiling_concurrency,omitempty"`
+	Error              string  `json:"error,omitempty"`
+}
+
+// ReplayRun is replays with a store of a given size.
+type ReplayRun struct {
+	Keys        int     `json:"keys"`
+	FillSeconds float64 `json:"fill_seconds"`
+	FillPerSec  float64 `json:"fill_rows_per_sec"`
+	// Load is back to back (closed loop): the replay throughput.
+	Load LoadRun `json:"load"`
+	// Paced is at --replay-rate, latency from the scheduled start: what a
+	// replay costs a caller when the service is not saturated.
+	Paced LoadRun `json:"paced"`
+	Error string  `json:"error,omitempty"`
+}
+
+// Store is the key store's size and purge rate.
+type Store struct {
+	Rows           int64   `json:"rows"`
+	BytesPerRecord float64 `json:"bytes_per_record"`
+	HeapPerRecord  float64 `json:"heap_per_record"`
+	IndexPerRecord float64 `json:"index_per_record"`
+	ToastPerRecord float64 `json:"toast_per_record"`
+	TupleBytesAvg  float64 `json:"tuple_bytes_avg"`
+	// IntentBytesPerRow is label_intents' footprint per row, for comparison:
+	// it lives as long as the key (and longer).
+	IntentBytesPerRow float64 `json:"intent_bytes_per_row"`
+	Purge             Purge   `json:"purge"`
+	Error             string  `json:"error,omitempty"`
+}
+
+// Purge is the sweeper's statement run in a loop over the filled keys.
+type Purge struct {
+	Batch      int     `json:"batch"`
+	Deleted    int64   `json:"deleted"`
+	Seconds    float64 `json:"seconds"`
+	KeysPerSec float64 `json:"keys_per_sec"`
+	BatchP50Ms float64 `json:"batch_p50_ms"`
+	BatchP99Ms float64 `json:"batch_p99_ms"`
+	Complete   bool    `json:"complete"` // every filled key was purged before --purge-max
+	Error      string  `json:"error,omitempty"`
+}
+
+// Reconcile is bench/BenchmarkReconcile's figure.
+type Reconcile struct {
+	Lines       int     `json:"lines"`
+	LinesPerSec float64 `json:"lines_per_sec"`
+	Seconds     float64 `json:"seconds"` // the reconciliation itself
+	Command     string  `json:"command"`
+	Output      string  `json:"output,omitempty"`
+	Error       string  `json:"error,omitempty"`
+}
+
+// Profile is the API's CPU profile under the accept load.
+type Profile struct {
+	Concurrency int     `json:"concurrency"`
+	Seconds     float64 `json:"seconds"`
+	PerSec      float64 `json:"per_sec"`
+	// CPUSeconds is the samples' total; CoresUsed is that over the window.
+	CPUSeconds float64 `json:"cpu_seconds"`
+	CoresUsed  float64 `json:"cores_used"`
+	// Categories split the API's CPU: each sample goes to the first category
+	// met walking its stack from the leaf up (so a write(2) called by pgx is
+	// "syscalls", and allocation is "allocation and GC" wherever it happens).
+	Categories []Share `json:"categories"`
+	// Inclusive are shares of samples with the named code anywhere on the stack.
+	Inclusive []Share `json:"inclusive"`
+	// MicrosPerRequest is the API's CPU per request.
+	MicrosPerRequest float64  `json:"cpu_us_per_request"`
+	Top              []string `json:"top"`
+	File             string   `json:"file"`
+	Load             LoadRun  `json:"load"`
+	Error            string   `json:"error,omitempty"`
+}
+
+// Check is one line of the bar.
+type Check struct {
+	Name     string  `json:"name"`
+	Measured float64 `json:"measured"`
+	Bar      float64 `json:"bar"`
+	Unit     string  `json:"unit"`
+	// AtMost is true when the measured value must not exceed the bar.
+	AtMost bool   `json:"at_most"`
+	Pass   bool   `json:"pass"`
+	Note   string `json:"note,omitempty"`
+}

@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/labelkit/labels"
+	"github.com/labelkit/labels/carrier"
+	"github.com/labelkit/labels/idempotency"
+)
+
+// fillChunk is how many keys one COPY writes.
+const fillChunk = 50_000
+
+// fill adds completed key records, with their succeeded intents, until the
+// store holds n of them: order ids replayBase+0 … replayBase+n-1, the real
+// fingerprint of each parcel, a rendered Label as the saved response, ULID
+// request ids. The keys expire a day from now, as a completed key does; the
+// purge measurement moves its own clock past that instead of the rows.
+func (h *harness) fill(ctx context.Context, n int) error {
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	type chunk struct {
+		to            int
+		keys, intents [][]any
+		err           error
+	}
+	// The next chunk's rows are made while the last one is copied.
+	chunks := make(chan chunk, 1)
+	gctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		defer close(chunks)
+		for from := h.filled; from < n; from += fillChunk {
+			c := chunk{to: min(n, from+fillChunk)}
+			c.keys, c.intents = make([][]any, 0, c.to-from), make([][]any, 0, c.to-from)
+			for i := from; i < c.to && c.err == nil; i++ {
+				var k, in []any
+				k, in, c.err = filledRow(int64(i), now)
+				c.keys, c.intents = append(c.keys, k), append(c.intents, in)
+			}
+			select {
+			case chunks <- c:
+			case <-gctx.Done():
+				return
+			}
+			if c.err != nil {
+				return
+			}
+		}
+	}()
+	for c := range chunks {
+		if c.err != nil {
+			return c.err
+		}
+		err := pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
+			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"label_intents"}, []string{"request_id", "caller_id", "idem_key",
+				"request_hash", "fingerprint_version", "order_id", "parcel_no", "label_version", "payload", "carrier_key",
+				"status", "label_id", "attempts", "created_at", "dispatched_at", "completed_at"}, pgx.CopyFromRows(c.intents)); err != nil {
+				return err
+			}
+			_, err := tx.CopyFrom(ctx, pgx.Identifier{"idempotency_keys"}, []string{"caller_id", "idem_key",
+				"request_hash", "fingerprint_version", "request_id", "state", "response_status", "response_body",
+				"created_at", "expires_at"}, pgx.CopyFromRows(c.keys))
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		h.filled = c.to
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// What a day of traffic would have: statistics and a visibility map.
+	_, err := h.pool.Exec(ctx, `VACUUM ANALYZE idempotency_keys, label_intents`)
+	return err
+}
+
+// template is a parcel variant's canonical form and JSON body, split around
+// the order id: the only part that differs between the parcels of a variant.
+type template struct {
+	canonical, payload [2]string
+}
+
+// templateOrder stands for the order id in a template; it occurs once.
+const templateOrder = 987_654_321_987_654
+
+var (
+	templatesOnce sync.Once
+	templates     [parcelVariants]template
+	templatesErr  error
+)
+
+// fillTemplates renders each parcel variant once with idempotency.Canonical
+// and json.Marshal, so that a fill of millions of keys need not (the
+// canonical form costs tens of µs a parcel); TestTemplates checks that the
+// templates give the same bytes.
+func fillTemplates() error {
+	templatesOnce.Do(func() {
+		order := strconv.FormatInt(templateOrder, 10)
+		split := func(b []byte) ([2]string, error) {
+			before, after, ok := strings.Cut(string(b), order)
+			if !ok || strings.Contains(after, order) {
+				return [2]string{}, fmt.Errorf("the template order id is not in %s exactly once", b)
+			}
+			return [2]string{before, after}, nil
+		}
+		for v := range parcelVariants {
+			// templateOrder - templateOrder%parcelVariants + v has variant v.
+			p := parcelFor(templateOrder - templateOrder%parcelVariants + int64(v))
+			p.OrderID = templateOrder
+			c, err := idempotency.Canonical(p)
+			if err != nil {
+				templatesErr = err
+				return
+			}
+			j, err := json.Marshal(p)
+			if err != nil {
+				templatesErr = err
+				return
+			}
+			if templates[v].canonical, err = split(c); err != nil {
+				templatesErr = err
+				return
+			}
+			if templates[v].payload, err = split(j); err != nil {
+				templatesErr = err
+				return
+			}
+		}
+	})
+	return templatesErr
+}
+
+// filledRow is the key record and the intent of filled key i, as the API and
+// the worker would have left them after a successful purchase.
+func filledRow(i int64, now time.Time) (key, intent []any, err error) {
+	if err := fillTemplates(); err != nil {
+		return nil, nil, err
+	}
+	order := replayBase + i
+	parcel := parcelFor(order)
+	t := &templates[order%parcelVariants]
+	id := strconv.FormatInt(order, 10)
+	hash := idempotency.Fingerprint("POST", "/v1/labels", []byte(t.canonical[0]+id+t.canonical[1]))
+	payload := t.payload[0] + id + t.payload[1]
+	accepted := now.Add(-time.Hour)
+	completed := accepted.Add(800 * time.Millisecond)
+	requestID := "lr_" + ulid.Make().String()
+	label := labels.Label{
+		LabelID:        "lbl_" + ulid.Make().String(),
+		OrderID:        order,
+		ParcelNo:       parcel.ParcelNo,
+		LabelVersion:   parcel.LabelVersion,
+		Service:        parcel.Service,
+		TrackingNo:     fmt.Sprintf("%s%012d", trackingPrefix(parcel.Service), order%1_000_000_000_000),
+		CarrierLabelID: "CL-" + strconv.FormatInt(order, 36),
+		CostCents:      400 + order%900,
+		Currency:       "USD",
+		CreatedAt:      completed,
+	}
+	caller := callerName
+	idemKey := keyFor(order)
+	key = []any{caller, idemKey, hash, int16(idempotency.FingerprintVersion), requestID, idempotency.StateCompleted,
+		int32(201), string(label.Body()), accepted, completed.Add(24 * time.Hour).Add(time.Hour)}
+	intent = []any{requestID, caller, idemKey, hash, int16(idempotency.FingerprintVersion), order, int32(parcel.ParcelNo),
+		int32(parcel.LabelVersion), payload, carrier.DeriveKey(caller, idemKey), labels.StatusSucceeded, label.LabelID,
+		int32(1), accepted, accepted.Add(50 * time.Millisecond), completed}
+	return key, intent, nil
+}
+
+func trackingPrefix(service string) string {
+	switch service {
+	case "express":
+		return "EXP"
+	case "overnight":
+		return "OVN"
+	}
+	return "GRD"
+}
+
+// sizes measures the key records' footprint: heap, indexes and TOAST per row.
+func (h *harness) sizes(ctx context.Context) (*Store, error) {
+	s := &Store{}
+	var heap, index, toast, total int64
+	err := h.pool.QueryRow(ctx, `
+		SELECT count(*),
+		       pg_relation_size('idempotency_keys') + pg_relation_size('idempotency_keys', 'fsm') + pg_relation_size('idempotency_keys', 'vm'),
+		       pg_indexes_size('idempotency_keys'),
+		       coalesce((SELECT pg_total_relation_size(reltoastrelid) FROM pg_class WHERE oid = 'idempotency_keys'::regclass AND reltoastrelid <> 0), 0),
+		       pg_total_relation_size('idempotency_keys'),
+		       coalesce((SELECT avg(pg_column_size(k.*)) FROM (SELECT * FROM idempotency_keys TABLESAMPLE SYSTEM (1)) k),
+		                (SELECT avg(pg_column_size(k.*)) FROM idempotency_keys k), 0)
+		  FROM idempotency_keys`).Scan(&s.Rows, &heap, &index, &toast, &total, &s.TupleBytesAvg)
+	if err != nil {
+		return nil, err
+	}
+	if s.Rows == 0 {
+		return nil, fmt.Errorf("no key records to measure")
+	}
+	per := func(b int64) float64 { return round1(float64(b) / float64(s.Rows)) }
+	s.BytesPerRecord, s.HeapPerRecord, s.IndexPerRecord, s.ToastPerRecord = per(total), per(heap), per(index), per(toast)
+	s.TupleBytesAvg = round1(s.TupleBytesAvg)
+	var intents, intentBytes int64
+	if err := h.pool.QueryRow(ctx, `SELECT count(*), pg_total_relation_size('label_intents') FROM label_intents`).Scan(&intents, &intentBytes); err != nil {
+		return nil, err
+	}
+	if intents > 0 {
+		s.IntentBytesPerRow = round1(float64(intentBytes) / float64(intents))
+	}
+	return s, nil
+}
+
+// purge runs the sweeper's statement (idempotency.Purge, what jobs.Sweep
+// loops over, with tombstones) at the default SWEEP_BATCH over the filled
+// keys until none is left or --purge-max has passed. Its clock is two days
+// ahead, so every filled key has expired.
+func (h *harness) purge(ctx context.Context) Purge {
+	const batch = 1000
+	p := Purge{Batch: batch}
+	now := time.Now().Add(48 * time.Hour)
+	began := time.Now()
+	var durs []int64
+	for time.Since(began) < h.cfg.PurgeMax && ctx.Err() == nil {
+		t := time.Now()
+		n, err := idempotency.Purge(ctx, h.pool, now, batch)
+		durs = append(durs, int64(time.Since(t)))
+		if err != nil {
+			p.Error = err.Error()
+			break
+		}
+		p.Deleted += n
+		if n < batch {
+			p.Complete = true
+			break
+		}
+	}
+	secs := time.Since(began).Seconds()
+	p.Seconds = round2(secs)
+	if secs > 0 {
+		p.KeysPerSec = round1(float64(p.Deleted) / secs)
+	}
+	l := summarize(durs)
+	p.BatchP50Ms, p.BatchP99Ms = l.P50, l.P99
+	return p
+}
