@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 )
@@ -90,13 +91,23 @@ func (n *Notifier) Flush(ctx context.Context) {
 	pending := n.pending
 	n.pending = map[string]map[string]struct{}{}
 	n.mu.Unlock()
+	if len(pending) == 0 {
+		return
+	}
+	// One round trip. A notify-only transaction has nothing to make durable,
+	// and NOTIFY's commit lock is held until the commit's WAL flush: do not wait for one.
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SET LOCAL synchronous_commit = off")
 	for channel, set := range pending {
 		for _, payload := range chunk(set) {
-			if _, err := n.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, channel, payload); err != nil {
-				// Listeners poll as well: a lost wake-up only delays them.
-				n.log.Debug().Err(err).Str("channel", channel).Msg("notify failed")
-			}
+			b.Queue(`SELECT pg_notify($1, $2)`, channel, payload)
 		}
+	}
+	b.Queue("COMMIT")
+	if err := n.pool.SendBatch(ctx, b).Close(); err != nil {
+		// Listeners poll as well: a lost wake-up only delays them.
+		n.log.Debug().Err(err).Msg("notify failed")
 	}
 }
 
