@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -62,30 +61,14 @@ func BenchmarkReconcile(b *testing.B) {
 		b.StartTimer()
 		began := time.Now()
 		last, lastStep := began, "read"
-		var backendPID int
-		var lastCPU float64
-		cpuOf := func() float64 {
-			if backendPID == 0 {
-				_ = pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend' AND state <> 'idle' LIMIT 1`).Scan(&backendPID)
-			}
-			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", backendPID))
-			if err != nil {
-				return 0
-			}
-			f := strings.Fields(string(b))
-			u, _ := strconv.ParseFloat(f[13], 64)
-			st, _ := strconv.ParseFloat(f[14], 64)
-			return (u + st) / 100
-		}
 		rep, err := reconcile.Run(ctx, pool, reconcile.Opts{
 			ProgressFunc: func(p reconcile.Progress) {
 				// With -v, how long each statement took.
 				if step := p.Phase + " " + p.Step; p.Phase != "read" && step != lastStep {
-					cpu := cpuOf()
 					if testing.Verbose() {
-						b.Logf("  %-55s %8s  pg cpu %.2fs", lastStep, time.Since(last).Round(time.Millisecond), cpu-lastCPU)
+						b.Logf("  %-40s %8s", lastStep, time.Since(last).Round(time.Millisecond))
 					}
-					last, lastStep, lastCPU = time.Now(), step, cpu
+					last, lastStep = time.Now(), step
 				}
 			},
 			Invoice:    bytes.NewReader(csv.Bytes()),
@@ -163,11 +146,19 @@ func seed(b *testing.B, pool *pgxpool.Pool, truth sim.Truth) {
 			created := t.PurchasedAt.Add(time.Second)
 			accepted := t.PurchasedAt.Add(-time.Second)
 			hash := sha256.Sum256([]byte(t.Reference))
-			body, err := json.Marshal(map[string]any{
-				"label_id": labelID, "order_id": t.OrderID, "parcel_no": t.ParcelNo, "label_version": 1,
-				"service": t.Service, "tracking_no": t.TrackingNo, "carrier_label_id": t.CarrierLabelID,
-				"cost_cents": t.CostCents, "currency": t.Currency, "created_at": created,
-			})
+			// The Label JSON of api.md, as the worker saves it (labels.Label.Body).
+			body, err := json.Marshal(struct {
+				LabelID        string    `json:"label_id"`
+				OrderID        int64     `json:"order_id"`
+				ParcelNo       int       `json:"parcel_no"`
+				LabelVersion   int       `json:"label_version"`
+				Service        string    `json:"service"`
+				TrackingNo     string    `json:"tracking_no"`
+				CarrierLabelID string    `json:"carrier_label_id"`
+				CostCents      int64     `json:"cost_cents"`
+				Currency       string    `json:"currency"`
+				CreatedAt      time.Time `json:"created_at"`
+			}{labelID, t.OrderID, t.ParcelNo, 1, t.Service, t.TrackingNo, t.CarrierLabelID, t.CostCents, t.Currency, created})
 			if err != nil {
 				b.Fatal(err)
 			}

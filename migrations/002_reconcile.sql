@@ -58,8 +58,9 @@ CREATE INDEX reconcile_runs_started_at ON reconcile_runs (started_at);
 
 -- Every item of a run: an invoice line, a label, both (a line of the run and
 -- the label of the period it bills), a completed key, or an intent, in
--- exactly one category. Items are numbered in report order: by category, then
--- invoice line, then label.
+-- exactly one category. An item is known by what it is about (the line, the
+-- label, the key or the intent); reports list them by category, then line
+-- number, then label.
 --
 -- A nightly run writes as many items as the invoice has lines, so an item
 -- keeps only the ids: the line's and the label's fields are read through
@@ -72,7 +73,6 @@ CREATE INDEX reconcile_runs_started_at ON reconcile_runs (started_at);
 -- commit together, and a per-row check would cost a million lookups.
 CREATE TABLE reconcile_items (
     run_id       bigint           NOT NULL,
-    item_no      int              NOT NULL,
     category     text COLLATE "C" NOT NULL CHECK (category IN ('matched', 'billed_without_label', 'duplicate_charge',
                                                     'amount_mismatch', 'label_not_billed', 'key_without_label',
                                                     'label_without_key', 'stuck_intent')),
@@ -90,16 +90,15 @@ CREATE TABLE reconcile_items (
     detail       text
 );
 
--- A run's items are written together, in item order, after those of the runs
--- before: a block-range index finds them, and costs the million-row insert
--- next to nothing where a B-tree would add a third to it. Reading a run sorts
--- by item_no; (run_id, item_no) is unique by construction.
+-- A run's items are written together, after those of the runs before: a
+-- block-range index finds them, and costs the million-row insert next to
+-- nothing where a B-tree would add a third to it.
 CREATE INDEX reconcile_items_run ON reconcile_items USING brin (run_id) WITH (autosummarize = on);
 
 -- The items with what they refer to: the invoice line's and the label's own
 -- fields, so that a saved run reads in full without repeating them per item.
 CREATE VIEW reconcile_item_details AS
-SELECT i.run_id, i.item_no, i.category, i.subject, i.invoice_no, i.line_no, il.billed_at, i.label_id,
+SELECT i.run_id, i.category, i.subject, i.invoice_no, i.line_no, il.billed_at, i.label_id,
        coalesce(i.caller_id, l.caller_id)                                  AS caller_id,
        coalesce(i.idem_key, l.created_by_key)                              AS idem_key,
        coalesce(i.carrier_key, l.carrier_key, NULLIF(il.idempotency_key, '')) AS carrier_key,
@@ -112,3 +111,24 @@ SELECT i.run_id, i.item_no, i.category, i.subject, i.invoice_no, i.line_no, il.b
   FROM reconcile_items i
   LEFT JOIN invoice_lines il ON il.invoice_no = i.invoice_no AND il.line_no = i.line_no
   LEFT JOIN labels l ON l.label_id = i.label_id;
+
+-- Scratch space of a run: its labels with their key records, computed on a
+-- second connection while the invoice is imported on the first (runs take an
+-- advisory lock, so one run at a time uses it). Unlogged: not written to the
+-- WAL, and emptied after a crash, which is all scratch space needs. Emptied
+-- at the end of every run.
+CREATE UNLOGGED TABLE reconcile_scratch_labels (
+    label_id         text,
+    carrier_key      text,
+    carrier_label_id text,
+    cost_cents       bigint,
+    currency         text,
+    created_at       timestamptz,
+    in_period        boolean,
+    has_key          boolean,
+    key_state        text,
+    k_caller         text,
+    k_key            text,
+    k_request        text,
+    k_body           text
+);

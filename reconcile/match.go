@@ -2,11 +2,13 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // scope is what one run compares, in the terms of the SQL below.
@@ -32,9 +34,10 @@ type counted struct {
 
 // labelKey is the test of has_key for label l against key record k of its
 // request: the key is the label's own, completed with 201, and its saved Label
-// names l. The saved body is the compact JSON of labels.Label.Body, so a
-// substring test settles almost every row without parsing JSON; a body written
-// any other way is parsed.
+// names l. The saved body is compact JSON (labels.Label.Body), so a
+// substring test settles almost every row without parsing JSON (a string
+// value cannot hold an unescaped quote, so the match is the label_id member);
+// a body written any other way is parsed.
 const labelKey = `(k.caller_id = l.caller_id AND k.idem_key = l.created_by_key
 	AND k.state = 'completed' AND k.response_status = 201
 	AND (strpos(k.response_body::text, '"label_id":"' || l.label_id || '"') > 0
@@ -49,16 +52,39 @@ const keyState = `CASE WHEN k.caller_id <> l.caller_id OR k.idem_key <> l.create
 // The statements of a run, in order. Each is one set-based pass; none loops
 // over rows. The one temporary table (ON COMMIT DROP) is not WAL-logged.
 var (
+	// The labels created in the window, each with the key record of its
+	// request (joined on request_id) and whether that is a completed key
+	// naming the label (has_key; NULL when no record was found in the
+	// window); and the completed keys of the period whose request has no label
+	// (label_id NULL): candidates for key_without_label. It does not depend on
+	// the invoice's lines, so it runs while they are imported.
+	sqlScratchLabels = `
+INSERT INTO reconcile_scratch_labels
+SELECT x.label_id, x.carrier_key, x.carrier_label_id, x.cost_cents, x.currency, x.created_at, x.in_period, x.has_key,
+       CASE WHEN NOT x.has_key THEN x.key_state END, x.k_caller, x.k_key, x.k_request, x.k_body
+  FROM (SELECT l.label_id, l.carrier_key, l.carrier_label_id, l.cost_cents, l.currency, l.created_at,
+               l.created_at <@ $3::tstzmultirange AS in_period,
+               CASE WHEN l.label_id IS NULL OR k.request_id IS NULL THEN NULL ELSE ` + labelKey + ` END AS has_key,
+               CASE WHEN l.label_id IS NULL OR k.request_id IS NULL THEN NULL ELSE ` + keyState + ` END AS key_state,
+               CASE WHEN l.label_id IS NULL THEN k.caller_id END AS k_caller,
+               CASE WHEN l.label_id IS NULL THEN k.idem_key END AS k_key,
+               CASE WHEN l.label_id IS NULL THEN k.request_id END AS k_request,
+               CASE WHEN l.label_id IS NULL THEN k.response_body::text END AS k_body
+          FROM (SELECT label_id, caller_id, request_id, carrier_key, carrier_label_id, cost_cents, currency,
+                       created_by_key, created_at
+                  FROM labels WHERE created_at >= $1 AND created_at < $2) l
+          FULL JOIN (SELECT caller_id, idem_key, request_id, state, response_status, response_body, created_at
+                       FROM idempotency_keys WHERE created_at >= $1 AND created_at < $2) k
+            ON k.request_id = l.request_id
+         WHERE l.label_id IS NOT NULL
+            OR (k.state = 'completed' AND k.response_status = 201 AND k.created_at <@ $3::tstzmultirange)) x`
+
 	// rc_m: in one pass, every invoice line of the window matched to a label
 	// by carrier key; every label of the period no line matched by key
-	// (invoice_no NULL); and the completed keys of the period whose request
-	// has no label (label_id NULL too: candidates for key_without_label).
-	//
-	// A label comes with the key record of its request (joined on request_id)
-	// and whether that is a completed key naming it (has_key; NULL when no
-	// record was found in the window). g is the group a line is netted and
-	// deduplicated in: its label. A line keeps its identifiers only while it
-	// has no label: they are what the other ways of matching need.
+	// (invoice_no NULL); and the keys without a label of the scratch table.
+	// g is the group a line is netted and deduplicated in: its label. A line
+	// keeps its identifiers only while it has no label: they are what the
+	// other ways of matching need.
 	sqlMatchByKey = `
 CREATE TEMP TABLE rc_m ON COMMIT DROP AS
 SELECT u.invoice_no, u.line_no, u.billed_at, u.cost_cents AS l_cost, u.currency AS l_cur, u.in_report,
@@ -75,30 +101,18 @@ SELECT u.invoice_no, u.line_no, u.billed_at, u.cost_cents AS l_cost, u.currency 
        NULL::text AS h_caller, NULL::text AS h_key, NULL::text AS h_detail,
        lk.k_caller, lk.k_key, lk.k_request, lk.k_body
   FROM (SELECT i.invoice_no, i.line_no, i.billed_at, i.carrier_label_id, i.tracking_no, i.idempotency_key,
-               i.reference, i.cost_cents, i.currency, %s AS in_report
-          FROM invoice_lines i WHERE i.billed_at >= $1 AND i.billed_at < $2) u
-  FULL JOIN (
-       SELECT x.label_id, x.carrier_key, x.carrier_label_id, x.cost_cents,
-              x.currency, x.created_at, x.in_period, x.has_key, x.k_caller, x.k_key, x.k_request, x.k_body,
-              CASE WHEN NOT x.has_key THEN x.key_state END AS key_state
-         FROM (SELECT l.label_id, l.carrier_key, l.carrier_label_id, l.cost_cents, l.currency, l.created_at,
-                      l.created_at <@ $4::tstzmultirange AS in_period,
-                      CASE WHEN l.label_id IS NULL OR k.request_id IS NULL THEN NULL ELSE ` + labelKey + ` END AS has_key,
-                      CASE WHEN l.label_id IS NULL OR k.request_id IS NULL THEN NULL ELSE ` + keyState + ` END AS key_state,
-                      CASE WHEN l.label_id IS NULL THEN k.caller_id END AS k_caller,
-                      CASE WHEN l.label_id IS NULL THEN k.idem_key END AS k_key,
-                      CASE WHEN l.label_id IS NULL THEN k.request_id END AS k_request,
-                      CASE WHEN l.label_id IS NULL THEN k.response_body::text END AS k_body
-                 FROM (SELECT label_id, caller_id, request_id, carrier_key, carrier_label_id, cost_cents, currency,
-                              created_by_key, created_at
-                         FROM labels WHERE created_at >= $1 AND created_at < $2) l
-                 FULL JOIN (SELECT caller_id, idem_key, request_id, state, response_status, response_body, created_at
-                              FROM idempotency_keys WHERE created_at >= $1 AND created_at < $2) k
-                   ON k.request_id = l.request_id
-                WHERE l.label_id IS NOT NULL
-                   OR (k.state = 'completed' AND k.response_status = 201 AND k.created_at <@ $4::tstzmultirange)) x
-       ) lk
-    ON lk.carrier_key = NULLIF(u.idempotency_key, '')
+               i.reference, i.cost_cents, i.currency, r.in_report
+          FROM invoice_lines i, LATERAL (SELECT %[1]s AS in_report) r
+         WHERE i.billed_at >= $1 AND i.billed_at < $2
+           -- A line of another invoice only matters if it may bill a label of
+           -- the period or a label this invoice bills: without a key (it may
+           -- match otherwise), or under such a label's key. The others stay out
+           -- of every pass below.
+           AND (r.in_report OR i.idempotency_key = ''
+                OR i.idempotency_key IN (SELECT carrier_key FROM reconcile_scratch_labels WHERE in_period)
+                OR i.idempotency_key IN (SELECT j.idempotency_key FROM invoice_lines j
+                                          WHERE j.billed_at >= $1 AND j.billed_at < $2 AND %[2]s))) u
+  FULL JOIN reconcile_scratch_labels lk ON lk.carrier_key = NULLIF(u.idempotency_key, '')
  WHERE u.invoice_no IS NOT NULL OR lk.in_period OR lk.label_id IS NULL`
 
 	// For labels of the period whose key record was not in the window: look it
@@ -128,14 +142,13 @@ UPDATE rc_m t SET has_key = f.ok, key_state = f.state
 SELECT (SELECT count(*) FROM rc_m WHERE invoice_no IS NOT NULL),
        (SELECT count(*) FROM invoice_lines WHERE billed_at >= $1 AND billed_at < $2)`
 	sqlDedupeKeyMatches = `
-WITH gone AS (
-       DELETE FROM rc_m a USING rc_m b
-        WHERE a.invoice_no = b.invoice_no AND a.line_no = b.line_no AND a.label_id > b.label_id
-       RETURNING a.*)
+DELETE FROM rc_m a USING rc_m b
+ WHERE a.invoice_no = b.invoice_no AND a.line_no = b.line_no AND a.label_id > b.label_id`
+	sqlRestoreLabels = `
 INSERT INTO rc_m (label_id, lab_cost, lab_cur, created_at, in_period, has_key, key_state, g, rev)
-SELECT DISTINCT ON (label_id) label_id, lab_cost, lab_cur, created_at, in_period, has_key, key_state, label_id, false
-  FROM gone
- WHERE in_period AND label_id NOT IN (SELECT label_id FROM rc_m WHERE label_id IS NOT NULL AND invoice_no IS NOT NULL)`
+SELECT s.label_id, s.cost_cents, s.currency, s.created_at, true, s.has_key, s.key_state, s.label_id, false
+  FROM reconcile_scratch_labels s
+ WHERE s.in_period AND s.label_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM rc_m m WHERE m.label_id = s.label_id)`
 
 	// Lines no carrier key matched, a few in a normal night, in one pass:
 	// match them by carrier label id, then tracking number, then reference,
@@ -219,8 +232,8 @@ UPDATE rc_m m SET rev = true
          WHERE rk <= CASE WHEN l_cost > 0 THEN credits ELSE charges END) r
  WHERE m.invoice_no = r.invoice_no AND m.line_no = r.line_no AND m.g IN (SELECT g FROM cg)`
 
-	// One pass over the groups decides every category, and the items are
-	// saved in report order in the same statement.
+	// One pass over the groups decides every category, and saves the items
+	// in the same statement (unsorted: reports sort what they read).
 	//
 	// In a group (a label, or lines sharing a key) the first line is the
 	// label's own charge: an unreversed charge, billed under the label's own
@@ -228,7 +241,7 @@ UPDATE rc_m m SET rev = true
 	// are duplicates. The label's billed amount is its first charge plus the
 	// credits that reversed nothing; it is matched when that equals its cost.
 	sqlItems = `
-INSERT INTO reconcile_items (run_id, item_no, category, subject, invoice_no, line_no, label_id,
+INSERT INTO reconcile_items (run_id, category, subject, invoice_no, line_no, label_id,
                              caller_id, idem_key, reference, carrier_key, amount_cents, currency, matched_by, detail)
 WITH multi AS MATERIALIZED (SELECT g FROM rc_m GROUP BY g HAVING count(*) > 1),
      w AS (
@@ -245,14 +258,7 @@ WITH multi AS MATERIALIZED (SELECT g FROM rc_m GROUP BY g HAVING count(*) > 1),
         WHERE m.g IN (SELECT g FROM multi)
        WINDOW wo AS (PARTITION BY m.g ORDER BY m.rev, m.l_cost < 0, m.same_cl DESC NULLS LAST,
                      m.billed_at, m.invoice_no, m.line_no),
-              wa AS (wo ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)
-       UNION ALL
-       -- Almost every group is one line and its label, or a label alone:
-       -- no order to find.
-       SELECT m.*, 1, CASE WHEN m.l_cost < 0 AND NOT m.rev THEN m.l_cost ELSE 0 END, m.invoice_no, m.line_no,
-              CASE WHEN m.l_cost >= 0 AND NOT m.rev THEN m.l_cost END, m.l_cur
-         FROM rc_m m
-        WHERE m.g NOT IN (SELECT g FROM multi)),
+              wa AS (wo ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)),
      c AS (
        SELECT w.*,
               coalesce(w.p_charge, 0) + w.partial AS eff,
@@ -306,6 +312,45 @@ WITH multi AS MATERIALIZED (SELECT g FROM rc_m GROUP BY g HAVING count(*) > 1),
            OR (x.label_id IS NOT NULL AND x.in_period AND x.rk = 1
                AND NOT (x.invoice_no IS NULL AND NOT x.no_key AND x.created_at > $2))
        UNION ALL
+       -- Almost every group is one line: a label's only charge, or a line
+       -- with no label; or a label alone, unbilled or billed elsewhere. Its
+       -- line is its first and its amount its own: no order, no netting.
+       SELECT CASE WHEN NOT m.line THEN CASE WHEN m.no_key THEN 'label_without_key'
+                                             WHEN m.invoice_no IS NULL THEN 'label_not_billed'
+                                             WHEN m.same THEN 'matched' ELSE 'amount_mismatch' END
+                   WHEN m.label_id IS NULL THEN 'billed_without_label'
+                   WHEN m.no_key THEN 'label_without_key'
+                   WHEN m.same THEN 'matched' ELSE 'amount_mismatch' END,
+              CASE WHEN NOT m.line THEN 'label' WHEN m.in_period THEN 'line+label' ELSE 'line' END,
+              CASE WHEN m.line THEN m.invoice_no END,
+              CASE WHEN m.line THEN m.line_no END,
+              m.label_id, m.h_caller, m.h_key, NULL, NULL,
+              CASE WHEN m.same OR m.label_id IS NULL THEN m.l_cost
+                   WHEN m.no_key OR m.invoice_no IS NULL THEN m.lab_cost
+                   WHEN m.l_cur = m.lab_cur THEN m.l_cost - m.lab_cost
+                   ELSE m.l_cost END,
+              CASE WHEN m.same OR m.label_id IS NULL THEN m.l_cur
+                   WHEN m.no_key OR m.invoice_no IS NULL THEN m.lab_cur
+                   ELSE m.l_cur END,
+              CASE WHEN m.line THEN (ARRAY['idempotency_key', 'carrier_label_id', 'tracking_no', 'reference'])[m.how] END,
+              CASE WHEN m.same AND m.line THEN NULL
+                   WHEN m.label_id IS NULL THEN m.h_detail
+                   WHEN m.no_key THEN coalesce(m.key_state, 'the key record names another label')
+                   WHEN m.invoice_no IS NULL THEN NULL
+                   WHEN m.same THEN 'billed on ' || m.invoice_no || ' line ' || m.line_no
+                   WHEN m.line THEN format('billed %s %s, label cost %s %s', m.l_cost, m.l_cur, m.lab_cost, m.lab_cur)
+                   ELSE format('billed %s %s on %s line %s, label cost %s %s', m.l_cost, m.l_cur, m.invoice_no, m.line_no, m.lab_cost, m.lab_cur)
+              END
+         FROM (SELECT m.*, coalesce(m.in_report, false) AS line,
+                      m.in_period AND NOT coalesce(m.has_key, false) AS no_key,
+                      m.label_id IS NOT NULL AND NOT (m.in_period AND NOT coalesce(m.has_key, false))
+                        AND m.l_cost = m.lab_cost AND m.l_cur = m.lab_cur AS same
+                 FROM rc_m m
+                WHERE m.g NOT IN (SELECT g FROM multi)
+                  AND (m.in_report
+                       OR (m.label_id IS NOT NULL AND m.in_period
+                           AND NOT (m.invoice_no IS NULL AND coalesce(m.has_key, false) AND m.created_at > $2)))) m
+       UNION ALL
        -- completed keys of the period naming a label that does not exist
        SELECT 'key_without_label', 'key', NULL, NULL, o.named, o.k_caller, o.k_key, o.k_request, i.carrier_key,
               CASE WHEN o.cost ~ '^-?[0-9]{1,18}$' THEN o.cost::bigint END, o.currency, NULL,
@@ -323,10 +368,7 @@ WITH multi AS MATERIALIZED (SELECT g FROM rc_m GROUP BY g HAVING count(*) > 1),
               'pending since ' || to_char(i.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
          FROM label_intents i
         WHERE i.status = 'pending' AND i.created_at < $4 AND i.created_at <@ $3::tstzmultirange)
-SELECT $1, row_number() OVER (ORDER BY ` + fmt.Sprintf(categoryRankSQL, "category") + `,
-                              invoice_no COLLATE "C" NULLS LAST, line_no, label_id COLLATE "C" NULLS LAST,
-                              caller_id COLLATE "C", idem_key COLLATE "C"),
-       category, subject, invoice_no, line_no, label_id, caller_id, idem_key, reference, carrier_key,
+SELECT $1, category, subject, invoice_no, line_no, label_id, caller_id, idem_key, reference, carrier_key,
        amount_cents, currency, matched_by, detail
   FROM items`
 
@@ -336,9 +378,8 @@ SELECT category, coalesce(currency, ''), invoice_no IS NOT NULL, count(*), coale
   FROM reconcile_items WHERE run_id = $1 GROUP BY 1, 2, 3`
 
 	sqlPeriodLabels = `
-SELECT count(DISTINCT label_id) FILTER (WHERE in_period),
-       count(*) FILTER (WHERE invoice_no IS NULL AND in_period AND coalesce(has_key, false) AND created_at > $1)
-  FROM rc_m WHERE label_id IS NOT NULL`
+SELECT (SELECT count(*) FROM reconcile_scratch_labels WHERE in_period),
+       (SELECT count(*) FROM rc_m WHERE invoice_no IS NULL AND in_period AND coalesce(has_key, false) AND created_at > $1)`
 )
 
 // match runs the statements above in tx and returns the saved items, counted,
@@ -353,11 +394,15 @@ func match(ctx context.Context, tx pgx.Tx, s scope, step func(string)) (groups [
 		}
 		return nil
 	}
-	inReport := "i.run_id = $3"
-	if s.staged {
-		inReport = "(i.run_id = $3 OR EXISTS (SELECT 1 FROM rc_stage s WHERE s.invoice_no = i.invoice_no AND s.line_no = i.line_no))"
+	// The lines of the run: those it stored, and, when some were imported
+	// before, those of the staged file.
+	inReport := func(t string) string {
+		if s.staged {
+			return fmt.Sprintf("(%[1]s.run_id = $3 OR EXISTS (SELECT 1 FROM rc_stage s WHERE s.invoice_no = %[1]s.invoice_no AND s.line_no = %[1]s.line_no))", t)
+		}
+		return t + ".run_id = $3"
 	}
-	if err := exec("match by carrier key", fmt.Sprintf(sqlMatchByKey, inReport), s.lo, s.hi, s.runID, s.period); err != nil {
+	if err := exec("match by carrier key", fmt.Sprintf(sqlMatchByKey, inReport("i"), inReport("j")), s.lo, s.hi, s.runID); err != nil {
 		return nil, 0, 0, err
 	}
 	if err := exec("keys outside the window", sqlKeysOutsideWindow); err != nil {
@@ -371,6 +416,9 @@ func match(ctx context.Context, tx pgx.Tx, s scope, step func(string)) (groups [
 		if err := exec("one label per line", sqlDedupeKeyMatches); err != nil {
 			return nil, 0, 0, err
 		}
+		if err := exec("restore labels", sqlRestoreLabels); err != nil {
+			return nil, 0, 0, err
+		}
 	}
 	if err := exec("lines with no carrier key match", sqlUnmatched, s.lo, s.hi); err != nil {
 		return nil, 0, 0, err
@@ -379,6 +427,12 @@ func match(ctx context.Context, tx pgx.Tx, s scope, step func(string)) (groups [
 		return nil, 0, 0, err
 	}
 	if err := exec("categorise and save items", sqlItems, s.runID, s.graceBefore, s.period, s.stuckBefore); err != nil {
+		return nil, 0, 0, err
+	}
+	if err := tx.QueryRow(ctx, sqlPeriodLabels, s.graceBefore).Scan(&labels, &inGrace); err != nil {
+		return nil, 0, 0, fmt.Errorf("count labels: %w", err)
+	}
+	if err := exec("count items", `TRUNCATE reconcile_scratch_labels`); err != nil {
 		return nil, 0, 0, err
 	}
 	rs, err := tx.Query(ctx, sqlCounts, s.runID)
@@ -396,9 +450,6 @@ func match(ctx context.Context, tx pgx.Tx, s scope, step func(string)) (groups [
 	if err := rs.Err(); err != nil {
 		return nil, 0, 0, fmt.Errorf("count items: %w", err)
 	}
-	if err := tx.QueryRow(ctx, sqlPeriodLabels, s.graceBefore).Scan(&labels, &inGrace); err != nil {
-		return nil, 0, 0, fmt.Errorf("count labels: %w", err)
-	}
 	return groups, labels, inGrace, nil
 }
 
@@ -409,4 +460,58 @@ func periodRange(days []time.Time) string {
 		parts[i] = fmt.Sprintf("[%s,%s)", d.Format(time.RFC3339), d.AddDate(0, 0, 1).Format(time.RFC3339))
 	}
 	return "{" + strings.Join(parts, ",") + "}"
+}
+
+// fillScratch computes the labels of the window with their keys into the
+// scratch table, in tx.
+func fillScratch(ctx context.Context, tx pgx.Tx, s scope) error {
+	if _, err := tx.Exec(ctx, `TRUNCATE reconcile_scratch_labels`); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, sqlScratchLabels, s.lo, s.hi, s.period); err != nil {
+		return fmt.Errorf("labels and keys: %w", err)
+	}
+	return nil
+}
+
+// scratchFill is fillScratch running on a connection of its own, committed
+// there, while the main transaction imports the invoice.
+type scratchFill struct {
+	scope  scope
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startScratchFill(ctx context.Context, pool *pgxpool.Pool, s scope) *scratchFill {
+	ctx, cancel := context.WithCancel(ctx)
+	f := &scratchFill{scope: s, cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		f.done <- pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			for _, set := range sessionSettings {
+				if _, err := tx.Exec(ctx, set); err != nil {
+					return err
+				}
+			}
+			return fillScratch(ctx, tx, s)
+		})
+	}()
+	return f
+}
+
+// wait returns the fill's outcome; stop abandons it. Both wait for its
+// transaction to end, so that the scratch table is free afterwards.
+func (f *scratchFill) wait() error {
+	if f == nil {
+		return errors.New("not started")
+	}
+	err := <-f.done
+	f.done <- err
+	return err
+}
+
+func (f *scratchFill) stop() {
+	if f != nil {
+		f.cancel()
+		_ = f.wait()
+	}
 }

@@ -379,3 +379,61 @@ func TestBadInvoice(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM invoice_lines`).Scan(&stored))
 	require.Zero(t, stored)
 }
+
+// The less common ways through the matching: an invoice spanning two days
+// (the labels' side is redone for the whole period), a line found by its
+// carrier label id whose label a key already matched (a duplicate), a line
+// found by its tracking number whose label is of the day before, and two
+// labels under one carrier key (one line: the label with the smaller id
+// takes it, the other is unbilled).
+func TestMatchingEdges(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	next := day.AddDate(0, 0, 1)
+	a := seed{n: 1, createdAt: at("01:00:00")}
+	dayBefore := seed{n: 2, createdAt: day.Add(-time.Hour)}
+	late := seed{n: 3, createdAt: next.Add(time.Hour)} // a label of the second day
+	twinA := seed{n: 4, createdAt: at("02:00:00")}
+	twinB := seed{n: 5, createdAt: at("02:00:01")}
+	insertSeeds(t, b.pool, []seed{a, dayBefore, late, twinA, twinB})
+	// Make the twins share a carrier key, as a key reused after its purge would.
+	_, err := b.pool.Exec(b.ctx, `UPDATE labels SET carrier_key = $1 WHERE label_id = 'lbl_0005'`, twinA.carrierKey())
+	require.NoError(t, err)
+
+	byCL := strings.Split(a.line(2, at("01:30:00")), ",")
+	byCL[4], byCL[5], byCL[6] = "", "", "" // only the carrier label id: a second charge of label 1
+	byTracking := strings.Split(dayBefore.line(3, at("00:10:00")), ",")
+	byTracking[3], byTracking[5], byTracking[6] = "", "", ""
+	rep := b.run(t, invoice(
+		a.line(1, at("01:00:01")),
+		strings.Join(byCL, ","),
+		strings.Join(byTracking, ","),
+		twinA.line(4, at("02:00:05")),
+		late.line(1, next.Add(time.Hour+time.Second)),
+	), func(o *reconcile.Opts) { o.Grace = 0 })
+
+	require.Equal(t, []string{"2026-12-02", "2026-12-03"}, rep.Period)
+	require.Equal(t, map[string]string{
+		"INV-20261202/1": "matched",
+		"INV-20261202/2": "duplicate_charge",
+		"INV-20261202/3": "matched", // label of the day before: a line item
+		"INV-20261202/4": "matched",
+		"lbl_0005":       "label_not_billed",
+		"INV-20261203/1": "matched",
+	}, byWhat(b.items(t, rep)))
+	require.Equal(t, 4, rep.Labels, "labels created on either day")
+	items := b.items(t, rep)
+	by := map[string]reconcile.Item{}
+	for _, it := range items {
+		by[fmt.Sprintf("%s/%d", it.InvoiceNo, it.LineNo)] = it
+	}
+	require.Equal(t, "carrier_label_id", by["INV-20261202/2"].MatchedBy)
+	require.Equal(t, "lbl_0001", by["INV-20261202/2"].LabelID)
+	require.Equal(t, "tracking_no", by["INV-20261202/3"].MatchedBy)
+	require.Equal(t, reconcile.SubjectLine, by["INV-20261202/3"].Subject)
+	require.Equal(t, "lbl_0004", by["INV-20261202/4"].LabelID)
+
+	var scratch int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM reconcile_scratch_labels`).Scan(&scratch))
+	require.Zero(t, scratch, "the scratch table is emptied by every run")
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,6 +46,7 @@ type Report struct {
 
 // Item is one line, label, key or intent of a run, with the ids to act on.
 type Item struct {
+	// ItemNo is the item's position in the report (from 1).
 	ItemNo   int    `json:"item_no"`
 	Category string `json:"category"`
 	// Subject is one of the Subject… constants.
@@ -141,10 +143,25 @@ func Load(ctx context.Context, pool *pgxpool.Pool, runID int64) (*Report, error)
 	return r, nil
 }
 
-const itemColumns = `item_no, category, subject, coalesce(invoice_no, ''), coalesce(line_no, 0), billed_at,
-	coalesce(label_id, ''), coalesce(caller_id, ''), coalesce(idem_key, ''), coalesce(carrier_key, ''),
-	coalesce(reference, ''), coalesce(carrier_label_id, ''), coalesce(tracking_no, ''),
-	billed_cents, cost_cents, amount_cents, coalesce(currency, ''), coalesce(matched_by, ''), coalesce(detail, '')`
+// reportOrder is the order of a report: by category as in [Categories], then
+// line number, invoice, label, caller and key. No two items of a run tie.
+var reportOrder = fmt.Sprintf(categoryRankSQL, "i.category") + `, i.line_no NULLS LAST, i.invoice_no COLLATE "C",
+	i.label_id COLLATE "C" NULLS LAST, i.caller_id COLLATE "C", i.idem_key COLLATE "C"`
+
+// itemColumns are an item's columns, from reconcile_items i, its line il and
+// its label l: what reconcile_item_details shows.
+const itemColumns = `i.category, i.subject, coalesce(i.invoice_no, ''), coalesce(i.line_no, 0), il.billed_at,
+       coalesce(i.label_id, ''), coalesce(i.caller_id, l.caller_id, ''), coalesce(i.idem_key, l.created_by_key, ''),
+       coalesce(i.carrier_key, l.carrier_key, NULLIF(il.idempotency_key, ''), ''),
+       coalesce(i.reference, l.request_id, NULLIF(il.reference, ''), ''),
+       coalesce(NULLIF(il.carrier_label_id, ''), l.carrier_label_id, ''),
+       coalesce(NULLIF(il.tracking_no, ''), l.tracking_no, ''),
+       il.cost_cents, l.cost_cents, i.amount_cents, coalesce(i.currency, ''), coalesce(i.matched_by, ''),
+       coalesce(i.detail, '')`
+
+const itemJoins = `
+  LEFT JOIN invoice_lines il ON il.invoice_no = i.invoice_no AND il.line_no = i.line_no
+  LEFT JOIN labels l ON l.label_id = i.label_id`
 
 func scanItem(rows pgx.Rows, it *Item) error {
 	err := rows.Scan(&it.ItemNo, &it.Category, &it.Subject, &it.InvoiceNo, &it.LineNo, &it.BilledAt,
@@ -157,24 +174,30 @@ func scanItem(rows pgx.Rows, it *Item) error {
 	return err
 }
 
-// loadFirst reads the first items of each category. Items are numbered by
-// category, so category c holds item numbers after those of the categories
-// before it: the first ones are a handful of primary key lookups.
+// loadFirst reads the first items of each category, in report order. The
+// discrepancies are few and sorted whole; the matched ones, a million on a
+// big night, only go through a bounded top-N. ItemNo is the position in the
+// whole report: categories come one after the other, so it follows from the
+// counts.
 func (r *Report) loadFirst(ctx context.Context) error {
 	r.First = map[string][]Item{}
-	var nos []int32
-	start := 1
+	selection := `
+SELECT * FROM (
+    SELECT i.*, row_number() OVER (PARTITION BY i.category ORDER BY ` + reportOrder + `) AS k
+      FROM reconcile_items i WHERE i.run_id = $1 AND i.category <> 'matched') d
+ WHERE k <= $2
+UNION ALL
+SELECT i.*, row_number() OVER (ORDER BY ` + reportOrder + `)
+  FROM (SELECT i.* FROM reconcile_items i WHERE i.run_id = $1 AND i.category = 'matched'
+         ORDER BY ` + reportOrder + ` LIMIT $2) i`
+	start := map[string]int{}
+	n := 1
 	for _, c := range Categories {
-		for i := 0; i < min(r.Counts[c], r.firstItems); i++ {
-			nos = append(nos, int32(start+i))
-		}
-		start += r.Counts[c]
+		start[c] = n
+		n += r.Counts[c]
 	}
-	if len(nos) == 0 {
-		return nil
-	}
-	rows, err := r.db.Query(ctx, `SELECT `+itemColumns+` FROM reconcile_item_details
-		WHERE run_id = $1 AND item_no = ANY ($2) ORDER BY item_no`, r.RunID, nos)
+	rows, err := r.db.Query(ctx, `SELECT i.k, `+itemColumns+` FROM (`+selection+`) i`+itemJoins+` ORDER BY i.category, i.k`,
+		r.RunID, r.firstItems)
 	if err != nil {
 		return err
 	}
@@ -184,16 +207,24 @@ func (r *Report) loadFirst(ctx context.Context) error {
 		if err := scanItem(rows, &it); err != nil {
 			return err
 		}
+		it.ItemNo += start[it.Category] - 1
 		r.First[it.Category] = append(r.First[it.Category], it)
 	}
-	return rows.Err()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for c, items := range r.First {
+		sort.Slice(items, func(i, j int) bool { return items[i].ItemNo < items[j].ItemNo })
+		r.First[c] = items
+	}
+	return nil
 }
 
 // Items calls fn with every item of the run, in report order, reading them
 // from the database as it goes. fn must not keep it: the Item is reused.
 func (r *Report) Items(ctx context.Context, fn func(it *Item) error) error {
-	rows, err := r.db.Query(ctx, `SELECT `+itemColumns+` FROM reconcile_item_details
-		WHERE run_id = $1 ORDER BY item_no`, r.RunID)
+	rows, err := r.db.Query(ctx, `SELECT row_number() OVER w, `+itemColumns+` FROM reconcile_items i`+itemJoins+`
+		WHERE i.run_id = $1 WINDOW w AS (ORDER BY `+reportOrder+`) ORDER BY `+reportOrder, r.RunID)
 	if err != nil {
 		return err
 	}

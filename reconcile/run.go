@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,7 +19,8 @@ const (
 	DefaultGrace = 48 * time.Hour
 	// DefaultStuckAfter is how long an intent may stay pending.
 	DefaultStuckAfter = time.Hour
-	// DefaultWindow is how far around the period lines and labels are looked at.
+	// DefaultWindow is how far around the period lines and labels are looked
+	// at: a carrier may bill a label the day after it was bought.
 	DefaultWindow = 24 * time.Hour
 	// DefaultFirstItems is how many items of each category the text report lists.
 	DefaultFirstItems = 5
@@ -162,8 +164,21 @@ func Run(ctx context.Context, pool *pgxpool.Pool, opts Opts) (*Report, error) {
 			return err
 		}
 
+		rs, err := readSeeker(opts.Invoice, source)
+		if err != nil {
+			return err
+		}
+		// The labels' side of the match does not depend on the invoice's lines:
+		// start it on a second connection now, for the period the invoice's first
+		// line announces, while this one imports the lines.
+		var fill *scratchFill
+		if guess := peekPeriod(rs, source, opts.Day); len(guess) > 0 {
+			fill = startScratchFill(ctx, pool, newScope(rep, guess, opts, started, false))
+		}
+		defer fill.stop()
+
 		progress(Progress{Phase: "read"})
-		imp, err := importInvoice(ctx, tx, opts.Invoice, source, rep.RunID, func(n int) {
+		imp, err := importInvoice(ctx, tx, rs, source, rep.RunID, func(n int) {
 			progress(Progress{Phase: "read", LinesRead: n})
 		})
 		if err != nil {
@@ -183,16 +198,15 @@ func Run(ctx context.Context, pool *pgxpool.Pool, opts Opts) (*Report, error) {
 
 		var groups []counted
 		if len(days) > 0 {
-			first, last := days[0], days[len(days)-1]
-			s := scope{
-				runID:       rep.RunID,
-				days:        rep.Period,
-				period:      periodRange(days),
-				lo:          first.Add(-opts.Window),
-				hi:          last.AddDate(0, 0, 1).Add(opts.Window),
-				graceBefore: started.Add(-opts.Grace),
-				stuckBefore: started.Add(-opts.StuckAfter),
-				staged:      imp.staged,
+			s := newScope(rep, days, opts, started, imp.staged)
+			progress(Progress{Phase: "match", Step: "labels and keys", LinesRead: imp.read})
+			if fill == nil || fill.scope.period != s.period || fill.wait() != nil {
+				// The first line did not tell the period, or the other
+				// connection failed: do it here.
+				fill.stop()
+				if err := fillScratch(ctx, tx, s); err != nil {
+					return err
+				}
 			}
 			groups, rep.Labels, rep.LabelsInGrace, err = match(ctx, tx, s, func(step string) {
 				progress(Progress{Phase: "match", Step: step, LinesRead: imp.read})
@@ -228,6 +242,62 @@ func Run(ctx context.Context, pool *pgxpool.Pool, opts Opts) (*Report, error) {
 		return nil, err
 	}
 	return rep, nil
+}
+
+// newScope is what a run over days compares.
+func newScope(rep *Report, days []time.Time, opts Opts, started time.Time, staged bool) scope {
+	first, last := days[0], days[len(days)-1]
+	period := make([]string, len(days))
+	for i, d := range days {
+		period[i] = d.Format(time.DateOnly)
+	}
+	return scope{
+		runID:       rep.RunID,
+		days:        period,
+		period:      periodRange(days),
+		lo:          first.Add(-opts.Window),
+		hi:          last.AddDate(0, 0, 1).Add(opts.Window),
+		graceBefore: started.Add(-opts.Grace),
+		stuckBefore: started.Add(-opts.StuckAfter),
+		staged:      staged,
+	}
+}
+
+// readSeeker returns the invoice as something that can be read twice.
+func readSeeker(r io.Reader, source string) (io.ReadSeeker, error) {
+	if rs, ok := r.(io.ReadSeeker); ok {
+		return rs, nil
+	}
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	return bytes.NewReader(b), nil
+}
+
+// peekPeriod guesses the period from the invoice's first line (and the day
+// it was fetched for), and puts the reader back where it was. Most invoices
+// bill one day; when the guess is wrong, the labels' side is redone.
+func peekPeriod(rs io.ReadSeeker, source string, day time.Time) []time.Time {
+	var days []time.Time
+	if !day.IsZero() {
+		y, m, d := day.Date()
+		days = append(days, time.Date(y, m, d, 0, 0, 0, 0, time.UTC))
+	}
+	start, err := rs.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return days
+	}
+	defer rs.Seek(start, io.SeekStart) //nolint:errcheck // importInvoice seeks again
+	lr, err := newLineReader(rs, source)
+	if err != nil {
+		return days
+	}
+	var l Line
+	if err := lr.next(&l); err != nil {
+		return days
+	}
+	return addDay(days, l.BilledAt.Truncate(24*time.Hour))
 }
 
 func addDay(days []time.Time, day time.Time) []time.Time {
