@@ -94,7 +94,7 @@ func Ensure(ctx context.Context, o Options) (string, error) {
 	logf("devdb: no server answers at %s (%v); starting a private one", first, lastErr)
 	dir := o.Dir
 	if dir == "" {
-		root, err := moduleRoot()
+		root, err := ModuleRoot()
 		if err != nil {
 			return "", err
 		}
@@ -273,7 +273,9 @@ func versionOf(binDir string) int {
 	return v
 }
 
-func moduleRoot() (string, error) {
+// ModuleRoot returns the nearest directory at or above the working directory
+// that holds a go.mod: where .pgdata lives, and what the tools build.
+func ModuleRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err

@@ -3,12 +3,13 @@ package proctest
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/labelkit/labels/internal/devdb"
 )
 
 // BuildOpts tunes [Build].
@@ -104,22 +105,7 @@ func (b *Binaries) Remove() error {
 
 // ModuleRoot returns the nearest directory at or above the working directory
 // that holds a go.mod.
-func ModuleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("proctest: no go.mod at or above the working directory")
-		}
-		dir = parent
-	}
-}
+func ModuleRoot() (string, error) { return devdb.ModuleRoot() }
 
 // goCommand prefers the go command on PATH and falls back to $GOROOT/bin/go.
 func goCommand() string {

@@ -102,7 +102,7 @@ func databaseURL(ctx context.Context) (string, error) {
 }
 
 func stop(ctx context.Context) error {
-	root, err := moduleRoot()
+	root, err := devdb.ModuleRoot()
 	if err != nil {
 		return err
 	}
@@ -116,21 +116,4 @@ func stop(ctx context.Context) error {
 	}
 	logf("devdb: stopped the private server in %s", dir)
 	return nil
-}
-
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
