@@ -65,22 +65,8 @@ func serveAdmin(ctx context.Context, addr, user, password string, client *river.
 	mux := http.NewServeMux()
 	mux.Handle(adminPrefix+"/", basicAuth(user, password, log, ui))
 	mux.Handle("GET /{$}", http.RedirectHandler(adminPrefix+"/", http.StatusFound))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"status":"ok"}`))
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		// The UI is only as useful as the database behind it.
-		pctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		w.Header().Set("Content-Type", "application/json")
-		if err := pool.Ping(pctx); err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte(`{"status":"database unavailable"}`))
-			return
-		}
-		_, _ = w.Write([]byte(`{"status":"ready"}`))
-	})
+	// The UI is only as useful as the database behind it.
+	handleHealth(mux, pool)
 
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

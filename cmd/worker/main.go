@@ -307,6 +307,20 @@ func serveMetrics(addr string, pool *pgxpool.Pool, m *metrics.Metrics, log zerol
 	m.Registry.MustRegister(metrics.NewStoreCollector(pool))
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	handleHealth(mux, pool)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	log.Info().Str("addr", ln.Addr().String()).Msg("metrics listening")
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return srv, nil
+}
+
+// handleHealth adds /healthz (the process runs) and /readyz (the database
+// answers) to mux.
+func handleHealth(mux *http.ServeMux, pool *pgxpool.Pool) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}`))
@@ -322,12 +336,4 @@ func serveMetrics(addr string, pool *pgxpool.Pool, m *metrics.Metrics, log zerol
 		}
 		_, _ = w.Write([]byte(`{"status":"ready"}`))
 	})
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	log.Info().Str("addr", ln.Addr().String()).Msg("metrics listening")
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	return srv, nil
 }
