@@ -45,16 +45,20 @@ func (ReconcileArgs) InsertOpts() river.InsertOpts {
 //
 //	river.NewPeriodicJob(schedule, jobs.ReconcilePeriodicArgs(nil), &river.PeriodicJobOpts{RunOnStart: false})
 func ReconcilePeriodicArgs(nowFunc func() time.Time) river.PeriodicJobConstructor {
+	return ReconcilePeriodicArgsDaysBack(1, nowFunc)
+}
+
+// ReconcilePeriodicArgsDaysBack names the UTC day daysBack days before the
+// tick instead. A second periodic job with 3 reconciles, once the default
+// 48h grace has passed, the labels a run of yesterday still saw as possibly
+// not billed yet (docs/reconcile.md, "Late billing").
+func ReconcilePeriodicArgsDaysBack(daysBack int, nowFunc func() time.Time) river.PeriodicJobConstructor {
 	if nowFunc == nil {
 		nowFunc = time.Now
 	}
 	return func() (river.JobArgs, *river.InsertOpts) {
-		return ReconcileArgs{Day: previousDay(nowFunc())}, nil
+		return ReconcileArgs{Day: nowFunc().UTC().AddDate(0, 0, -daysBack).Format(time.DateOnly)}, nil
 	}
-}
-
-func previousDay(now time.Time) string {
-	return now.UTC().AddDate(0, 0, -1).Format(time.DateOnly)
 }
 
 // ReconcileInvoicer fetches a day's invoice; *carrier.Client is one.
@@ -95,7 +99,7 @@ func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs
 	}
 	dayStr := job.Args.Day
 	if dayStr == "" {
-		dayStr = previousDay(now())
+		dayStr = now().UTC().AddDate(0, 0, -1).Format(time.DateOnly)
 	}
 	day, err := time.Parse(time.DateOnly, dayStr)
 	if err != nil {

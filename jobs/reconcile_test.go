@@ -58,6 +58,9 @@ func TestReconcilePeriodicArgs(t *testing.T) {
 	args, opts := construct()
 	require.Nil(t, opts, "the args' own InsertOpts apply")
 	require.Equal(t, jobs.ReconcileArgs{Day: "2026-12-01"}, args, "the day before, in UTC (the clock says 2026-12-02T21:30Z)")
+
+	args, _ = jobs.ReconcilePeriodicArgsDaysBack(3, func() time.Time { return time.Date(2026, 12, 3, 0, 30, 0, 0, time.UTC) })()
+	require.Equal(t, jobs.ReconcileArgs{Day: "2026-11-30"}, args)
 }
 
 // reconcileInvoicer is a carrier that serves the invoices of its map.

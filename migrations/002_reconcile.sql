@@ -56,6 +56,14 @@ CREATE TABLE reconcile_runs (
 
 CREATE INDEX reconcile_runs_started_at ON reconcile_runs (started_at);
 
+-- What an item is: its category (operations.md), what it is about, and how
+-- its invoice line found its label. Enums: four bytes an item instead of a
+-- word, checked on the way in, and sorted in the order of the category table.
+CREATE TYPE reconcile_category AS ENUM ('matched', 'billed_without_label', 'duplicate_charge', 'amount_mismatch',
+                                        'label_not_billed', 'key_without_label', 'label_without_key', 'stuck_intent');
+CREATE TYPE reconcile_subject AS ENUM ('line', 'line+label', 'label', 'key', 'intent');
+CREATE TYPE reconcile_match_key AS ENUM ('idempotency_key', 'carrier_label_id', 'tracking_no', 'reference');
+
 -- Every item of a run: an invoice line, a label, both (a line of the run and
 -- the label of the period it bills), a completed key, or an intent, in
 -- exactly one category. An item is known by what it is about (the line, the
@@ -69,14 +77,17 @@ CREATE INDEX reconcile_runs_started_at ON reconcile_runs (started_at);
 -- amount_cents is what the item is about: the billed amount of a matched
 -- label, the difference of an amount_mismatch, the charge of a duplicate or
 -- of a line with no label, the cost of an unbilled label or of one without a
--- key. There is no foreign key to reconcile_runs: the run and its items
--- commit together, and a per-row check would cost a million lookups.
+-- key.
+--
+-- One partition per run, reconcile_items_<run_id>: a run writes its items
+-- into a table of its own, with no index to maintain, and attaches it when
+-- done; reading a run reads its partition only; and old runs go with
+-- DROP TABLE (see docs/reconcile.md). There is no foreign key to
+-- reconcile_runs: the run and its partition commit together.
 CREATE TABLE reconcile_items (
-    run_id       bigint           NOT NULL,
-    category     text COLLATE "C" NOT NULL CHECK (category IN ('matched', 'billed_without_label', 'duplicate_charge',
-                                                    'amount_mismatch', 'label_not_billed', 'key_without_label',
-                                                    'label_without_key', 'stuck_intent')),
-    subject      text COLLATE "C" NOT NULL CHECK (subject IN ('line', 'label', 'line+label', 'key', 'intent')),
+    run_id       bigint              NOT NULL,
+    category     reconcile_category  NOT NULL,
+    subject      reconcile_subject   NOT NULL,
     invoice_no   text COLLATE "C",
     line_no      int,
     label_id     text,
@@ -86,14 +97,9 @@ CREATE TABLE reconcile_items (
     carrier_key  text,
     amount_cents bigint,
     currency     text COLLATE "C",
-    matched_by   text COLLATE "C" CHECK (matched_by IN ('idempotency_key', 'carrier_label_id', 'tracking_no', 'reference')),
+    matched_by   reconcile_match_key,
     detail       text
-);
-
--- A run's items are written together, after those of the runs before: a
--- block-range index finds them, and costs the million-row insert next to
--- nothing where a B-tree would add a third to it.
-CREATE INDEX reconcile_items_run ON reconcile_items USING brin (run_id) WITH (autosummarize = on);
+) PARTITION BY LIST (run_id);
 
 -- The items with what they refer to: the invoice line's and the label's own
 -- fields, so that a saved run reads in full without repeating them per item.

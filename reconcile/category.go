@@ -41,7 +41,3 @@ const (
 	// SubjectIntent is an accepted label intent.
 	SubjectIntent = "intent"
 )
-
-// categoryRankSQL orders categories in SQL as [Categories] does.
-const categoryRankSQL = `array_position(ARRAY['matched', 'billed_without_label', 'duplicate_charge', 'amount_mismatch',
-	'label_not_billed', 'key_without_label', 'label_without_key', 'stuck_intent'], %s)`

@@ -1,3 +1,59 @@
-// Package reconcile matches a carrier invoice against our labels: the nightly
-// backstop that finds what slipped through the keys.
+// Package reconcile matches a carrier invoice against our labels and completed
+// keys: the nightly backstop that finds what slipped through the keys (a
+// purchase whose reply was lost under another key, a downstream call without
+// a key, a crash at the wrong moment, a carrier billing error).
+//
+// # Where the data comes from
+//
+// The invoice is the carrier's CSV (shared/spec/carrier.md), read from a file
+// or fetched by day. The labels, the label intents and the key records are
+// read, never written: they belong to packages label, outbox and idempotency.
+// This package owns the tables of migration 002: invoice_lines (every line
+// ever imported, once), reconcile_runs (one row per run, with its counts),
+// reconcile_items (the items of every run, one partition per run), the view
+// reconcile_item_details, and the unlogged scratch table
+// reconcile_scratch_labels.
+//
+// # A run
+//
+// [Run] does everything in one transaction, so that a run that fails leaves
+// nothing behind:
+//
+//  1. It imports the invoice. A file never seen is one COPY straight into
+//     invoice_lines (binary, encoded as it is read). A file with lines seen
+//     before goes through a temporary table: a line with the same content
+//     changes nothing, a line with other content under the same
+//     (invoice_no, line_no) is a [*ParseError] naming it, and nothing of the
+//     file is imported.
+//  2. Its period is the set of UTC billing days of the file's lines (and the
+//     day it was fetched for). Meanwhile, on a second connection, the labels
+//     created in the window (the period and a day either side,
+//     [Opts.Window]) are joined with their key records into the scratch
+//     table: it does not depend on the lines, so both cores work.
+//  3. One hash join matches every line of the window to a label by carrier
+//     idempotency key. The few lines left are matched by carrier label id,
+//     then tracking number, then reference, through the labels' indexes.
+//  4. Lines are grouped by label (lines with no label by what they share). In
+//     a group, each credit of −X reverses a charge of X; the first charge
+//     left is the label's own (billed under its carrier label id if one is);
+//     further charges are duplicates; the label's billed amount is that charge
+//     plus the credits that reversed nothing.
+//  5. One statement decides every category and writes the items, unsorted,
+//     into the run's own table, attached to reconcile_items at the end.
+//
+// Every line of the file and every label of the period is in exactly one
+// item, and so in one category (see [Categories]); completed keys naming a
+// label that does not exist and intents stuck in pending are items too.
+// Unbilled labels younger than [Opts.Grace] are counted
+// ([Report.LabelsInGrace]) but not reported.
+//
+// # Reports
+//
+// A [Report] is a saved run. [Report.WriteText] is the summary a person reads;
+// [Report.WriteJSON] and [Report.WriteCSV] list every item with the ids to act
+// on, streamed from the database in report order. [Load] reads a past run.
+// [Report.ExitCode] is the exit status of operations.md.
+//
+// See docs/reconcile.md for the rules in full, the scheduling, and the
+// measurements.
 package reconcile

@@ -14,8 +14,7 @@ import (
 // scope is what one run compares, in the terms of the SQL below.
 type scope struct {
 	runID       int64
-	days        []string  // the period: billing days, YYYY-MM-DD
-	period      string    // the same days as a tstzmultirange literal
+	period      string    // the billing days, as a tstzmultirange literal
 	lo, hi      time.Time // the window: [first day − Window, last day + 1 day + Window)
 	graceBefore time.Time // a label created after this is in its grace period
 	stuckBefore time.Time // an intent created before this and still pending is stuck
@@ -233,7 +232,10 @@ UPDATE rc_m m SET rev = true
  WHERE m.invoice_no = r.invoice_no AND m.line_no = r.line_no AND m.g IN (SELECT g FROM cg)`
 
 	// One pass over the groups decides every category, and saves the items
-	// in the same statement (unsorted: reports sort what they read).
+	// in the same statement into the run's own table, reconcile_items_RUN
+	// (unsorted: reports sort what they read). Category, subject and match
+	// key are typed constants: a text cast per row would cost a catalog
+	// lookup each.
 	//
 	// In a group (a label, or lines sharing a key) the first line is the
 	// label's own charge: an unreversed charge, billed under the label's own
@@ -241,7 +243,7 @@ UPDATE rc_m m SET rev = true
 	// are duplicates. The label's billed amount is its first charge plus the
 	// credits that reversed nothing; it is matched when that equals its cost.
 	sqlItems = `
-INSERT INTO reconcile_items (run_id, category, subject, invoice_no, line_no, label_id,
+INSERT INTO reconcile_items_RUN (run_id, category, subject, invoice_no, line_no, label_id,
                              caller_id, idem_key, reference, carrier_key, amount_cents, currency, matched_by, detail)
 WITH multi AS MATERIALIZED (SELECT g FROM rc_m GROUP BY g HAVING count(*) > 1),
      w AS (
@@ -263,8 +265,8 @@ WITH multi AS MATERIALIZED (SELECT g FROM rc_m GROUP BY g HAVING count(*) > 1),
        SELECT w.*,
               coalesce(w.p_charge, 0) + w.partial AS eff,
               CASE WHEN w.label_id IS NULL OR w.p_inv IS NULL THEN NULL
-                   WHEN coalesce(w.p_charge, 0) + w.partial = w.lab_cost AND w.p_cur = w.lab_cur THEN 'matched'
-                   ELSE 'amount_mismatch' END AS billing,
+                   WHEN coalesce(w.p_charge, 0) + w.partial = w.lab_cost AND w.p_cur = w.lab_cur THEN 'matched'::reconcile_category
+                   ELSE 'amount_mismatch'::reconcile_category END AS billing,
               w.l_cost >= 0 AND NOT w.rev AND w.rk > 1 AS dup,
               w.in_period AND NOT coalesce(w.has_key, false) AS no_key
          FROM w),
@@ -272,16 +274,16 @@ WITH multi AS MATERIALIZED (SELECT g FROM rc_m GROUP BY g HAVING count(*) > 1),
        -- Each row of c is at most one item: an invoice line of the run, or a
        -- label of the period whose own charge is not a line of the run (or
        -- that has none).
-       SELECT CASE WHEN NOT x.line THEN CASE WHEN x.no_key THEN 'label_without_key'
-                                             WHEN x.invoice_no IS NULL THEN 'label_not_billed'
+       SELECT CASE WHEN NOT x.line THEN CASE WHEN x.no_key THEN 'label_without_key'::reconcile_category
+                                             WHEN x.invoice_no IS NULL THEN 'label_not_billed'::reconcile_category
                                              ELSE x.billing END
-                   WHEN x.dup THEN 'duplicate_charge'
-                   WHEN x.label_id IS NULL THEN CASE WHEN x.rev THEN 'matched' ELSE 'billed_without_label' END
-                   WHEN x.rk = 1 AND x.no_key THEN 'label_without_key'
+                   WHEN x.dup THEN 'duplicate_charge'::reconcile_category
+                   WHEN x.label_id IS NULL THEN CASE WHEN x.rev THEN 'matched'::reconcile_category ELSE 'billed_without_label'::reconcile_category END
+                   WHEN x.rk = 1 AND x.no_key THEN 'label_without_key'::reconcile_category
                    ELSE x.billing END AS category,
-              CASE WHEN NOT x.line THEN 'label'
-                   WHEN x.label_id IS NOT NULL AND x.rk = 1 AND x.in_period THEN 'line+label'
-                   ELSE 'line' END AS subject,
+              CASE WHEN NOT x.line THEN 'label'::reconcile_subject
+                   WHEN x.label_id IS NOT NULL AND x.rk = 1 AND x.in_period THEN 'line+label'::reconcile_subject
+                   ELSE 'line'::reconcile_subject END AS subject,
               CASE WHEN x.line THEN x.invoice_no END AS invoice_no,
               CASE WHEN x.line THEN x.line_no END AS line_no,
               x.label_id,
@@ -289,21 +291,21 @@ WITH multi AS MATERIALIZED (SELECT g FROM rc_m GROUP BY g HAVING count(*) > 1),
               CASE WHEN x.line AND (x.dup OR x.label_id IS NULL) THEN CASE WHEN x.rev THEN 0 ELSE x.l_cost END
                    WHEN x.line AND x.rk > 1 THEN 0
                    WHEN (x.rk = 1 AND x.no_key) OR x.invoice_no IS NULL THEN x.lab_cost
-                   WHEN x.billing = 'amount_mismatch' AND x.p_cur = x.lab_cur THEN x.eff - x.lab_cost
+                   WHEN x.billing = 'amount_mismatch'::reconcile_category AND x.p_cur = x.lab_cur THEN x.eff - x.lab_cost
                    ELSE x.eff END AS amount_cents,
               CASE WHEN x.line AND (x.dup OR x.label_id IS NULL OR x.rk > 1) THEN x.l_cur
                    WHEN (x.rk = 1 AND x.no_key) OR x.invoice_no IS NULL THEN x.lab_cur
                    ELSE x.p_cur END AS currency,
-              CASE WHEN x.line THEN (ARRAY['idempotency_key', 'carrier_label_id', 'tracking_no', 'reference'])[x.how] END AS matched_by,
+              CASE WHEN x.line THEN (ARRAY['idempotency_key', 'carrier_label_id', 'tracking_no', 'reference']::reconcile_match_key[])[x.how] END AS matched_by,
               CASE WHEN x.line AND x.dup THEN 'duplicate of ' || x.p_inv || ' line ' || x.p_line
                    WHEN x.line AND x.label_id IS NULL AND x.rev THEN 'a charge and a credit that cancel out'
                    WHEN x.line AND x.label_id IS NULL THEN x.h_detail
                    WHEN x.line AND x.rk > 1 THEN 'nets against ' || x.p_inv || ' line ' || x.p_line
                    WHEN x.no_key THEN coalesce(x.key_state, 'the key record names another label')
                    WHEN x.invoice_no IS NULL THEN NULL
-                   WHEN x.billing = 'amount_mismatch' AND x.line
+                   WHEN x.billing = 'amount_mismatch'::reconcile_category AND x.line
                         THEN format('billed %s %s, label cost %s %s', x.eff, x.p_cur, x.lab_cost, x.lab_cur)
-                   WHEN x.billing = 'amount_mismatch'
+                   WHEN x.billing = 'amount_mismatch'::reconcile_category
                         THEN format('billed %s %s on %s line %s, label cost %s %s', x.eff, x.p_cur, x.p_inv, x.p_line, x.lab_cost, x.lab_cur)
                    WHEN NOT x.line THEN 'billed on ' || x.p_inv || ' line ' || x.p_line
               END AS detail
@@ -315,13 +317,13 @@ WITH multi AS MATERIALIZED (SELECT g FROM rc_m GROUP BY g HAVING count(*) > 1),
        -- Almost every group is one line: a label's only charge, or a line
        -- with no label; or a label alone, unbilled or billed elsewhere. Its
        -- line is its first and its amount its own: no order, no netting.
-       SELECT CASE WHEN NOT m.line THEN CASE WHEN m.no_key THEN 'label_without_key'
-                                             WHEN m.invoice_no IS NULL THEN 'label_not_billed'
-                                             WHEN m.same THEN 'matched' ELSE 'amount_mismatch' END
-                   WHEN m.label_id IS NULL THEN 'billed_without_label'
-                   WHEN m.no_key THEN 'label_without_key'
-                   WHEN m.same THEN 'matched' ELSE 'amount_mismatch' END,
-              CASE WHEN NOT m.line THEN 'label' WHEN m.in_period THEN 'line+label' ELSE 'line' END,
+       SELECT CASE WHEN NOT m.line THEN CASE WHEN m.no_key THEN 'label_without_key'::reconcile_category
+                                             WHEN m.invoice_no IS NULL THEN 'label_not_billed'::reconcile_category
+                                             WHEN m.same THEN 'matched'::reconcile_category ELSE 'amount_mismatch'::reconcile_category END
+                   WHEN m.label_id IS NULL THEN 'billed_without_label'::reconcile_category
+                   WHEN m.no_key THEN 'label_without_key'::reconcile_category
+                   WHEN m.same THEN 'matched'::reconcile_category ELSE 'amount_mismatch'::reconcile_category END,
+              CASE WHEN NOT m.line THEN 'label'::reconcile_subject WHEN m.in_period THEN 'line+label'::reconcile_subject ELSE 'line'::reconcile_subject END,
               CASE WHEN m.line THEN m.invoice_no END,
               CASE WHEN m.line THEN m.line_no END,
               m.label_id, m.h_caller, m.h_key, NULL, NULL,
@@ -332,7 +334,7 @@ WITH multi AS MATERIALIZED (SELECT g FROM rc_m GROUP BY g HAVING count(*) > 1),
               CASE WHEN m.same OR m.label_id IS NULL THEN m.l_cur
                    WHEN m.no_key OR m.invoice_no IS NULL THEN m.lab_cur
                    ELSE m.l_cur END,
-              CASE WHEN m.line THEN (ARRAY['idempotency_key', 'carrier_label_id', 'tracking_no', 'reference'])[m.how] END,
+              CASE WHEN m.line THEN (ARRAY['idempotency_key', 'carrier_label_id', 'tracking_no', 'reference']::reconcile_match_key[])[m.how] END,
               CASE WHEN m.same AND m.line THEN NULL
                    WHEN m.label_id IS NULL THEN m.h_detail
                    WHEN m.no_key THEN coalesce(m.key_state, 'the key record names another label')
@@ -352,7 +354,7 @@ WITH multi AS MATERIALIZED (SELECT g FROM rc_m GROUP BY g HAVING count(*) > 1),
                            AND NOT (m.invoice_no IS NULL AND coalesce(m.has_key, false) AND m.created_at > $2)))) m
        UNION ALL
        -- completed keys of the period naming a label that does not exist
-       SELECT 'key_without_label', 'key', NULL, NULL, o.named, o.k_caller, o.k_key, o.k_request, i.carrier_key,
+       SELECT 'key_without_label'::reconcile_category, 'key'::reconcile_subject, NULL, NULL, o.named, o.k_caller, o.k_key, o.k_request, i.carrier_key,
               CASE WHEN o.cost ~ '^-?[0-9]{1,18}$' THEN o.cost::bigint END, o.currency, NULL,
               CASE WHEN o.named IS NULL THEN 'the saved response names no label'
                    ELSE 'the saved response names ' || o.named || ', which does not exist' END
@@ -363,7 +365,7 @@ WITH multi AS MATERIALIZED (SELECT g FROM rc_m GROUP BY g HAVING count(*) > 1),
         WHERE NOT EXISTS (SELECT 1 FROM labels x WHERE x.label_id = o.named)
        UNION ALL
        -- intents of the period still pending after stuck-after
-       SELECT 'stuck_intent', 'intent', NULL, NULL, NULL, i.caller_id, i.idem_key, i.request_id, i.carrier_key,
+       SELECT 'stuck_intent'::reconcile_category, 'intent'::reconcile_subject, NULL, NULL, NULL, i.caller_id, i.idem_key, i.request_id, i.carrier_key,
               NULL, NULL, NULL,
               'pending since ' || to_char(i.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
          FROM label_intents i
@@ -374,7 +376,7 @@ SELECT $1, category, subject, invoice_no, line_no, label_id, caller_id, idem_key
 
 	// The counts of the saved items.
 	sqlCounts = `
-SELECT category, coalesce(currency, ''), invoice_no IS NOT NULL, count(*), coalesce(sum(amount_cents), 0)
+SELECT category::text, coalesce(currency, ''), invoice_no IS NOT NULL, count(*), coalesce(sum(amount_cents), 0)
   FROM reconcile_items WHERE run_id = $1 GROUP BY 1, 2, 3`
 
 	sqlPeriodLabels = `
@@ -426,8 +428,17 @@ func match(ctx context.Context, tx pgx.Tx, s scope, step func(string)) (groups [
 	if err := exec("net credits", sqlPairCredits); err != nil {
 		return nil, 0, 0, err
 	}
-	if err := exec("categorise and save items", sqlItems, s.runID, s.graceBefore, s.period, s.stuckBefore); err != nil {
+	part := pgx.Identifier{fmt.Sprintf("reconcile_items_%d", s.runID)}.Sanitize()
+	if err := exec("categorise and save items", fmt.Sprintf(`CREATE TABLE %s (LIKE reconcile_items, CHECK (run_id = %d))`, part, s.runID)); err != nil {
 		return nil, 0, 0, err
+	}
+	if _, err := tx.Exec(ctx, strings.Replace(sqlItems, "reconcile_items_RUN", part, 1), s.runID, s.graceBefore, s.period, s.stuckBefore); err != nil {
+		return nil, 0, 0, fmt.Errorf("save items: %w", err)
+	}
+	// The check constraint spares ATTACH a scan of the table; attaching takes
+	// a lock that readers of the other runs do not wait for.
+	if _, err := tx.Exec(ctx, fmt.Sprintf(`ALTER TABLE reconcile_items ATTACH PARTITION %s FOR VALUES IN (%d)`, part, s.runID)); err != nil {
+		return nil, 0, 0, fmt.Errorf("attach the items: %w", err)
 	}
 	if err := tx.QueryRow(ctx, sqlPeriodLabels, s.graceBefore).Scan(&labels, &inGrace); err != nil {
 		return nil, 0, 0, fmt.Errorf("count labels: %w", err)

@@ -288,15 +288,18 @@ func TestGrace(t *testing.T) {
 	billed := seed{n: 1, createdAt: at("01:00:00")}
 	old := seed{n: 2, createdAt: at("05:59:59")}
 	young := seed{n: 3, createdAt: at("06:00:01")}
-	insertSeeds(t, b.pool, []seed{billed, old, young})
+	youngNoKey := seed{n: 4, createdAt: at("07:00:00"), key: "started"} // the grace is about billing, not keys
+	insertSeeds(t, b.pool, []seed{billed, old, young, youngNoKey})
 	csv := invoice(billed.line(1, at("01:00:01")))
 
 	rep := b.run(t, csv)
-	require.Equal(t, map[string]string{"INV-20261202/1": "matched", "lbl_0002": "label_not_billed"}, byWhat(b.items(t, rep)))
+	require.Equal(t, map[string]string{"INV-20261202/1": "matched", "lbl_0002": "label_not_billed", "lbl_0004": "label_without_key"},
+		byWhat(b.items(t, rep)))
 	require.Equal(t, 1, rep.LabelsInGrace)
 
 	rep = b.run(t, csv, func(o *reconcile.Opts) { o.Grace = 0 })
-	require.Equal(t, map[string]string{"INV-20261202/1": "matched", "lbl_0002": "label_not_billed", "lbl_0003": "label_not_billed"}, byWhat(b.items(t, rep)))
+	require.Equal(t, map[string]string{"INV-20261202/1": "matched", "lbl_0002": "label_not_billed", "lbl_0003": "label_not_billed",
+		"lbl_0004": "label_without_key"}, byWhat(b.items(t, rep)))
 	require.Zero(t, rep.LabelsInGrace)
 }
 

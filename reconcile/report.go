@@ -145,18 +145,18 @@ func Load(ctx context.Context, pool *pgxpool.Pool, runID int64) (*Report, error)
 
 // reportOrder is the order of a report: by category as in [Categories], then
 // line number, invoice, label, caller and key. No two items of a run tie.
-var reportOrder = fmt.Sprintf(categoryRankSQL, "i.category") + `, i.line_no NULLS LAST, i.invoice_no COLLATE "C",
+const reportOrder = `i.category, i.line_no NULLS LAST, i.invoice_no COLLATE "C",
 	i.label_id COLLATE "C" NULLS LAST, i.caller_id COLLATE "C", i.idem_key COLLATE "C"`
 
 // itemColumns are an item's columns, from reconcile_items i, its line il and
 // its label l: what reconcile_item_details shows.
-const itemColumns = `i.category, i.subject, coalesce(i.invoice_no, ''), coalesce(i.line_no, 0), il.billed_at,
+const itemColumns = `i.category::text, i.subject::text, coalesce(i.invoice_no, ''), coalesce(i.line_no, 0), il.billed_at,
        coalesce(i.label_id, ''), coalesce(i.caller_id, l.caller_id, ''), coalesce(i.idem_key, l.created_by_key, ''),
        coalesce(i.carrier_key, l.carrier_key, NULLIF(il.idempotency_key, ''), ''),
        coalesce(i.reference, l.request_id, NULLIF(il.reference, ''), ''),
        coalesce(NULLIF(il.carrier_label_id, ''), l.carrier_label_id, ''),
        coalesce(NULLIF(il.tracking_no, ''), l.tracking_no, ''),
-       il.cost_cents, l.cost_cents, i.amount_cents, coalesce(i.currency, ''), coalesce(i.matched_by, ''),
+       il.cost_cents, l.cost_cents, i.amount_cents, coalesce(i.currency, ''), coalesce(i.matched_by::text, ''),
        coalesce(i.detail, '')`
 
 const itemJoins = `

@@ -247,13 +247,8 @@ func Run(ctx context.Context, pool *pgxpool.Pool, opts Opts) (*Report, error) {
 // newScope is what a run over days compares.
 func newScope(rep *Report, days []time.Time, opts Opts, started time.Time, staged bool) scope {
 	first, last := days[0], days[len(days)-1]
-	period := make([]string, len(days))
-	for i, d := range days {
-		period[i] = d.Format(time.DateOnly)
-	}
 	return scope{
 		runID:       rep.RunID,
-		days:        period,
 		period:      periodRange(days),
 		lo:          first.Add(-opts.Window),
 		hi:          last.AddDate(0, 0, 1).Add(opts.Window),

@@ -21,6 +21,7 @@ import (
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/carrier/sim"
 	"github.com/labelkit/labels/internal/dbtest"
+	"github.com/labelkit/labels/reconcile"
 )
 
 // The command runs on the real clock: its invoices bill a day well past the
@@ -246,4 +247,21 @@ func TestErrors(t *testing.T) {
 	require.Equal(t, 2, r.code)
 	require.Contains(t, r.stderr, "invoice.csv:2: billed_at: want an RFC 3339 time")
 	require.Equal(t, 1, strings.Count(r.stderr, "\n"), r.stderr)
+}
+
+// On a terminal, one line is rewritten as the run goes and ends with the
+// lines read and matched.
+func TestProgress(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	p := &progress{w: &out}
+	p.report(reconcile.Progress{Phase: "read", LinesRead: 25_000})
+	p.report(reconcile.Progress{Phase: "read", LinesRead: 50_000}) // within 200ms of the last: skipped
+	p.report(reconcile.Progress{Phase: "match", Step: "match by carrier key", LinesRead: 1_000_000})
+	p.report(reconcile.Progress{Phase: "done", LinesRead: 1_000_000, LinesMatched: 998_123})
+	p.end()
+	require.Equal(t, "\r\033[Kreconcile: 25,000 lines read"+
+		"\r\033[Kreconcile: 1,000,000 lines read; match by carrier key"+
+		"\r\033[Kreconcile: 1,000,000 lines read, 998,123 matched\n", out.String())
+	require.False(t, isTerminal(&out))
 }
