@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"sort"
 	"strings"
@@ -24,6 +25,10 @@ type importResult struct {
 	// rc_stage (some were imported before): the lines of the run are then those
 	// of rc_stage, not only those stored by the run.
 	staged bool
+	// repeatedKeys are the carrier keys the file bills more than once (and,
+	// rarely, a key whose hash another shares): the labels that may have
+	// several lines.
+	repeatedKeys []string
 }
 
 var lineColumns = []string{
@@ -103,7 +108,7 @@ func copyNew(ctx context.Context, tx pgx.Tx, lr *lineReader, first *Line, runID 
 	if err := sp.Commit(ctx); err != nil {
 		return importResult{}, err
 	}
-	return importResult{read: enc.read, stored: int(tag.RowsAffected()), days: sortedDays(enc.days)}, nil
+	return importResult{read: enc.read, stored: int(tag.RowsAffected()), days: sortedDays(enc.days), repeatedKeys: enc.repeatedKeys()}, nil
 }
 
 // stageAndMerge is the path for a file some of whose lines were seen before.
@@ -131,7 +136,7 @@ func stageAndMerge(ctx context.Context, tx pgx.Tx, rs io.Reader, source string, 
 	if enc.err != nil {
 		return importResult{}, enc.err
 	}
-	res := importResult{read: enc.read, days: sortedDays(enc.days), staged: true}
+	res := importResult{read: enc.read, days: sortedDays(enc.days), staged: true, repeatedKeys: enc.repeatedKeys()}
 
 	// A line the file repeats: the same content is the same line, other content is an error.
 	const pair = `
@@ -213,13 +218,16 @@ type copyEncoder struct {
 	progress func(int)
 	days     map[time.Time]bool
 
-	buf     []byte
-	off     int
-	started bool
-	done    bool
-	read    int
-	err     error
-	line    Line
+	buf      []byte
+	off      int
+	started  bool
+	done     bool
+	read     int
+	err      error
+	line     Line
+	seed     maphash.Seed
+	keys     map[uint64]struct{} // hashes of the carrier keys seen
+	repeated map[string]struct{} // keys seen again
 }
 
 // progressEvery is how many lines pass between two progress reports.
@@ -274,6 +282,7 @@ func (e *copyEncoder) fill(want int) {
 		if day := l.BilledAt.Truncate(24 * time.Hour); !e.days[day] {
 			e.days[day] = true
 		}
+		e.noteKey(l.IdempotencyKey)
 		e.buf = binary.BigEndian.AppendUint16(e.buf, 10)
 		if e.withSeq {
 			e.int4(int32(e.lr.fileLine()))
@@ -295,6 +304,34 @@ func (e *copyEncoder) fill(want int) {
 			e.progress(e.read)
 		}
 	}
+}
+
+// noteKey remembers key by its hash, and the key itself when seen again:
+// eight bytes a line instead of the key, at the price of a rare false "again".
+func (e *copyEncoder) noteKey(key string) {
+	if key == "" {
+		return
+	}
+	if e.keys == nil {
+		e.seed = maphash.MakeSeed()
+		e.keys = map[uint64]struct{}{}
+		e.repeated = map[string]struct{}{}
+	}
+	h := maphash.String(e.seed, key)
+	if _, ok := e.keys[h]; ok {
+		e.repeated[key] = struct{}{}
+		return
+	}
+	e.keys[h] = struct{}{}
+}
+
+func (e *copyEncoder) repeatedKeys() []string {
+	keys := make([]string, 0, len(e.repeated))
+	for k := range e.repeated {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 func (e *copyEncoder) text(s string) {

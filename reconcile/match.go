@@ -2,7 +2,6 @@ package reconcile
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -19,6 +18,8 @@ type scope struct {
 	graceBefore time.Time // a label created after this is in its grace period
 	stuckBefore time.Time // an intent created before this and still pending is stuck
 	staged      bool      // the lines of the run are those of rc_stage (see importResult)
+	// repeatedKeys are the carrier keys the invoice bills more than once.
+	repeatedKeys []string
 }
 
 // counted is one group of the saved items: category, currency and whether the
@@ -81,38 +82,51 @@ SELECT x.label_id, x.carrier_key, x.carrier_label_id, x.cost_cents, x.currency, 
 	// rc_m: in one pass, every invoice line of the window matched to a label
 	// by carrier key; every label of the period no line matched by key
 	// (invoice_no NULL); and the keys without a label of the scratch table.
-	// g is the group a line is netted and deduplicated in: its label. A line
-	// keeps its identifiers only while it has no label: they are what the
-	// other ways of matching need.
+	// The group a line is netted and deduplicated in is its label, or, with
+	// no label, g (coalesce(g, label_id) below). maybe_more marks the rows
+	// whose group may have more than one row: only those groups are ordered
+	// (sqlItems). A line keeps its identifiers only while it has no label:
+	// they are what the other ways of matching need; created_at is kept for
+	// unbilled labels only (grace).
 	sqlMatchByKey = `
 CREATE TEMP TABLE rc_m ON COMMIT DROP AS
-SELECT u.invoice_no, u.line_no, u.billed_at, u.cost_cents AS l_cost, u.currency AS l_cur, u.in_report,
-       CASE WHEN lk.label_id IS NULL THEN u.carrier_label_id END AS l_cl,
-       CASE WHEN lk.label_id IS NULL THEN u.tracking_no END AS l_tr,
-       CASE WHEN lk.label_id IS NULL THEN u.idempotency_key END AS l_key,
-       CASE WHEN lk.label_id IS NULL THEN u.reference END AS l_ref,
-       lk.label_id, lk.cost_cents AS lab_cost, lk.currency AS lab_cur, lk.created_at,
-       coalesce(lk.in_period, false) AS in_period, lk.has_key, lk.key_state,
-       CASE WHEN u.invoice_no IS NOT NULL AND lk.label_id IS NOT NULL THEN 1 END::int2 AS how,
-       lk.carrier_label_id = u.carrier_label_id AS same_cl,
-       coalesce(lk.label_id, chr(1) || lk.k_request) AS g,
-       false AS rev,
-       NULL::text AS h_caller, NULL::text AS h_key, NULL::text AS h_detail,
-       lk.k_caller, lk.k_key, lk.k_request, lk.k_body
-  FROM (SELECT i.invoice_no, i.line_no, i.billed_at, i.carrier_label_id, i.tracking_no, i.idempotency_key,
-               i.reference, i.cost_cents, i.currency, r.in_report
-          FROM invoice_lines i, LATERAL (SELECT %[1]s AS in_report) r
-         WHERE i.billed_at >= $1 AND i.billed_at < $2
-           -- A line of another invoice only matters if it may bill a label of
-           -- the period or a label this invoice bills: without a key (it may
-           -- match otherwise), or under such a label's key. The others stay out
-           -- of every pass below.
-           AND (r.in_report OR i.idempotency_key = ''
-                OR i.idempotency_key IN (SELECT carrier_key FROM reconcile_scratch_labels WHERE in_period)
-                OR i.idempotency_key IN (SELECT j.idempotency_key FROM invoice_lines j
-                                          WHERE j.billed_at >= $1 AND j.billed_at < $2 AND %[2]s))) u
-  FULL JOIN reconcile_scratch_labels lk ON lk.carrier_key = NULLIF(u.idempotency_key, '')
- WHERE u.invoice_no IS NOT NULL OR lk.in_period OR lk.label_id IS NULL`
+SELECT invoice_no, line_no, billed_at, l_cost, l_cur, in_report,
+       l_cl, l_tr, l_key, l_ref, label_id, lab_cost, lab_cur,
+       CASE WHEN invoice_no IS NULL THEN created_at END AS created_at,
+       in_period, has_key, key_state, how, same_cl,
+       CASE WHEN label_id IS NULL THEN g END AS g, maybe_more,
+       false AS rev, NULL::text AS h_caller, NULL::text AS h_key, NULL::text AS h_detail,
+       k_caller, k_key, k_request, k_body
+  FROM (SELECT u.invoice_no, u.line_no, u.billed_at, u.cost_cents AS l_cost, u.currency AS l_cur, u.in_report,
+               CASE WHEN lk.label_id IS NULL THEN u.carrier_label_id END AS l_cl,
+               CASE WHEN lk.label_id IS NULL THEN u.tracking_no END AS l_tr,
+               CASE WHEN lk.label_id IS NULL THEN u.idempotency_key END AS l_key,
+               CASE WHEN lk.label_id IS NULL THEN u.reference END AS l_ref,
+               lk.label_id, lk.cost_cents AS lab_cost, lk.currency AS lab_cur, lk.created_at,
+               coalesce(lk.in_period, false) AS in_period, lk.has_key, lk.key_state,
+               CASE WHEN u.invoice_no IS NOT NULL AND lk.label_id IS NOT NULL THEN 1 END::int2 AS how,
+               lk.carrier_label_id = u.carrier_label_id AS same_cl,
+               chr(1) || lk.k_request AS g,
+               -- A line that may share its group: of another invoice, a credit,
+               -- one the key did not match, or billed under a key the invoice
+               -- repeats. Every other group is one line (or one label) alone.
+               coalesce(NOT u.in_report OR u.cost_cents < 0 OR lk.label_id IS NULL
+                        OR u.idempotency_key IN (SELECT unnest($4::text[])), false) AS maybe_more,
+               lk.k_caller, lk.k_key, lk.k_request, lk.k_body
+          FROM (SELECT i.invoice_no, i.line_no, i.billed_at, i.carrier_label_id, i.tracking_no, i.idempotency_key,
+                       i.reference, i.cost_cents, i.currency, r.in_report
+                  FROM invoice_lines i, LATERAL (SELECT %[1]s AS in_report) r
+                 WHERE i.billed_at >= $1 AND i.billed_at < $2
+                   -- A line of another invoice only matters if it may bill a
+                   -- label of the period or a label this invoice bills: without
+                   -- a key (it may match otherwise), or under such a label's
+                   -- key. The others stay out of every pass below.
+                   AND (r.in_report OR i.idempotency_key = ''
+                        OR i.idempotency_key IN (SELECT carrier_key FROM reconcile_scratch_labels WHERE in_period)
+                        OR i.idempotency_key IN (SELECT j.idempotency_key FROM invoice_lines j
+                                                  WHERE j.billed_at >= $1 AND j.billed_at < $2 AND %[2]s))) u
+          FULL JOIN reconcile_scratch_labels lk ON lk.carrier_key = NULLIF(u.idempotency_key, '')
+         WHERE u.invoice_no IS NOT NULL OR lk.in_period OR lk.label_id IS NULL) x`
 
 	// For labels of the period whose key record was not in the window: look it
 	// up by its primary key; when it is gone (purged after KEY_RETENTION) the
@@ -136,10 +150,11 @@ UPDATE rc_m t SET has_key = f.ok, key_state = f.state
 
 	// Two labels under one carrier key (possible only when a caller reuses a
 	// key after it was purged) give a line two rows: keep the first label, and
-	// let the other one stand alone.
-	sqlLinesInWindow = `
-SELECT (SELECT count(*) FROM rc_m WHERE invoice_no IS NOT NULL),
-       (SELECT count(*) FROM invoice_lines WHERE billed_at >= $1 AND billed_at < $2)`
+	// let the other one stand alone. The fill tells whether any key is shared.
+	sqlSharedKeys = `
+SELECT EXISTS (SELECT FROM reconcile_scratch_labels WHERE carrier_key IS NOT NULL
+                GROUP BY carrier_key HAVING count(*) > 1),
+       (SELECT count(*) FROM reconcile_scratch_labels WHERE in_period)`
 	sqlDedupeKeyMatches = `
 DELETE FROM rc_m a USING rc_m b
  WHERE a.invoice_no = b.invoice_no AND a.line_no = b.line_no AND a.label_id > b.label_id`
@@ -218,18 +233,18 @@ DELETE FROM rc_m d
 	// carrier label id, then the latest). A credit that reverses no charge
 	// adjusts the group's amount instead.
 	sqlPairCredits = `
-WITH cg AS MATERIALIZED (SELECT DISTINCT g FROM rc_m WHERE l_cost < 0)
+WITH cg AS MATERIALIZED (SELECT DISTINCT coalesce(g, label_id) AS g FROM rc_m WHERE l_cost < 0)
 UPDATE rc_m m SET rev = true
   FROM (SELECT invoice_no, line_no
           FROM (SELECT invoice_no, line_no, l_cost,
-                       row_number() OVER (PARTITION BY g, abs(l_cost), l_cost < 0
+                       row_number() OVER (PARTITION BY coalesce(g, label_id), abs(l_cost), l_cost < 0
                                           ORDER BY same_cl NULLS FIRST, billed_at DESC, invoice_no DESC, line_no DESC) AS rk,
-                       count(*) FILTER (WHERE l_cost > 0) OVER (PARTITION BY g, abs(l_cost)) AS charges,
-                       count(*) FILTER (WHERE l_cost < 0) OVER (PARTITION BY g, abs(l_cost)) AS credits
+                       count(*) FILTER (WHERE l_cost > 0) OVER (PARTITION BY coalesce(g, label_id), abs(l_cost)) AS charges,
+                       count(*) FILTER (WHERE l_cost < 0) OVER (PARTITION BY coalesce(g, label_id), abs(l_cost)) AS credits
                   FROM rc_m
-                 WHERE invoice_no IS NOT NULL AND l_cost <> 0 AND g IN (SELECT g FROM cg)) y
+                 WHERE invoice_no IS NOT NULL AND l_cost <> 0 AND coalesce(g, label_id) IN (SELECT g FROM cg)) y
          WHERE rk <= CASE WHEN l_cost > 0 THEN credits ELSE charges END) r
- WHERE m.invoice_no = r.invoice_no AND m.line_no = r.line_no AND m.g IN (SELECT g FROM cg)`
+ WHERE m.invoice_no = r.invoice_no AND m.line_no = r.line_no AND coalesce(m.g, m.label_id) IN (SELECT g FROM cg)`
 
 	// One pass over the groups decides every category, and saves the items
 	// in the same statement into the run's own table, reconcile_items_RUN
@@ -245,10 +260,10 @@ UPDATE rc_m m SET rev = true
 	sqlItems = `
 INSERT INTO reconcile_items_RUN (run_id, category, subject, invoice_no, line_no, label_id,
                              caller_id, idem_key, reference, carrier_key, amount_cents, currency, matched_by, detail)
-WITH multi AS MATERIALIZED (SELECT g FROM rc_m GROUP BY g HAVING count(*) > 1),
+WITH multi AS MATERIALIZED (SELECT DISTINCT coalesce(g, label_id) AS g FROM rc_m WHERE maybe_more),
      w AS (
-       -- A group of several lines (a label billed twice, a charge and its
-       -- credit…): its lines in order.
+       -- A group that may have several lines (a label billed twice, a charge
+       -- and its credit…): its lines in order.
        SELECT m.*,
               row_number() OVER wo AS rk,
               sum(CASE WHEN m.l_cost < 0 AND NOT m.rev THEN m.l_cost ELSE 0 END) OVER wa AS partial,
@@ -257,8 +272,8 @@ WITH multi AS MATERIALIZED (SELECT g FROM rc_m GROUP BY g HAVING count(*) > 1),
               first_value(CASE WHEN m.l_cost >= 0 AND NOT m.rev THEN m.l_cost END) OVER wo AS p_charge,
               first_value(m.l_cur) OVER wo AS p_cur
          FROM rc_m m
-        WHERE m.g IN (SELECT g FROM multi)
-       WINDOW wo AS (PARTITION BY m.g ORDER BY m.rev, m.l_cost < 0, m.same_cl DESC NULLS LAST,
+        WHERE coalesce(m.g, m.label_id) IN (SELECT g FROM multi)
+       WINDOW wo AS (PARTITION BY coalesce(m.g, m.label_id) ORDER BY m.rev, m.l_cost < 0, m.same_cl DESC NULLS LAST,
                      m.billed_at, m.invoice_no, m.line_no),
               wa AS (wo ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)),
      c AS (
@@ -348,7 +363,7 @@ WITH multi AS MATERIALIZED (SELECT g FROM rc_m GROUP BY g HAVING count(*) > 1),
                       m.label_id IS NOT NULL AND NOT (m.in_period AND NOT coalesce(m.has_key, false))
                         AND m.l_cost = m.lab_cost AND m.l_cur = m.lab_cur AS same
                  FROM rc_m m
-                WHERE m.g NOT IN (SELECT g FROM multi)
+                WHERE coalesce(m.g, m.label_id) NOT IN (SELECT g FROM multi)
                   AND (m.in_report
                        OR (m.label_id IS NOT NULL AND m.in_period
                            AND NOT (m.invoice_no IS NULL AND coalesce(m.has_key, false) AND m.created_at > $2)))) m
@@ -379,14 +394,14 @@ SELECT $1, category, subject, invoice_no, line_no, label_id, caller_id, idem_key
 SELECT category::text, coalesce(currency, ''), invoice_no IS NOT NULL, count(*), coalesce(sum(amount_cents), 0)
   FROM reconcile_items WHERE run_id = $1 GROUP BY 1, 2, 3`
 
-	sqlPeriodLabels = `
-SELECT (SELECT count(*) FROM reconcile_scratch_labels WHERE in_period),
-       (SELECT count(*) FROM rc_m WHERE invoice_no IS NULL AND in_period AND coalesce(has_key, false) AND created_at > $1)`
+	sqlLabelsInGrace = `
+SELECT count(*) FROM rc_m WHERE invoice_no IS NULL AND in_period AND coalesce(has_key, false) AND created_at > $1`
 )
 
-// match runs the statements above in tx and returns the saved items, counted,
-// and the labels of the period, with those left out in their grace period.
-func match(ctx context.Context, tx pgx.Tx, s scope, step func(string)) (groups []counted, labels, inGrace int, err error) {
+// match runs the statements above in tx, the scratch table being filled, and
+// returns the saved items, counted, the labels of the period and those left
+// out in their grace period. facts tells what the scratch table holds.
+func match(ctx context.Context, tx pgx.Tx, s scope, facts func() (scratchFacts, error), step func(string)) (groups []counted, labels, inGrace int, err error) {
 	exec := func(name, sql string, args ...any) error {
 		if step != nil {
 			step(name)
@@ -404,17 +419,20 @@ func match(ctx context.Context, tx pgx.Tx, s scope, step func(string)) (groups [
 		}
 		return t + ".run_id = $3"
 	}
-	if err := exec("match by carrier key", fmt.Sprintf(sqlMatchByKey, inReport("i"), inReport("j")), s.lo, s.hi, s.runID); err != nil {
+	if err := exec("match by carrier key", fmt.Sprintf(sqlMatchByKey, inReport("i"), inReport("j")), s.lo, s.hi, s.runID, s.repeatedKeys); err != nil {
 		return nil, 0, 0, err
 	}
 	if err := exec("keys outside the window", sqlKeysOutsideWindow); err != nil {
 		return nil, 0, 0, err
 	}
-	var rows, lines int64
-	if err := tx.QueryRow(ctx, sqlLinesInWindow, s.lo, s.hi).Scan(&rows, &lines); err != nil {
-		return nil, 0, 0, fmt.Errorf("count lines: %w", err)
+	if step != nil {
+		step("labels' facts")
 	}
-	if rows != lines {
+	f, err := facts()
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if f.sharedKeys {
 		if err := exec("one label per line", sqlDedupeKeyMatches); err != nil {
 			return nil, 0, 0, err
 		}
@@ -440,7 +458,7 @@ func match(ctx context.Context, tx pgx.Tx, s scope, step func(string)) (groups [
 	if _, err := tx.Exec(ctx, fmt.Sprintf(`ALTER TABLE reconcile_items ATTACH PARTITION %s FOR VALUES IN (%d)`, part, s.runID)); err != nil {
 		return nil, 0, 0, fmt.Errorf("attach the items: %w", err)
 	}
-	if err := tx.QueryRow(ctx, sqlPeriodLabels, s.graceBefore).Scan(&labels, &inGrace); err != nil {
+	if err := tx.QueryRow(ctx, sqlLabelsInGrace, s.graceBefore).Scan(&inGrace); err != nil {
 		return nil, 0, 0, fmt.Errorf("count labels: %w", err)
 	}
 	if err := exec("count items", `TRUNCATE reconcile_scratch_labels`); err != nil {
@@ -461,7 +479,7 @@ func match(ctx context.Context, tx pgx.Tx, s scope, step func(string)) (groups [
 	if err := rs.Err(); err != nil {
 		return nil, 0, 0, fmt.Errorf("count items: %w", err)
 	}
-	return groups, labels, inGrace, nil
+	return groups, f.labels, inGrace, nil
 }
 
 // periodRange writes days (UTC midnights) as a tstzmultirange literal.
@@ -471,6 +489,12 @@ func periodRange(days []time.Time) string {
 		parts[i] = fmt.Sprintf("[%s,%s)", d.Format(time.RFC3339), d.AddDate(0, 0, 1).Format(time.RFC3339))
 	}
 	return "{" + strings.Join(parts, ",") + "}"
+}
+
+// scratchFacts is what the scratch table tells besides its rows.
+type scratchFacts struct {
+	sharedKeys bool // two labels of the window share a carrier key
+	labels     int  // labels created in the period
 }
 
 // fillScratch computes the labels of the window with their keys into the
@@ -485,19 +509,38 @@ func fillScratch(ctx context.Context, tx pgx.Tx, s scope) error {
 	return nil
 }
 
-// scratchFill is fillScratch running on a connection of its own, committed
-// there, while the main transaction imports the invoice.
+func scratchFactsOf(ctx context.Context, db interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) (f scratchFacts, err error) {
+	if err := db.QueryRow(ctx, sqlSharedKeys).Scan(&f.sharedKeys, &f.labels); err != nil {
+		return f, fmt.Errorf("shared carrier keys: %w", err)
+	}
+	return f, nil
+}
+
+// scratchFill fills the scratch table on a connection of its own, and commits
+// it there, while the main transaction imports the invoice; then it reads
+// the facts of the table while the main transaction matches by key.
 type scratchFill struct {
-	scope  scope
-	cancel context.CancelFunc
-	done   chan error
+	scope     scope
+	cancel    context.CancelFunc
+	filled    chan error // the fill committed, or failed
+	factsDone chan error // the facts are read, or failed; the goroutine is done
+	facts     scratchFacts
 }
 
 func startScratchFill(ctx context.Context, pool *pgxpool.Pool, s scope) *scratchFill {
 	ctx, cancel := context.WithCancel(ctx)
-	f := &scratchFill{scope: s, cancel: cancel, done: make(chan error, 1)}
+	f := &scratchFill{scope: s, cancel: cancel, filled: make(chan error, 1), factsDone: make(chan error, 1)}
 	go func() {
-		f.done <- pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			f.filled <- err
+			f.factsDone <- err
+			return
+		}
+		defer conn.Release()
+		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			for _, set := range sessionSettings {
 				if _, err := tx.Exec(ctx, set); err != nil {
 					return err
@@ -505,24 +548,37 @@ func startScratchFill(ctx context.Context, pool *pgxpool.Pool, s scope) *scratch
 			}
 			return fillScratch(ctx, tx, s)
 		})
+		f.filled <- err
+		if err == nil {
+			f.facts, err = scratchFactsOf(ctx, conn)
+		}
+		f.factsDone <- err
 	}()
 	return f
 }
 
-// wait returns the fill's outcome; stop abandons it. Both wait for its
-// transaction to end, so that the scratch table is free afterwards.
-func (f *scratchFill) wait() error {
-	if f == nil {
-		return errors.New("not started")
+// waitFilled says whether the scratch table is filled for scope s.
+func (f *scratchFill) waitFilled(s scope) bool {
+	if f == nil || f.scope.period != s.period {
+		return false
 	}
-	err := <-f.done
-	f.done <- err
-	return err
+	err := <-f.filled
+	f.filled <- err
+	return err == nil
 }
 
+// waitFacts returns the facts, once read.
+func (f *scratchFill) waitFacts() (scratchFacts, error) {
+	err := <-f.factsDone
+	f.factsDone <- err
+	return f.facts, err
+}
+
+// stop abandons the fill and waits for its goroutine, so that the scratch
+// table is free afterwards.
 func (f *scratchFill) stop() {
 	if f != nil {
 		f.cancel()
-		_ = f.wait()
+		_, _ = f.waitFacts()
 	}
 }

@@ -199,16 +199,24 @@ func Run(ctx context.Context, pool *pgxpool.Pool, opts Opts) (*Report, error) {
 		var groups []counted
 		if len(days) > 0 {
 			s := newScope(rep, days, opts, started, imp.staged)
+			s.repeatedKeys = imp.repeatedKeys
 			progress(Progress{Phase: "match", Step: "labels and keys", LinesRead: imp.read})
-			if fill == nil || fill.scope.period != s.period || fill.wait() != nil {
+			facts := func() (scratchFacts, error) {
+				if f, err := fill.waitFacts(); err == nil {
+					return f, nil
+				}
+				return scratchFactsOf(ctx, tx)
+			}
+			if !fill.waitFilled(s) {
 				// The first line did not tell the period, or the other
 				// connection failed: do it here.
 				fill.stop()
 				if err := fillScratch(ctx, tx, s); err != nil {
 					return err
 				}
+				facts = func() (scratchFacts, error) { return scratchFactsOf(ctx, tx) }
 			}
-			groups, rep.Labels, rep.LabelsInGrace, err = match(ctx, tx, s, func(step string) {
+			groups, rep.Labels, rep.LabelsInGrace, err = match(ctx, tx, s, facts, func(step string) {
 				progress(Progress{Phase: "match", Step: step, LinesRead: imp.read})
 			})
 			if err != nil {
