@@ -55,7 +55,12 @@ func (s *Server) accept(ctx context.Context, callerID, key string, parcel labels
 		Status:             labels.StatusPending,
 		CreatedAt:          now,
 	}
-	d, purged, err := s.acceptTx(ctx, rec, intent)
+	if s.accepts != nil {
+		if d, ok, err := s.acceptShared(ctx, rec, intent, hash); ok || err != nil {
+			return d, err
+		}
+	}
+	d, purged, found, err := s.acceptTx(ctx, rec, intent)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
 		return nil, errClaimBusy
@@ -64,11 +69,15 @@ func (s *Server) accept(ctx context.Context, callerID, key string, parcel labels
 		return nil, err
 	}
 	if d == nil {
-		// Not stored: the answer comes from what already exists, read after the rollback.
-		existing, err := idempotency.Get(ctx, s.deps.Pool, callerID, key)
+		// Not stored: the answer comes from what already exists, read after
+		// the rollback (with it, when the key existed).
+		existing, err := found.rec, found.recErr
+		if existing == nil && err == nil {
+			existing, err = idempotency.Get(ctx, s.deps.Pool, callerID, key)
+		}
 		switch {
 		case err == nil:
-			d, err = s.repeat(ctx, existing, hash)
+			d, err = s.repeat(ctx, existing, hash, found.intent)
 		case errors.Is(err, idempotency.ErrNotFound):
 			// The key did not exist, so the parcel's natural key was taken.
 			d, err = s.parcelTaken(ctx, callerID, parcel, hash)
@@ -86,15 +95,26 @@ func (s *Server) accept(ctx context.Context, callerID, key string, parcel labels
 	return d, nil
 }
 
+// repeatRead is what a repeat reads of its key, in the accept's second round
+// trip: the key record and the intent it names. Both nil: not read.
+type repeatRead struct {
+	rec       *idempotency.Record
+	recErr    error
+	intent    *outbox.Intent
+	intentErr error
+}
+
 // acceptTx is the accept transaction, in two round trips: BEGIN, the key
 // insert and the intent insert are pipelined in one batch; then COMMIT when
 // both were inserted, ROLLBACK otherwise (an existing key or a taken parcel:
-// nothing is stored). The key is always inserted first, so two accepts never
-// wait for each other in opposite orders.
-func (s *Server) acceptTx(ctx context.Context, rec *idempotency.Record, intent *outbox.Intent) (d *decision, purged bool, err error) {
+// nothing is stored). When the key existed (a repeat), the ROLLBACK carries
+// the reads of the key and its intent in the same round trip. The key is
+// always inserted first, so two accepts never wait for each other in
+// opposite orders.
+func (s *Server) acceptTx(ctx context.Context, rec *idempotency.Record, intent *outbox.Intent) (d *decision, purged bool, found repeatRead, err error) {
 	conn, err := s.deps.Pool.Acquire(ctx)
 	if err != nil {
-		return nil, false, err
+		return nil, false, found, err
 	}
 	defer conn.Release()
 	var key idempotency.InsertResult
@@ -106,7 +126,7 @@ func (s *Server) acceptTx(ctx context.Context, rec *idempotency.Record, intent *
 	b.Queue(fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", s.deps.ClaimWait.Milliseconds()))
 	idempotency.QueueInsert(b, rec, &key)
 	if err := outbox.QueueInsert(b, intent, &intentInserted); err != nil {
-		return nil, false, err
+		return nil, false, found, err
 	}
 	commit := false
 	defer func() {
@@ -119,36 +139,52 @@ func (s *Server) acceptTx(ctx context.Context, rec *idempotency.Record, intent *
 		}
 	}()
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return nil, false, err
+		return nil, false, found, err
 	}
-	if !key.Inserted || !intentInserted {
-		return nil, key.PurgedBefore, nil
+	if !key.Inserted {
+		// A repeat: roll back and read what answers it, in one round trip.
+		// (Should the batch fail, the deferred ROLLBACK runs again: harmless.)
+		rb := &pgx.Batch{}
+		rb.Queue("ROLLBACK")
+		idempotency.QueueGet(rb, rec.CallerID, rec.Key, &found.rec, &found.recErr)
+		outbox.QueueGetForKey(rb, rec.CallerID, rec.Key, &found.intent, &found.intentErr)
+		if err := conn.SendBatch(ctx, rb).Close(); err != nil {
+			return nil, false, repeatRead{}, err
+		}
+		commit = true // ended, by the ROLLBACK
+		return nil, key.PurgedBefore, found, nil
+	}
+	if !intentInserted {
+		return nil, key.PurgedBefore, found, nil
 	}
 	if s.deps.AfterKeyInsertFunc != nil {
 		if err := s.deps.AfterKeyInsertFunc(ctx); err != nil {
-			return nil, false, err
+			return nil, false, found, err
 		}
 	}
 	commit = true
 	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
-		return nil, false, err
+		return nil, false, found, err
 	}
 	s.deps.Notifier.Notify(notify.ChannelIntents, "")
-	return &decision{outcome: metrics.OutcomeNew, intent: intent}, key.PurgedBefore, nil
+	return &decision{outcome: metrics.OutcomeNew, intent: intent}, key.PurgedBefore, found, nil
 }
 
 // errClaimBusy says a concurrent request with the same key held its claim
 // longer than ClaimWait.
 var errClaimBusy = errors.New("a concurrent request with the same key holds its claim")
 
-// repeat answers a request whose key exists.
-func (s *Server) repeat(ctx context.Context, rec *idempotency.Record, hash []byte) (*decision, error) {
+// repeat answers a request whose key exists; in is the key's intent when
+// it was read already.
+func (s *Server) repeat(ctx context.Context, rec *idempotency.Record, hash []byte, in *outbox.Intent) (*decision, error) {
 	if !sameFingerprint(rec.FingerprintVersion, rec.RequestHash, hash) {
 		return &decision{outcome: metrics.OutcomeKeyReused, record: rec}, nil
 	}
-	in, err := outbox.Get(ctx, s.deps.Pool, rec.CallerID, rec.RequestID)
-	if err != nil {
-		return nil, err
+	if in == nil || in.RequestID != rec.RequestID || in.CallerID != rec.CallerID {
+		var err error
+		if in, err = outbox.Get(ctx, s.deps.Pool, rec.CallerID, rec.RequestID); err != nil {
+			return nil, err
+		}
 	}
 	return &decision{outcome: metrics.OutcomeReplayed, intent: in, record: rec}, nil
 }

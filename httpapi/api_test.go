@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -325,4 +326,79 @@ func serve(t *testing.T, h http.Handler) string {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv.URL
+}
+
+// Many accepts at once, shared transactions and one per accept: repeats of a
+// key, several keys for one parcel with the same body and with another body.
+// Every key record has its intent, every parcel one intent, and every answer
+// names the intent its parcel got.
+func TestConcurrentMixedAccepts(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		batch int
+	}{{"shared transactions", 0}, {"one transaction per accept", -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := stacktest.New(t, stacktest.Opts{NoWorker: true, AcceptBatch: tc.batch})
+			tok := s.Token("fulfilment")
+			type call struct {
+				key    string
+				order  int64
+				weight int
+			}
+			var calls []call
+			for o := range int64(30) {
+				calls = append(calls, call{fmt.Sprintf("label:%d:1:v1", 100+o), 100 + o, 500}, call{fmt.Sprintf("label:%d:1:v1", 100+o), 100 + o, 500})
+			}
+			for i := range 10 {
+				calls = append(calls, call{fmt.Sprintf("same-parcel-%d", i), 7, 500})
+			}
+			for i := range 6 {
+				calls = append(calls, call{fmt.Sprintf("other-body-%d", i), 8, 500 + i})
+			}
+			answers := make([]stacktest.Response, len(calls))
+			var wg sync.WaitGroup
+			for i, c := range calls {
+				wg.Go(func() { answers[i] = s.Create(tok, c.key, stacktest.ParcelBody(c.order, 1, c.weight)) })
+			}
+			wg.Wait()
+
+			intentOf := map[int64]string{}
+			require.NoError(t, func() error {
+				rows, err := s.Pool.Query(context.Background(), `SELECT order_id, request_id FROM label_intents`)
+				if err != nil {
+					return err
+				}
+				defer rows.Close()
+				for rows.Next() {
+					var o int64
+					var id string
+					if err := rows.Scan(&o, &id); err != nil {
+						return err
+					}
+					require.Empty(t, intentOf[o], "one intent per parcel")
+					intentOf[o] = id
+				}
+				return rows.Err()
+			}())
+			require.Len(t, intentOf, 32)
+			require.Equal(t, 0, count(t, s, `SELECT count(*) FROM idempotency_keys k WHERE NOT EXISTS (SELECT 1 FROM label_intents i WHERE i.request_id = k.request_id)`),
+				"no key record without its intent")
+			require.Equal(t, 32, count(t, s, `SELECT count(*) FROM idempotency_keys`))
+			conflicts := 0
+			for i, c := range calls {
+				r := answers[i]
+				if r.Status == http.StatusConflict {
+					require.Equal(t, int64(8), c.order, string(r.Body))
+					require.Equal(t, "parcel_already_labelled", decode[map[string]any](t, r.Body)["code"])
+					conflicts++
+					continue
+				}
+				require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
+				require.Equal(t, intentOf[c.order], decode[labelRequest](t, r.Body).ID, "call %d (%s)", i, c.key)
+			}
+			require.Equal(t, 5, conflicts, "one body of parcel 8 wins, the five others are refused")
+		})
+	}
 }

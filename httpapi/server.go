@@ -17,6 +17,7 @@ import (
 
 	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/caller"
+	"github.com/labelkit/labels/internal/group"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/notify"
 )
@@ -41,12 +42,20 @@ type Deps struct {
 	AfterKeyInsertFunc func(ctx context.Context) error
 	// OpenAPI is served at /openapi.yaml when set.
 	OpenAPI []byte
+	// AcceptBatch bounds how many accepts share one transaction (group
+	// commit, see acceptmany.go); 0 means 64, and a negative value turns the
+	// sharing off. It is off when AfterKeyInsertFunc is set.
+	AcceptBatch int
 }
+
+// acceptFlushers is how many shared accept transactions may be in flight at once.
+const acceptFlushers = 4
 
 // Server is the HTTP API.
 type Server struct {
-	deps   Deps
-	tokens *tokenCache
+	deps    Deps
+	tokens  *tokenCache
+	accepts *group.Group[acceptIn, acceptOut] // nil: every accept alone
 }
 
 // NewServer returns the API as an http.Handler.
@@ -64,6 +73,13 @@ func NewServer(deps Deps) http.Handler {
 		deps.KeyRetention = 24 * time.Hour
 	}
 	s := &Server{deps: deps, tokens: &tokenCache{ttl: time.Minute, m: map[string]tokenEntry{}}}
+	if deps.AcceptBatch >= 0 && deps.AfterKeyInsertFunc == nil {
+		n := deps.AcceptBatch
+		if n == 0 {
+			n = 64
+		}
+		s.accepts = &group.Group[acceptIn, acceptOut]{Max: n, Flushers: acceptFlushers, Timeout: deps.StoreTimeout, Run: s.acceptMany}
+	}
 	return s.routes()
 }
 

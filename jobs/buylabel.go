@@ -18,6 +18,7 @@ import (
 	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/idempotency"
+	"github.com/labelkit/labels/internal/group"
 	"github.com/labelkit/labels/label"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/notify"
@@ -72,6 +73,11 @@ type BuyLabelConfig struct {
 	// Notifier wakes Prefer: wait after a completion; nil means waiters poll.
 	Notifier *notify.Notifier
 
+	// BatchMax bounds how many jobs share one lease statement and one
+	// completion statement (see batch.go); 0 means 64, and a negative value
+	// turns the sharing off (every job runs its own transactions).
+	BatchMax int
+
 	// AfterCarrierFunc, when set, runs between the carrier's answer and the
 	// completion transaction; an error makes the attempt stop there as if the
 	// process had died (the lease is kept). For fault-injection tests.
@@ -83,7 +89,9 @@ type BuyLabelConfig struct {
 // and saves the outcome together with the label, only if the lease is still its own.
 type BuyLabelWorker struct {
 	river.WorkerDefaults[BuyLabelArgs]
-	cfg BuyLabelConfig
+	cfg         BuyLabelConfig
+	leases      *group.Group[leaseIn, leaseOut] // nil: no batching
+	completions *group.Group[completion, bool]
 }
 
 // NewBuyLabelWorker returns a worker.
@@ -91,7 +99,16 @@ func NewBuyLabelWorker(cfg BuyLabelConfig) *BuyLabelWorker {
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.New()
 	}
-	return &BuyLabelWorker{cfg: cfg}
+	w := &BuyLabelWorker{cfg: cfg}
+	if cfg.BatchMax >= 0 {
+		n := cfg.BatchMax
+		if n == 0 {
+			n = batchMax
+		}
+		w.leases = &group.Group[leaseIn, leaseOut]{Max: n, Flushers: batchFlushers, Timeout: cfg.LeaseDuration, Run: leaseMany(cfg.Pool)}
+		w.completions = &group.Group[completion, bool]{Max: n, Flushers: batchFlushers, Timeout: cfg.CarrierTimeout, Run: completeMany(cfg.Pool)}
+	}
+	return w
 }
 
 // Timeout bounds one attempt's database work by the lease. The carrier call
@@ -102,6 +119,7 @@ func (w *BuyLabelWorker) Timeout(*river.Job[BuyLabelArgs]) time.Duration { retur
 // outcome is what an attempt saves.
 type outcome struct {
 	bought  *carrier.Label
+	label   *label.Record // what is saved of bought (made once, by complete)
 	problem *labels.Problem
 }
 
@@ -121,41 +139,10 @@ func (w *BuyLabelWorker) Work(ctx context.Context, job *river.Job[BuyLabelArgs])
 
 func (w *BuyLabelWorker) work(ctx context.Context, job *river.Job[BuyLabelArgs], log *zerolog.Logger) (string, error) {
 	cfg := w.cfg
-	in, err := outbox.Get(ctx, cfg.Pool, "", job.Args.RequestID)
-	if errors.Is(err, outbox.ErrNotFound) {
-		return "cancelled", river.JobCancel(err)
-	}
-	if err != nil {
-		return "error", err
-	}
-	*log = log.With().Str("caller", in.CallerID).Str("key", in.Key).Logger()
-	if in.Status != labels.StatusPending {
-		return "already_final", nil
-	}
-
 	// Transaction 1: take the lease and count the attempt, committed before the carrier call.
-	var (
-		token    uuid.UUID
-		takeover bool
-		attempt  int
-	)
-	err = pgx.BeginFunc(ctx, cfg.Pool, func(tx pgx.Tx) error {
-		var err error
-		if token, takeover, err = idempotency.Lease(ctx, tx, in.CallerID, in.Key, cfg.LeaseDuration); err != nil {
-			return err
-		}
-		attempt, err = outbox.CountAttempt(ctx, tx, in.RequestID)
-		return err
-	})
-	var held *idempotency.LeaseHeldError
-	switch {
-	case errors.Is(err, idempotency.ErrCompleted):
-		return "already_final", nil
-	case errors.As(err, &held):
-		// Another attempt runs; come back when its lease ends. Snoozing does not use up an attempt.
-		return "snoozed", river.JobSnooze(clamp(time.Until(held.Until)+100*time.Millisecond, time.Second, cfg.LeaseDuration))
-	case err != nil:
-		return "error", err
+	in, token, takeover, attempt, result, err := w.lease(ctx, job, log)
+	if in == nil {
+		return result, err
 	}
 	*log = log.With().Int("carrier_attempt", attempt).Logger()
 	if takeover {
@@ -231,31 +218,122 @@ func (w *BuyLabelWorker) work(ctx context.Context, job *river.Job[BuyLabelArgs],
 	}
 }
 
+// lease leases the intent's key for this attempt: with other jobs in one
+// statement, or alone when that statement did not lease it. A nil intent
+// means the attempt ends here with result and err.
+func (w *BuyLabelWorker) lease(ctx context.Context, job *river.Job[BuyLabelArgs], log *zerolog.Logger) (
+	in *outbox.Intent, token uuid.UUID, takeover bool, attempt int, result string, err error,
+) {
+	cfg := w.cfg
+	if w.leases != nil {
+		token = uuid.New()
+		out, err := w.leases.Do(leaseIn{requestID: job.Args.RequestID, token: token, d: cfg.LeaseDuration})
+		if err != nil {
+			log.Debug().Err(err).Msg("the shared lease statement failed: leasing alone")
+		}
+		if err == nil && out.intent != nil {
+			*log = log.With().Str("caller", out.intent.CallerID).Str("key", out.intent.Key).Logger()
+			return out.intent, token, out.takeover, out.attempt, "", nil
+		}
+	}
+	in, err = outbox.Get(ctx, cfg.Pool, "", job.Args.RequestID)
+	if errors.Is(err, outbox.ErrNotFound) {
+		return nil, token, false, 0, "cancelled", river.JobCancel(err)
+	}
+	if err != nil {
+		return nil, token, false, 0, "error", err
+	}
+	*log = log.With().Str("caller", in.CallerID).Str("key", in.Key).Logger()
+	if in.Status != labels.StatusPending {
+		return nil, token, false, 0, "already_final", nil
+	}
+	err = pgx.BeginFunc(ctx, cfg.Pool, func(tx pgx.Tx) error {
+		var err error
+		if token, takeover, err = idempotency.Lease(ctx, tx, in.CallerID, in.Key, cfg.LeaseDuration); err != nil {
+			return err
+		}
+		attempt, err = outbox.CountAttempt(ctx, tx, in.RequestID)
+		return err
+	})
+	var held *idempotency.LeaseHeldError
+	switch {
+	case errors.Is(err, idempotency.ErrCompleted):
+		return nil, token, false, 0, "already_final", nil
+	case errors.As(err, &held):
+		// Another attempt runs; come back when its lease ends. Snoozing does not use up an attempt.
+		return nil, token, false, 0, "snoozed", river.JobSnooze(clamp(time.Until(held.Until)+100*time.Millisecond, time.Second, cfg.LeaseDuration))
+	case err != nil:
+		return nil, token, false, 0, "error", err
+	}
+	return in, token, takeover, attempt, "", nil
+}
+
+// complete saves the outcome, only if the lease is still the attempt's: with
+// other jobs in one statement (River then completes the job when Work
+// returns), or, when that statement did not save it, alone.
 func (w *BuyLabelWorker) complete(ctx context.Context, job *river.Job[BuyLabelArgs], in *outbox.Intent, token uuid.UUID, out outcome) error {
+	if out.bought != nil && out.label == nil {
+		out.label = newLabel(in, out.bought)
+	}
+	if w.completions != nil {
+		saved, err := w.completions.Do(completionOf(in, token, out, w.cfg.KeyRetention))
+		if err == nil && saved {
+			return nil
+		}
+		if err != nil {
+			w.cfg.Log.Debug().Err(err).Str("request_id", in.RequestID).Msg("the shared completion statement failed: completing alone")
+		}
+	}
+	return w.completeAlone(ctx, job, in, token, out)
+}
+
+// newLabel is the label an attempt saves for what the carrier sold.
+func newLabel(in *outbox.Intent, bought *carrier.Label) *label.Record {
+	rec := &label.Record{
+		Label: labels.Label{
+			LabelID:        "lbl_" + ulid.Make().String(),
+			OrderID:        in.Parcel.OrderID,
+			ParcelNo:       in.Parcel.ParcelNo,
+			LabelVersion:   in.Parcel.LabelVersion,
+			Service:        in.Parcel.Service,
+			TrackingNo:     bought.TrackingNo,
+			CarrierLabelID: bought.CarrierLabelID,
+			CostCents:      bought.CostCents,
+			Currency:       bought.Currency,
+			CreatedAt:      time.Now().UTC().Truncate(time.Microsecond),
+		},
+		CallerID:     in.CallerID,
+		RequestID:    in.RequestID,
+		CarrierKey:   in.CarrierKey,
+		CreatedByKey: in.Key,
+	}
+	if !bought.PurchasedAt.IsZero() {
+		rec.PurchasedAt = &bought.PurchasedAt
+	}
+	return rec
+}
+
+func completionOf(in *outbox.Intent, token uuid.UUID, out outcome, retention time.Duration) completion {
+	c := completion{requestID: in.RequestID, callerID: in.CallerID, key: in.Key, token: token, retention: retention}
+	if rec := out.label; rec != nil {
+		c.status, c.body = 201, rec.Label.Body()
+		c.label = &labelRow{
+			labelID: rec.LabelID, service: rec.Service, trackingNo: rec.TrackingNo, carrierLabelID: rec.CarrierLabelID,
+			carrierKey: rec.CarrierKey, currency: rec.Currency, orderID: rec.OrderID, costCents: rec.CostCents,
+			parcelNo: rec.ParcelNo, labelVersion: rec.LabelVersion, purchasedAt: rec.PurchasedAt, createdAt: rec.CreatedAt,
+		}
+	} else {
+		c.status, c.body = out.problem.Status, out.problem.Body()
+	}
+	return c
+}
+
+// completeAlone is the completion of one job in a transaction of its own.
+func (w *BuyLabelWorker) completeAlone(ctx context.Context, job *river.Job[BuyLabelArgs], in *outbox.Intent, token uuid.UUID, out outcome) error {
 	cfg := w.cfg
 	return pgx.BeginFunc(ctx, cfg.Pool, func(tx pgx.Tx) error {
 		if out.bought != nil {
-			rec := &label.Record{
-				Label: labels.Label{
-					LabelID:        "lbl_" + ulid.Make().String(),
-					OrderID:        in.Parcel.OrderID,
-					ParcelNo:       in.Parcel.ParcelNo,
-					LabelVersion:   in.Parcel.LabelVersion,
-					Service:        in.Parcel.Service,
-					TrackingNo:     out.bought.TrackingNo,
-					CarrierLabelID: out.bought.CarrierLabelID,
-					CostCents:      out.bought.CostCents,
-					Currency:       out.bought.Currency,
-					CreatedAt:      time.Now().UTC().Truncate(time.Microsecond),
-				},
-				CallerID:     in.CallerID,
-				RequestID:    in.RequestID,
-				CarrierKey:   in.CarrierKey,
-				CreatedByKey: in.Key,
-			}
-			if !out.bought.PurchasedAt.IsZero() {
-				rec.PurchasedAt = &out.bought.PurchasedAt
-			}
+			rec := out.label
 			// The fenced update goes first: a stale attempt stops before writing anything else.
 			if err := idempotency.Complete(ctx, tx, in.CallerID, in.Key, token, 201, rec.Label.Body(), cfg.KeyRetention); err != nil {
 				return err

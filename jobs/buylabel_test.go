@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -251,4 +252,34 @@ func TestShutdownFinishesTheCarrierCall(t *testing.T) {
 	require.Equal(t, "succeeded", scalar[string](t, s, `SELECT status FROM label_intents WHERE request_id = $1`, lr.ID))
 	require.Equal(t, "completed", scalar[string](t, s, `SELECT state::text FROM idempotency_keys WHERE idem_key = 'k-shutdown'`))
 	require.Equal(t, 1, scalar[int](t, s, `SELECT count(*) FROM labels`))
+}
+
+// Many labels at once, with the worker's shared statements and without: each
+// parcel gets exactly one label, bought once, its key completed with it.
+func TestManyLabelsAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		batch int
+	}{{"shared statements", 0}, {"one transaction per job", -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := stacktest.New(t, stacktest.Opts{BatchMax: tc.batch})
+			tok := s.Token("fulfilment")
+			const n = 120
+			ids := make([]string, n)
+			for i := range n {
+				ids[i] = accept(t, s, tok, fmt.Sprintf("label:%d:1:v1", 5000+i), stacktest.ParcelBody(int64(5000+i), 1, 100)).ID
+			}
+			for _, id := range ids {
+				require.Equal(t, "succeeded", decode[labelRequest](t, s.WaitFinal(tok, id).Body).Status)
+			}
+			_, total := s.Carrier.Purchases("")
+			require.Equal(t, n, total)
+			require.Equal(t, n, scalar[int](t, s, `SELECT count(*) FROM labels`))
+			require.Equal(t, n, scalar[int](t, s, `SELECT count(*) FROM idempotency_keys k JOIN labels l ON l.request_id = k.request_id
+			    WHERE k.state = 'completed' AND k.response_status = 201 AND k.response_body->>'label_id' = l.label_id`))
+			require.Equal(t, n, scalar[int](t, s, `SELECT count(*) FROM label_intents WHERE status = 'succeeded' AND attempts = 1`))
+		})
+	}
 }

@@ -35,15 +35,23 @@ var (
 	ErrNotFound = errors.New("outbox: no such intent")
 )
 
+// Columns are the columns [ScanIntent] reads, in its order.
+const Columns = intentColumns
+
 const intentColumns = `request_id, caller_id, idem_key, request_hash, fingerprint_version, payload,
 	carrier_key, status, coalesce(label_id, ''), attempts, error::text, created_at, dispatched_at, completed_at`
 
-func scanIntent(row pgx.Row) (*Intent, error) {
+// ScanIntent reads an intent from a row that starts with [Columns], and the
+// row's further columns into extra.
+func ScanIntent(row pgx.Row, extra ...any) (*Intent, error) { return scanIntent(row, extra...) }
+
+func scanIntent(row pgx.Row, extra ...any) (*Intent, error) {
 	var in Intent
 	var payload []byte
 	var problem *string
-	err := row.Scan(&in.RequestID, &in.CallerID, &in.Key, &in.RequestHash, &in.FingerprintVersion, &payload,
-		&in.CarrierKey, &in.Status, &in.LabelID, &in.Attempts, &problem, &in.CreatedAt, &in.DispatchedAt, &in.CompletedAt)
+	dest := append([]any{&in.RequestID, &in.CallerID, &in.Key, &in.RequestHash, &in.FingerprintVersion, &payload,
+		&in.CarrierKey, &in.Status, &in.LabelID, &in.Attempts, &problem, &in.CreatedAt, &in.DispatchedAt, &in.CompletedAt}, extra...)
+	err := row.Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -91,6 +99,18 @@ func QueueInsert(b *pgx.Batch, in *Intent, inserted *bool) error {
 func Get(ctx context.Context, db idempotency.DBTX, callerID, requestID string) (*Intent, error) {
 	return scanIntent(db.QueryRow(ctx, `SELECT `+intentColumns+` FROM label_intents
 		WHERE request_id = $1 AND ($2 = '' OR caller_id = $2)`, requestID, callerID))
+}
+
+// QueueGetForKey queues, on a batch, the read of the intent that the caller's
+// key record names: when the batch runs, *in is the intent, or *err says why
+// not ([ErrNotFound] when there is none; the batch itself does not fail).
+func QueueGetForKey(b *pgx.Batch, callerID, key string, in **Intent, err *error) {
+	b.Queue(`SELECT `+intentColumns+` FROM label_intents
+		WHERE request_id = (SELECT request_id FROM idempotency_keys WHERE caller_id = $1 AND idem_key = $2)`, callerID, key).
+		QueryRow(func(row pgx.Row) error {
+			*in, *err = scanIntent(row)
+			return nil
+		})
 }
 
 // GetByKey reads the caller's newest intent made under key.

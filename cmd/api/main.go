@@ -38,8 +38,9 @@ Flags (override the environment):
   --addr ADDR             listen address (API_ADDR, default :8080)
   --database-url URL      PostgreSQL (DATABASE_URL)
 
-Environment: DATABASE_URL, API_ADDR, KEY_RETENTION (24h), LOG_LEVEL (info),
-LOG_FORMAT (json|console).
+Environment: DATABASE_URL, API_ADDR, KEY_RETENTION (24h), ACCEPT_BATCH (64:
+accepts per shared transaction; 0 = one transaction per accept), LOG_LEVEL
+(info), LOG_FORMAT (json|console).
 `
 
 // Config is the API's configuration, read once in run.
@@ -47,12 +48,16 @@ type Config struct {
 	DatabaseURL  string
 	Addr         string
 	KeyRetention time.Duration
+	AcceptBatch  int // ACCEPT_BATCH; 0: off
 }
 
 // Validate checks the values that parsing alone cannot.
 func (c *Config) Validate() error {
 	if c.KeyRetention <= 0 {
 		return fmt.Errorf("KEY_RETENTION=%s: must be positive", c.KeyRetention)
+	}
+	if c.AcceptBatch < 0 || c.AcceptBatch > 1000 {
+		return fmt.Errorf("ACCEPT_BATCH=%d: want 0 to 1000", c.AcceptBatch)
 	}
 	return nil
 }
@@ -63,6 +68,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		DatabaseURL:  env.DatabaseURL(),
 		Addr:         env.String("API_ADDR", ":8080"),
 		KeyRetention: env.Duration("KEY_RETENTION", 24*time.Hour),
+		AcceptBatch:  env.Int("ACCEPT_BATCH", 64),
 	}
 	log := cli.Logger(env, stderr, "api")
 
@@ -112,6 +118,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return serve(ctx, cfg, poolCfg, log)
 }
 
+// acceptBatch maps ACCEPT_BATCH (0 = off) to Deps.AcceptBatch (negative = off).
+func acceptBatch(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
 func serve(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, log zerolog.Logger) int {
 	poolCfg.MaxConns = max(poolCfg.MaxConns, 20)
 	// The pool connects lazily: the API starts and answers 503 while the database is away.
@@ -137,6 +151,7 @@ func serve(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, log zerolog
 		Log:          log,
 		KeyRetention: cfg.KeyRetention,
 		OpenAPI:      api.OpenAPI,
+		AcceptBatch:  acceptBatch(cfg.AcceptBatch),
 	})
 	srv := httpapi.NewHTTPServer(handler, httpapi.Limits{})
 	ln, err := net.Listen("tcp", cfg.Addr)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"time"
 
@@ -64,6 +65,15 @@ func serveAdmin(ctx context.Context, addr, user, password string, client *river.
 
 	mux := http.NewServeMux()
 	mux.Handle(adminPrefix+"/", basicAuth(user, password, log, ui))
+	// The Go profiles of this worker, behind the same credentials:
+	// go tool pprof -seconds 10 http://USER:PASSWORD@ADMIN_ADDR/debug/pprof/profile
+	prof := http.NewServeMux()
+	prof.HandleFunc("/debug/pprof/", pprof.Index)
+	prof.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	prof.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	prof.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	prof.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.Handle("/debug/pprof/", basicAuth(user, password, log, prof))
 	mux.Handle("GET /{$}", http.RedirectHandler(adminPrefix+"/", http.StatusFound))
 	// The UI is only as useful as the database behind it.
 	handleHealth(mux, pool)

@@ -117,7 +117,7 @@ func TestAdminBasicAuth(t *testing.T) {
 	_, err = client.Insert(context.Background(), jobs.BuyLabelArgs{RequestID: "lr_admin_test"}, nil)
 	require.NoError(t, err)
 
-	for _, path := range []string{"/riverui/", "/riverui/jobs", "/riverui/api/jobs?state=available"} {
+	for _, path := range []string{"/riverui/", "/riverui/jobs", "/riverui/api/jobs?state=available", "/debug/pprof/", "/debug/pprof/goroutine?debug=1"} {
 		for _, c := range []struct{ user, password string }{
 			{"", ""}, {"operator", ""}, {"operator", "Wr0ngPassw0rd"}, {"someone", "correct horse"}, {"operator", "correct horse "},
 		} {
@@ -133,6 +133,10 @@ func TestAdminBasicAuth(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, resp.Header.Get("Content-Type"), "text/html")
 	require.Contains(t, string(body), "<div id=\"root\"")
+
+	resp, body = get(t, base+"/debug/pprof/goroutine?debug=1", "operator", "correct horse")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, string(body), "goroutine profile:", "the worker's profiles are served to the operator")
 
 	resp, body = get(t, base+"/riverui/api/jobs?state=available", "operator", "correct horse")
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))

@@ -50,7 +50,8 @@ Environment (defaults): DATABASE_URL, CARRIER_URL (http://127.0.0.1:8090),
 CARRIER_TOKEN, CARRIER_TIMEOUT (20s), LEASE_DURATION (30s), WORKER_CONCURRENCY
 (100), MAX_ATTEMPTS (20), RETRY_BASE (1s), RETRY_MAX (1h), KEY_RETENTION (24h),
 SWEEP_INTERVAL (1m), SWEEP_BATCH (1000), TOMBSTONE_RETENTION (720h), METRICS_ADDR (127.0.0.1:9091),
-RECONCILE_SCHEDULE (off), ADMIN_ADDR (off; River UI at /riverui/, needs
+WORKER_BATCH (64: jobs per shared lease or completion statement; 0 = one
+transaction per job), RECONCILE_SCHEDULE (off), ADMIN_ADDR (off; River UI at /riverui/, needs
 ADMIN_USER and ADMIN_PASSWORD), LOG_LEVEL (info), LOG_FORMAT (json|console).
 `
 
@@ -62,6 +63,7 @@ type Config struct {
 	CarrierTimeout     time.Duration
 	LeaseDuration      time.Duration
 	Concurrency        int
+	Batch              int // WORKER_BATCH
 	MaxAttempts        int
 	RetryBase          time.Duration
 	RetryMax           time.Duration
@@ -89,6 +91,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("CARRIER_TIMEOUT=%s must be below LEASE_DURATION=%s, or a slow carrier call outlives its lease", c.CarrierTimeout, c.LeaseDuration)
 	case c.Concurrency < 1 || c.Concurrency > 10000:
 		return fmt.Errorf("WORKER_CONCURRENCY=%d: want 1 to 10000", c.Concurrency)
+	case c.Batch < 0 || c.Batch > 1000:
+		return fmt.Errorf("WORKER_BATCH=%d: want 0 to 1000", c.Batch)
 	case c.MaxAttempts < 1 || c.MaxAttempts > 1000:
 		return fmt.Errorf("MAX_ATTEMPTS=%d: want 1 to 1000", c.MaxAttempts)
 	case c.RetryBase <= 0 || c.RetryMax < c.RetryBase:
@@ -114,6 +118,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		CarrierTimeout:     env.Duration("CARRIER_TIMEOUT", 20*time.Second),
 		LeaseDuration:      env.Duration("LEASE_DURATION", 30*time.Second),
 		Concurrency:        env.Int("WORKER_CONCURRENCY", 100),
+		Batch:              env.Int("WORKER_BATCH", 64),
 		MaxAttempts:        env.Int("MAX_ATTEMPTS", 20),
 		RetryBase:          env.Duration("RETRY_BASE", time.Second),
 		RetryMax:           env.Duration("RETRY_MAX", time.Hour),
@@ -263,6 +268,14 @@ func work(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, periodic []*
 	return 0
 }
 
+// batchMax maps WORKER_BATCH (0 = off) to BuyLabelConfig.BatchMax (negative = off).
+func batchMax(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
 func newRiverClient(cfg Config, pool *pgxpool.Pool, m *metrics.Metrics, notifier *notify.Notifier, periodic []*river.PeriodicJob, log zerolog.Logger) (*river.Client[pgx.Tx], error) {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, jobs.NewBuyLabelWorker(jobs.BuyLabelConfig{
@@ -272,6 +285,7 @@ func newRiverClient(cfg Config, pool *pgxpool.Pool, m *metrics.Metrics, notifier
 		LeaseDuration:  cfg.LeaseDuration,
 		KeyRetention:   cfg.KeyRetention,
 		MaxAttempts:    cfg.MaxAttempts,
+		BatchMax:       batchMax(cfg.Batch),
 		Metrics:        m,
 		Log:            log,
 		Notifier:       notifier,

@@ -41,6 +41,8 @@ type Opts struct {
 	AfterCarrierFunc func(ctx context.Context, requestID string) error
 	AfterKeyInsert   func(ctx context.Context) error
 	ClaimWait        time.Duration // default: the API's
+	BatchMax         int           // the worker's BuyLabelConfig.BatchMax (0: shared statements of 64; -1: none)
+	AcceptBatch      int           // the API's Deps.AcceptBatch (0: shared transactions of 64; -1: none)
 	// Pool, when set, is used instead of a fresh database (it must be migrated).
 	Pool *pgxpool.Pool
 }
@@ -88,6 +90,7 @@ func New(t testing.TB, o Opts) *Stack {
 
 	api := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
 		Pool: pool, Listener: listener, Notifier: notifier, Metrics: m, Log: log, AfterKeyInsertFunc: o.AfterKeyInsert, ClaimWait: o.ClaimWait,
+		AcceptBatch: o.AcceptBatch,
 	}))
 	s.URL = api.URL
 
@@ -96,7 +99,7 @@ func New(t testing.TB, o Opts) *Stack {
 		river.AddWorker(workers, jobs.NewBuyLabelWorker(jobs.BuyLabelConfig{
 			Pool: pool, Carrier: s.Carrier, CarrierTimeout: o.CarrierTimeout, LeaseDuration: o.LeaseDuration,
 			KeyRetention: 24 * time.Hour, MaxAttempts: o.MaxAttempts, Metrics: m, Log: log,
-			AfterCarrierFunc: o.AfterCarrierFunc, Notifier: notifier,
+			AfterCarrierFunc: o.AfterCarrierFunc, Notifier: notifier, BatchMax: o.BatchMax,
 		}))
 		jobTimeout, rescueAfter := jobs.RiverTimings(o.LeaseDuration)
 		client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{

@@ -41,6 +41,10 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) int 
 	addr := env.String("API_ADDR", "127.0.0.1:0")
 	pprofAddr := env.String("PPROF_ADDR", "127.0.0.1:0")
 	retention := env.Duration("KEY_RETENTION", 24*time.Hour)
+	acceptBatch := env.Int("ACCEPT_BATCH", 64)
+	if acceptBatch == 0 {
+		acceptBatch = -1 // as in cmd/api: 0 turns the shared transactions off
+	}
 	log := cli.Logger(env, stderr, "api")
 	if env.Err != nil {
 		fmt.Fprintf(stderr, "apiprof: %v\n", env.Err)
@@ -79,11 +83,11 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) int 
 		Log:          log,
 		KeyRetention: retention,
 		OpenAPI:      api.OpenAPI,
+		AcceptBatch:  acceptBatch,
 	})
 	srv := httpapi.NewHTTPServer(handler, httpapi.Limits{})
 
-	// The profiling listener: the five lines cmd/worker's METRICS_ADDR
-	// listener would need for the same.
+	// The profiling listener (cmd/worker serves the same on ADMIN_ADDR).
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

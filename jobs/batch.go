@@ -1,0 +1,230 @@
+package jobs
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/labelkit/labels/outbox"
+)
+
+// The worker's two writes per label, the lease and the completion, are each
+// one statement that serves many jobs at once (see internal/group): one round trip and
+// one commit per batch instead of four to six round trips and a commit per
+// job. Each statement does for a job exactly what the one-job transactions in
+// buylabel.go do, or nothing at all: a job the statement did not serve (a key
+// already completed, a lease held by someone else, a lost lease, a parcel
+// that already has a label, any error) goes through those transactions, which
+// then say why. So the batched path adds no outcome of its own, and every
+// guarantee (the lease committed before the carrier call, the fenced
+// completion) is the statement's: a single statement commits all or nothing.
+
+// batchMax bounds the jobs of one statement; batchFlushers is how many
+// statements of a kind may run at once.
+const (
+	batchMax      = 64
+	batchFlushers = 4
+)
+
+type leaseIn struct {
+	requestID string
+	token     uuid.UUID
+	d         time.Duration
+}
+
+// leaseOut is a leased job's intent (nil when the statement did not lease it),
+// the carrier attempt it counted, and whether it took over an expired lease.
+type leaseOut struct {
+	intent   *outbox.Intent
+	attempt  int
+	takeover bool
+}
+
+// sqlLeaseMany leases the keys of pending intents that nobody holds, counts
+// the attempt on each intent, and returns the intents. Rows are locked in key
+// order, so two batches never wait for each other in a cycle.
+const sqlLeaseMany = `
+WITH inp AS (
+       SELECT * FROM unnest($1::text[], $2::uuid[]) AS t(request_id, token)),
+     cand AS MATERIALIZED (
+       SELECT i.request_id, k.caller_id, k.idem_key, inp.token, k.lease_token AS prev
+         FROM inp
+         JOIN label_intents i ON i.request_id = inp.request_id AND i.status = 'pending'
+         JOIN idempotency_keys k ON k.caller_id = i.caller_id AND k.idem_key = i.idem_key
+        WHERE k.state = 'started' AND (k.locked_until IS NULL OR k.locked_until <= now())
+        ORDER BY k.caller_id, k.idem_key
+          FOR UPDATE OF k, i),
+     upd AS (
+       UPDATE idempotency_keys k
+          SET locked_until = now() + make_interval(secs => $3), lease_token = c.token
+         FROM cand c
+        WHERE k.caller_id = c.caller_id AND k.idem_key = c.idem_key
+       RETURNING c.request_id, c.prev),
+     att AS (
+       UPDATE label_intents i SET attempts = i.attempts + 1
+         FROM upd
+        WHERE i.request_id = upd.request_id
+       RETURNING i.request_id, i.attempts AS n, upd.prev IS NOT NULL AS takeover)
+SELECT x.*, att.n, att.takeover
+  FROM att, LATERAL (SELECT ` + outbox.Columns + ` FROM label_intents WHERE request_id = att.request_id) x`
+
+func leaseMany(pool *pgxpool.Pool) func(ctx context.Context, ins []leaseIn) ([]leaseOut, error) {
+	return func(ctx context.Context, ins []leaseIn) ([]leaseOut, error) {
+		outs := make([]leaseOut, len(ins))
+		at := make(map[string]int, len(ins))
+		ids := make([]string, 0, len(ins))
+		tokens := make([]uuid.UUID, 0, len(ins))
+		for i, in := range ins {
+			// The same intent twice in a batch (two runs of its job at once):
+			// the second goes the one-job way, and finds the lease held.
+			if _, dup := at[in.requestID]; dup {
+				continue
+			}
+			at[in.requestID] = i
+			ids = append(ids, in.requestID)
+			tokens = append(tokens, in.token)
+		}
+		rows, err := pool.Query(ctx, sqlLeaseMany, ids, tokens, ins[0].d.Seconds())
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var out leaseOut
+			in, err := outbox.ScanIntent(rows, &out.attempt, &out.takeover)
+			if err != nil {
+				return nil, err
+			}
+			out.intent = in
+			in.Attempts = out.attempt
+			outs[at[in.RequestID]] = out
+		}
+		return outs, rows.Err()
+	}
+}
+
+// completion is one job's outcome to save: the key's response, and either the
+// label or the problem the intent failed with.
+type completion struct {
+	requestID string
+	callerID  string
+	key       string
+	token     uuid.UUID
+	status    int
+	body      []byte // the saved response: the label, or the problem
+	label     *labelRow
+	retention time.Duration
+}
+
+type labelRow struct {
+	labelID, service, trackingNo, carrierLabelID, carrierKey, currency string
+	orderID, costCents                                                 int64
+	parcelNo, labelVersion                                             int
+	purchasedAt                                                        *time.Time
+	createdAt                                                          time.Time
+}
+
+// sqlCompleteMany saves the outcomes whose key is still started and leased
+// with the job's token and whose intent is still pending (both locked first,
+// in key order), and returns the request ids it saved. A label that would
+// break a unique constraint is not inserted, and then nothing else of its job
+// is written either.
+const sqlCompleteMany = `
+WITH inp AS (
+       SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[], $5::int[], $6::text[],
+                            $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[],
+                            $13::bigint[], $14::bigint[], $15::int[], $16::int[], $17::timestamptz[], $18::timestamptz[])
+         AS t(request_id, caller_id, idem_key, token, status, body,
+              label_id, service, tracking_no, carrier_label_id, carrier_key, currency,
+              order_id, cost_cents, parcel_no, label_version, purchased_at, created_at)),
+     ok AS MATERIALIZED (
+       SELECT inp.*
+         FROM inp
+         JOIN idempotency_keys k ON k.caller_id = inp.caller_id AND k.idem_key = inp.idem_key
+         JOIN label_intents i ON i.request_id = inp.request_id
+        WHERE k.state = 'started' AND k.lease_token = inp.token AND i.status = 'pending'
+        ORDER BY k.caller_id, k.idem_key
+          FOR UPDATE OF k, i),
+     lab AS (
+       INSERT INTO labels (label_id, caller_id, request_id, order_id, parcel_no, label_version, service,
+                           tracking_no, carrier_label_id, carrier_key, cost_cents, currency,
+                           created_by_key, purchased_at, created_at)
+       SELECT label_id, caller_id, request_id, order_id, parcel_no, label_version, service,
+              tracking_no, carrier_label_id, carrier_key, cost_cents, currency,
+              idem_key, purchased_at, created_at
+         FROM ok WHERE label_id IS NOT NULL
+       ON CONFLICT DO NOTHING
+       RETURNING request_id),
+     good AS MATERIALIZED (
+       SELECT * FROM ok WHERE label_id IS NULL OR request_id IN (SELECT request_id FROM lab)),
+     keys AS (
+       UPDATE idempotency_keys k
+          SET state = 'completed', locked_until = NULL, lease_token = NULL,
+              response_status = g.status, response_body = g.body::json,
+              expires_at = now() + make_interval(secs => $19)
+         FROM good g
+        WHERE k.caller_id = g.caller_id AND k.idem_key = g.idem_key
+       RETURNING g.request_id),
+     intents AS (
+       UPDATE label_intents i
+          SET status = CASE WHEN g.label_id IS NULL THEN 'failed' ELSE 'succeeded' END,
+              label_id = g.label_id,
+              error = CASE WHEN g.label_id IS NULL THEN g.body::json END,
+              completed_at = now()
+         FROM good g
+        WHERE i.request_id = g.request_id
+       RETURNING i.request_id)
+SELECT k.request_id FROM keys k JOIN intents i ON i.request_id = k.request_id`
+
+// completeMany runs sqlCompleteMany and says, per job, whether it was saved.
+func completeMany(pool *pgxpool.Pool) func(ctx context.Context, cs []completion) ([]bool, error) {
+	return func(ctx context.Context, cs []completion) ([]bool, error) {
+		n := len(cs)
+		var (
+			ids, callers, keys, bodies                      = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+			tokens                                          = make([]uuid.UUID, 0, n)
+			statuses, parcelNos, versions                   = make([]int, 0, n), make([]*int, 0, n), make([]*int, 0, n)
+			labelIDs, services, trackings, cls, ckeys, curs = make([]*string, 0, n), make([]*string, 0, n), make([]*string, 0, n), make([]*string, 0, n), make([]*string, 0, n), make([]*string, 0, n)
+			orderIDs, costs                                 = make([]*int64, 0, n), make([]*int64, 0, n)
+			purchased, created                              = make([]*time.Time, 0, n), make([]*time.Time, 0, n)
+			at                                              = make(map[string]int, n)
+		)
+		for i, c := range cs {
+			if _, dup := at[c.requestID]; dup {
+				continue // saved by its first occurrence, or not at all; the one-job way says which
+			}
+			at[c.requestID] = i
+			ids, callers, keys, tokens = append(ids, c.requestID), append(callers, c.callerID), append(keys, c.key), append(tokens, c.token)
+			statuses, bodies = append(statuses, c.status), append(bodies, string(c.body))
+			if l := c.label; l != nil {
+				labelIDs, services, trackings = append(labelIDs, &l.labelID), append(services, &l.service), append(trackings, &l.trackingNo)
+				cls, ckeys, curs = append(cls, &l.carrierLabelID), append(ckeys, &l.carrierKey), append(curs, &l.currency)
+				orderIDs, costs = append(orderIDs, &l.orderID), append(costs, &l.costCents)
+				parcelNos, versions = append(parcelNos, &l.parcelNo), append(versions, &l.labelVersion)
+				purchased, created = append(purchased, l.purchasedAt), append(created, &l.createdAt)
+			} else {
+				labelIDs, services, trackings = append(labelIDs, nil), append(services, nil), append(trackings, nil)
+				cls, ckeys, curs = append(cls, nil), append(ckeys, nil), append(curs, nil)
+				orderIDs, costs = append(orderIDs, nil), append(costs, nil)
+				parcelNos, versions = append(parcelNos, nil), append(versions, nil)
+				purchased, created = append(purchased, nil), append(created, nil)
+			}
+		}
+		rows, err := pool.Query(ctx, sqlCompleteMany, ids, callers, keys, tokens, statuses, bodies,
+			labelIDs, services, trackings, cls, ckeys, curs, orderIDs, costs, parcelNos, versions,
+			purchased, created, cs[0].retention.Seconds())
+		if err != nil {
+			return nil, err
+		}
+		saved := make([]bool, n)
+		var id string
+		_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+			saved[at[id]] = true
+			return nil
+		})
+		return saved, err
+	}
+}
