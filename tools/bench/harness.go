@@ -86,6 +86,8 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			LogLevel:          cfg.LogLevel,
 			Phases:            cfg.Phases,
 			CeilingScript:     ceilingScript,
+			AcceptBatch:       envOr("ACCEPT_BATCH", "64"),
+			WorkerBatch:       envOr("WORKER_BATCH", "64"),
 		},
 	}
 	h.res.Machine.LoadAverageStart = loadAverage()
@@ -411,4 +413,12 @@ func (h *harness) apiBackends(ctx context.Context) int {
 		WHERE datname = $1 AND backend_type = 'client backend' AND application_name <> 'bench-harness'
 		  AND pid <> pg_backend_pid()`, h.dbName).Scan(&n)
 	return n
+}
+
+// envOr is the environment variable name, or def when it is unset or empty.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }

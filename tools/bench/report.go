@@ -122,6 +122,9 @@ func Markdown(r *Results) string {
 		m.LoadAverageStart[0], m.LoadAverageEnd[0])
 	p("- Command: `%s`. Each load runs %.0f s after a %.0f s warm-up, closed loop; at each concurrency the ceiling and the accept alternate in %d rounds; accept loads repeat an earlier key and body in %.0f%% of requests.\n\n",
 		r.Command, r.Setup.DurationSeconds, r.Setup.WarmupSeconds, r.Setup.Rounds, r.Setup.RepeatShare*100)
+	if r.Setup.AcceptBatch != "" {
+		p("- Shared commits: ACCEPT_BATCH=%s, WORKER_BATCH=%s (64 is the default; 0 is one transaction per accept or job).\n\n", r.Setup.AcceptBatch, r.Setup.WorkerBatch)
+	}
 
 	if len(r.Ceiling) > 0 || len(r.Accept) > 0 {
 		p("**Accept against the ceiling** (pgbench: BEGIN; key row; intent row; COMMIT, same concurrency, same database)\n\n")

@@ -60,6 +60,11 @@ type Setup struct {
 	APIPoolMaxConns   int      `json:"api_pool_max_conns"`
 	Phases            []string `json:"phases"`
 	CeilingScript     string   `json:"ceiling_script"`
+	// AcceptBatch and WorkerBatch are the ACCEPT_BATCH and WORKER_BATCH the
+	// api, apiprof and worker ran with (from this process's environment;
+	// unset means their default, 64; 0 means one transaction per accept or job).
+	AcceptBatch string `json:"accept_batch"`
+	WorkerBatch string `json:"worker_batch"`
 }
 
 // Latency summarises a set of latencies, in milliseconds.

@@ -111,7 +111,11 @@ func TestMeasureSmall(t *testing.T) {
 	if p.AcceptWAL.Filtered {
 		// One durable commit per accept: key record and intent together.
 		require.InDelta(t, 1.0, p.CommitsPerAccept, 0.05)
-		require.GreaterOrEqual(t, p.CommitsPerLabel, 2.0, "lease and completion commit apart")
+		// The lease and the completion commit apart, but each commit is shared
+		// by the jobs of one statement (WORKER_BATCH): from a fraction of a
+		// commit per label under load to about three for a job alone.
+		require.Positive(t, p.CommitsPerLabel)
+		require.Less(t, p.CommitsPerLabel, 4.0)
 	}
 
 	// 5. Partitions: the same keys went, and the evaluation saw what it reports.
