@@ -67,12 +67,15 @@ SELECT inp.request_id, i.request_id IS NOT NULL, k.request_id IS NULL,
   FROM inp LEFT JOIN k ON k.request_id = inp.request_id LEFT JOIN i ON i.request_id = inp.request_id`
 
 // sqlUnclaimParcelTaken removes, in the same transaction, the keys inserted
-// for a parcel that turned out to be taken: their accepts store nothing.
+// for a parcel that turned out to be taken: their accepts store nothing. The
+// intent is looked up per accept, through its primary key (a scalar
+// subquery): written as NOT EXISTS, the planner may make it an anti join
+// that scans the whole intents table, as it did while the table was small.
 const sqlUnclaimParcelTaken = `
 DELETE FROM idempotency_keys d
  USING unnest($1::text[], $2::text[], $3::text[]) AS x(caller_id, idem_key, request_id)
  WHERE d.caller_id = x.caller_id AND d.idem_key = x.idem_key AND d.request_id = x.request_id
-   AND NOT EXISTS (SELECT 1 FROM label_intents i WHERE i.request_id = x.request_id)`
+   AND (SELECT count(*) FROM label_intents i WHERE i.request_id = x.request_id) = 0`
 
 // acceptMany runs one shared accept transaction in one round trip: BEGIN,
 // lock_timeout, the inserts, the removal of keys whose parcel was taken,

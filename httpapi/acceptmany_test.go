@@ -2,18 +2,14 @@ package httpapi
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/labelkit/labels"
-	"github.com/labelkit/labels/carrier"
-	"github.com/labelkit/labels/idempotency"
 	"github.com/labelkit/labels/internal/dbtest"
-	"github.com/labelkit/labels/outbox"
+	"github.com/labelkit/labels/internal/fixture"
 )
 
 // One shared accept transaction with, side by side: new accepts, a key that
@@ -24,23 +20,13 @@ func TestAcceptManyOutcomes(t *testing.T) {
 	t.Parallel()
 	pool, _ := dbtest.New(t)
 	ctx := context.Background()
-	_, err := pool.Exec(ctx, `INSERT INTO callers (caller_id) VALUES ('c1')`)
-	require.NoError(t, err)
+	fixture.Caller(t, pool, "c1")
 	s := &Server{deps: Deps{Pool: pool, ClaimWait: time.Second, KeyRetention: time.Hour}}
 	n := 0
 	mk := func(key string, order int64) acceptIn {
 		n++
-		now := time.Now().UTC().Truncate(time.Microsecond)
-		hash := sha256.Sum256([]byte(key))
-		id := fmt.Sprintf("lr_many_%d", n)
-		return acceptIn{
-			rec: &idempotency.Record{CallerID: "c1", Key: key, RequestHash: hash[:], FingerprintVersion: idempotency.FingerprintVersion,
-				RequestID: id, CreatedAt: now, ExpiresAt: now.Add(time.Hour)},
-			intent: &outbox.Intent{RequestID: id, CallerID: "c1", Key: key, RequestHash: hash[:], FingerprintVersion: idempotency.FingerprintVersion,
-				Parcel: labels.Parcel{OrderID: order, ParcelNo: 1, WeightG: 100, Service: "standard", LabelVersion: 1,
-					ShipTo: labels.Address{Name: "A", Line1: "1 Road", City: "Town", PostalCode: "1000", Country: "NL"}},
-				CarrierKey: carrier.DeriveKey("c1", key), Status: labels.StatusPending, CreatedAt: now},
-		}
+		rec, in := fixture.Accept("c1", key, fmt.Sprintf("lr_many_%d", n), order)
+		return acceptIn{rec: rec, intent: in}
 	}
 	first, err := s.acceptMany(ctx, []acceptIn{mk("k1", 1), mk("k2", 2)})
 	require.NoError(t, err)

@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/idempotency"
 	"github.com/labelkit/labels/internal/dbtest"
+	"github.com/labelkit/labels/internal/fixture"
 	"github.com/labelkit/labels/outbox"
 )
 
@@ -24,21 +24,11 @@ import (
 func accepted(t *testing.T, pool *pgxpool.Pool, order int64) *outbox.Intent {
 	t.Helper()
 	ctx := context.Background()
-	key := fmt.Sprintf("label:%d:1:v1", order)
-	hash := sha256.Sum256([]byte(key))
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	id := fmt.Sprintf("lr_batch_%d", order)
-	in := &outbox.Intent{
-		RequestID: id, CallerID: "c1", Key: key, RequestHash: hash[:], FingerprintVersion: idempotency.FingerprintVersion,
-		Parcel: labels.Parcel{OrderID: order, ParcelNo: 1, WeightG: 100, Service: "standard", LabelVersion: 1,
-			ShipTo: labels.Address{Name: "A", Line1: "1 Road", City: "Town", PostalCode: "1000", Country: "NL"}},
-		CarrierKey: carrier.DeriveKey("c1", key), Status: labels.StatusPending, CreatedAt: now,
-	}
+	rec, in := fixture.Accept("c1", fmt.Sprintf("label:%d:1:v1", order), fmt.Sprintf("lr_batch_%d", order), order)
 	var kr idempotency.InsertResult
 	var ok bool
 	b := &pgx.Batch{}
-	idempotency.QueueInsert(b, &idempotency.Record{CallerID: "c1", Key: key, RequestHash: hash[:],
-		FingerprintVersion: idempotency.FingerprintVersion, RequestID: id, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}, &kr)
+	idempotency.QueueInsert(b, rec, &kr)
 	require.NoError(t, outbox.QueueInsert(b, in, &ok))
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() }))
 	require.True(t, kr.Inserted && ok)
@@ -58,14 +48,13 @@ func TestLeaseMany(t *testing.T) {
 	t.Parallel()
 	pool, _ := dbtest.New(t)
 	ctx := context.Background()
-	_, err := pool.Exec(ctx, `INSERT INTO callers (caller_id) VALUES ('c1')`)
-	require.NoError(t, err)
+	fixture.Caller(t, pool, "c1")
 	var ins []*outbox.Intent
 	for o := int64(1); o <= 4; o++ {
 		ins = append(ins, accepted(t, pool, o))
 	}
 	// 2 is held by a live lease; 3 is completed (its intent failed).
-	_, err = pool.Exec(ctx, `UPDATE idempotency_keys SET locked_until = now() + interval '1 minute', lease_token = gen_random_uuid() WHERE request_id = $1`, ins[1].RequestID)
+	_, err := pool.Exec(ctx, `UPDATE idempotency_keys SET locked_until = now() + interval '1 minute', lease_token = gen_random_uuid() WHERE request_id = $1`, ins[1].RequestID)
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `UPDATE idempotency_keys SET state = 'completed', response_status = 502, response_body = '{}' WHERE request_id = $1`, ins[2].RequestID)
 	require.NoError(t, err)
@@ -114,8 +103,7 @@ func TestCompleteMany(t *testing.T) {
 	t.Parallel()
 	pool, _ := dbtest.New(t)
 	ctx := context.Background()
-	_, err := pool.Exec(ctx, `INSERT INTO callers (caller_id) VALUES ('c1')`)
-	require.NoError(t, err)
+	fixture.Caller(t, pool, "c1")
 	var ins []*outbox.Intent
 	var toks []uuid.UUID
 	for o := int64(1); o <= 4; o++ {
@@ -128,7 +116,7 @@ func TestCompleteMany(t *testing.T) {
 	}
 	// Parcel 4 already has a label (only possible if the natural key of the
 	// intents failed): its completion must write nothing.
-	_, err = pool.Exec(ctx, `INSERT INTO label_intents (request_id, caller_id, idem_key, request_hash, fingerprint_version,
+	_, err := pool.Exec(ctx, `INSERT INTO label_intents (request_id, caller_id, idem_key, request_hash, fingerprint_version,
 	        order_id, parcel_no, label_version, payload, carrier_key, status, error, created_at, completed_at)
 	     SELECT 'lr_other', caller_id, 'other', request_hash, fingerprint_version, order_id, parcel_no, label_version,
 	            payload, 'ck-other', 'failed', '{}', created_at, now() FROM label_intents WHERE request_id = $1`, ins[3].RequestID)

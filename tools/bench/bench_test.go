@@ -66,6 +66,8 @@ func TestBenchTiny(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &r))
 	require.Empty(t, r.Errors)
 	require.Equal(t, "quick", r.Mode)
+	require.Equal(t, 64, r.Setup.AcceptBatch)
+	require.Equal(t, 64, r.Setup.WorkerBatch)
 	require.Equal(t, filepath.Base(base), r.Date)
 	require.Positive(t, r.Machine.CPUs)
 	require.Contains(t, r.Machine.PostgreSQL, "PostgreSQL")
@@ -184,6 +186,7 @@ func TestFlags(t *testing.T) {
 		{"RemoteServer", []string{"--server", "postgres://db.example:5432/x"}, "loopback"},
 		{"Unsorted", []string{"--replay-sizes", "1000,10"}, "increasing"},
 		{"Argument", []string{"now"}, "unexpected argument"},
+		{"NegativeBatch", []string{"--accept-batch", "-1"}, "--accept-batch"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

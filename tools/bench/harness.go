@@ -86,8 +86,8 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			LogLevel:          cfg.LogLevel,
 			Phases:            cfg.Phases,
 			CeilingScript:     ceilingScript,
-			AcceptBatch:       envOr("ACCEPT_BATCH", "64"),
-			WorkerBatch:       envOr("WORKER_BATCH", "64"),
+			AcceptBatch:       cfg.AcceptBatch,
+			WorkerBatch:       cfg.WorkerBatch,
 		},
 	}
 	h.res.Machine.LoadAverageStart = loadAverage()
@@ -291,7 +291,8 @@ func (h *harness) settings(ctx context.Context) error {
 
 // env is what every binary gets (proctest passes nothing else of ours).
 func (h *harness) env(extra ...string) []string {
-	return append([]string{"DATABASE_URL=" + h.dbURL, "LOG_FORMAT=json", "LOG_LEVEL=" + h.cfg.LogLevel}, extra...)
+	return append([]string{"DATABASE_URL=" + h.dbURL, "LOG_FORMAT=json", "LOG_LEVEL=" + h.cfg.LogLevel,
+		"ACCEPT_BATCH=" + strconv.Itoa(h.cfg.AcceptBatch), "WORKER_BATCH=" + strconv.Itoa(h.cfg.WorkerBatch)}, extra...)
 }
 
 func (h *harness) command(ctx context.Context, name string, args ...string) (*proctest.Result, error) {
@@ -413,12 +414,4 @@ func (h *harness) apiBackends(ctx context.Context) int {
 		WHERE datname = $1 AND backend_type = 'client backend' AND application_name <> 'bench-harness'
 		  AND pid <> pg_backend_pid()`, h.dbName).Scan(&n)
 	return n
-}
-
-// envOr is the environment variable name, or def when it is unset or empty.
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }

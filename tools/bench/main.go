@@ -103,6 +103,8 @@ Flags:
   --reconcile-lines N  lines of the reconciliation benchmark (default 200000;
                        --long 1000000; --quick 10000; 0 skips it)
   --phases LIST        phases to run (default all: ceiling,accept,e2e,replay,store,reconcile,profile)
+  --accept-batch N     ACCEPT_BATCH of the api (default 64; 0: one transaction per accept)
+  --worker-batch N     WORKER_BATCH of the worker (default 64; 0: one transaction per job)
   --log-level LEVEL    LOG_LEVEL of the api and the worker (default info, as deployed)
   --bin DIR            prebuilt binaries (api, worker, carrier, apiprof) instead of building them
   --keep               keep the database (and the private server's directory)
@@ -145,6 +147,8 @@ type Config struct {
 	ReconcileLines    int
 	Phases            []string
 	LogLevel          string
+	AcceptBatch       int // ACCEPT_BATCH of the api and apiprof
+	WorkerBatch       int // WORKER_BATCH of the worker
 	BinDir            string
 	Keep              bool
 	// Command is what the report says was run.
@@ -172,6 +176,8 @@ func DefaultConfig() Config {
 		ReconcileLines:    200_000,
 		Phases:            allPhases,
 		LogLevel:          "info",
+		AcceptBatch:       64,
+		WorkerBatch:       64,
 	}
 }
 
@@ -185,6 +191,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--duration %s: 500ms to 10m", c.Duration)
 	case c.Rounds < 1 || c.Rounds > 20:
 		return fmt.Errorf("--rounds %d: 1 to 20", c.Rounds)
+	case c.AcceptBatch < 0 || c.AcceptBatch > 1000 || c.WorkerBatch < 0 || c.WorkerBatch > 1000:
+		return fmt.Errorf("--accept-batch %d, --worker-batch %d: 0 to 1000", c.AcceptBatch, c.WorkerBatch)
 	case c.Warmup < 0 || c.Warmup > time.Minute:
 		return fmt.Errorf("--warmup %s: 0 to 1m", c.Warmup)
 	case len(c.Concurrency) == 0:
@@ -263,6 +271,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.IntVar(&cfg.ReconcileLines, "reconcile-lines", cfg.ReconcileLines, "")
 	phases := fs.String("phases", strings.Join(allPhases, ","), "")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "")
+	fs.IntVar(&cfg.AcceptBatch, "accept-batch", cfg.AcceptBatch, "")
+	fs.IntVar(&cfg.WorkerBatch, "worker-batch", cfg.WorkerBatch, "")
 	fs.StringVar(&cfg.BinDir, "bin", "", "")
 	fs.BoolVar(&cfg.Keep, "keep", false, "")
 	if err := fs.Parse(args[1:]); err != nil {

@@ -120,11 +120,9 @@ func Markdown(r *Results) string {
 		m.Server, m.Settings["synchronous_commit"], m.Settings["fsync"], m.Settings["wal_sync_method"], m.Settings["shared_buffers"])
 	p("- Load average (1 min) %.1f at the start, %.1f at the end: the machine's two cores are shared with whatever else runs.\n",
 		m.LoadAverageStart[0], m.LoadAverageEnd[0])
-	p("- Command: `%s`. Each load runs %.0f s after a %.0f s warm-up, closed loop; at each concurrency the ceiling and the accept alternate in %d rounds; accept loads repeat an earlier key and body in %.0f%% of requests.\n\n",
+	p("- Command: `%s`. Each load runs %.0f s after a %.0f s warm-up, closed loop; at each concurrency the ceiling and the accept alternate in %d rounds; accept loads repeat an earlier key and body in %.0f%% of requests.\n",
 		r.Command, r.Setup.DurationSeconds, r.Setup.WarmupSeconds, r.Setup.Rounds, r.Setup.RepeatShare*100)
-	if r.Setup.AcceptBatch != "" {
-		p("- Shared commits: ACCEPT_BATCH=%s, WORKER_BATCH=%s (64 is the default; 0 is one transaction per accept or job).\n\n", r.Setup.AcceptBatch, r.Setup.WorkerBatch)
-	}
+	p("- Shared commits: ACCEPT_BATCH=%d, WORKER_BATCH=%d (64 is the default; 0 is one transaction per accept or job).\n\n", r.Setup.AcceptBatch, r.Setup.WorkerBatch)
 
 	if len(r.Ceiling) > 0 || len(r.Accept) > 0 {
 		p("**Accept against the ceiling** (pgbench: BEGIN; key row; intent row; COMMIT, same concurrency, same database)\n\n")

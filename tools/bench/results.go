@@ -61,10 +61,9 @@ type Setup struct {
 	Phases            []string `json:"phases"`
 	CeilingScript     string   `json:"ceiling_script"`
 	// AcceptBatch and WorkerBatch are the ACCEPT_BATCH and WORKER_BATCH the
-	// api, apiprof and worker ran with (from this process's environment;
-	// unset means their default, 64; 0 means one transaction per accept or job).
-	AcceptBatch string `json:"accept_batch"`
-	WorkerBatch string `json:"worker_batch"`
+	// api, apiprof and worker ran with (0: one transaction per accept or job).
+	AcceptBatch int `json:"accept_batch"`
+	WorkerBatch int `json:"worker_batch"`
 }
 
 // Latency summarises a set of latencies, in milliseconds.
