@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -25,7 +24,6 @@ import (
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/notify"
-	"github.com/labelkit/labels/outbox"
 )
 
 // SimOpts tunes a stack that buys from the carrier simulator.
@@ -68,18 +66,7 @@ type SimStack struct {
 // the test ends.
 func NewSim(t testing.TB, o SimOpts) *SimStack {
 	t.Helper()
-	if o.LeaseDuration == 0 {
-		o.LeaseDuration = 30 * time.Second
-	}
-	if o.CarrierTimeout == 0 {
-		o.CarrierTimeout = 5 * time.Second
-	}
-	if o.MaxAttempts == 0 {
-		o.MaxAttempts = 5
-	}
-	if o.RetryBase == 0 {
-		o.RetryBase = 10 * time.Millisecond
-	}
+	defaults(&o.LeaseDuration, &o.CarrierTimeout, &o.MaxAttempts, &o.RetryBase)
 	if o.Downtime == 0 {
 		o.Downtime = 100 * time.Millisecond
 	}
@@ -112,28 +99,11 @@ func NewSim(t testing.TB, o SimOpts) *SimStack {
 
 	var riverClient *river.Client[pgx.Tx]
 	if !o.NoWorker {
-		workers := river.NewWorkers()
-		river.AddWorker(workers, jobs.NewBuyLabelWorker(jobs.BuyLabelConfig{
+		riverClient, _ = startWorker(t, ctx, &wg, pool, jobs.BuyLabelConfig{
 			Pool: pool, Carrier: carrier.NewClient(simHTTP.URL, nil), CarrierTimeout: o.CarrierTimeout,
 			LeaseDuration: o.LeaseDuration, KeyRetention: 24 * time.Hour, MaxAttempts: o.MaxAttempts, Metrics: m, Log: log,
 			Notifier: notifier,
-		}))
-		jobTimeout, rescueAfter := jobs.RiverTimings(o.LeaseDuration)
-		riverClient, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
-			Queues:               map[string]river.QueueConfig{jobs.QueueLabels: {MaxWorkers: 20}},
-			Workers:              workers,
-			JobTimeout:           jobTimeout,
-			RescueStuckJobsAfter: rescueAfter,
-			MaxAttempts:          o.MaxAttempts + 10,
-			RetryPolicy:          &jobs.RetryPolicy{Base: o.RetryBase, Max: 10 * o.RetryBase},
-			FetchCooldown:        20 * time.Millisecond,
-			FetchPollInterval:    50 * time.Millisecond,
-			TestOnly:             true,
-		})
-		require.NoError(t, err)
-		require.NoError(t, riverClient.Start(ctx))
-		relay := outbox.NewRelay(pool, jobs.DispatchBuyLabels(riverClient), log, &outbox.RelayOpts{Listener: listener, PollInterval: 100 * time.Millisecond})
-		wg.Go(func() { relay.Run(ctx) })
+		}, o.RetryBase, listener)
 	}
 	t.Cleanup(func() {
 		s.mu.Lock()

@@ -17,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -61,18 +60,7 @@ type Stack struct {
 // New starts a stack; everything stops when the test ends.
 func New(t testing.TB, o Opts) *Stack {
 	t.Helper()
-	if o.LeaseDuration == 0 {
-		o.LeaseDuration = 30 * time.Second
-	}
-	if o.CarrierTimeout == 0 {
-		o.CarrierTimeout = 5 * time.Second
-	}
-	if o.MaxAttempts == 0 {
-		o.MaxAttempts = 5
-	}
-	if o.RetryBase == 0 {
-		o.RetryBase = 10 * time.Millisecond
-	}
+	defaults(&o.LeaseDuration, &o.CarrierTimeout, &o.MaxAttempts, &o.RetryBase)
 	pool := o.Pool
 	if pool == nil {
 		pool, _ = dbtest.New(t)
@@ -95,29 +83,11 @@ func New(t testing.TB, o Opts) *Stack {
 	s.URL = api.URL
 
 	if !o.NoWorker {
-		workers := river.NewWorkers()
-		river.AddWorker(workers, jobs.NewBuyLabelWorker(jobs.BuyLabelConfig{
+		s.River, s.Relay = startWorker(t, ctx, &wg, pool, jobs.BuyLabelConfig{
 			Pool: pool, Carrier: s.Carrier, CarrierTimeout: o.CarrierTimeout, LeaseDuration: o.LeaseDuration,
 			KeyRetention: 24 * time.Hour, MaxAttempts: o.MaxAttempts, Metrics: m, Log: log,
 			AfterCarrierFunc: o.AfterCarrierFunc, Notifier: notifier, BatchMax: o.BatchMax,
-		}))
-		jobTimeout, rescueAfter := jobs.RiverTimings(o.LeaseDuration)
-		client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-			Queues:               map[string]river.QueueConfig{jobs.QueueLabels: {MaxWorkers: 20}},
-			Workers:              workers,
-			JobTimeout:           jobTimeout,
-			RescueStuckJobsAfter: rescueAfter,
-			MaxAttempts:          o.MaxAttempts + 10,
-			RetryPolicy:          &jobs.RetryPolicy{Base: o.RetryBase, Max: 10 * o.RetryBase},
-			FetchCooldown:        20 * time.Millisecond,
-			FetchPollInterval:    50 * time.Millisecond,
-			TestOnly:             true,
-		})
-		require.NoError(t, err)
-		require.NoError(t, client.Start(ctx))
-		s.River = client
-		s.Relay = outbox.NewRelay(pool, jobs.DispatchBuyLabels(client), log, &outbox.RelayOpts{Listener: listener, PollInterval: 100 * time.Millisecond})
-		wg.Go(func() { s.Relay.Run(ctx) })
+		}, o.RetryBase, listener)
 	}
 	t.Cleanup(func() {
 		api.Close()
