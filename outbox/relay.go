@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -89,46 +88,27 @@ func (r *Relay) Run(ctx context.Context) {
 }
 
 // DispatchBatch dispatches up to one batch of the oldest undispatched intents
-// and returns how many it dispatched. The transaction is three round trips
-// besides BEGIN and COMMIT: one statement takes the batch (locked, skipping
-// what another relay holds) and marks it dispatched; dispatch inserts the jobs;
-// the commit makes both visible at once.
+// and returns how many it dispatched.
 func (r *Relay) DispatchBatch(ctx context.Context) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
-			WITH batch AS (
-				SELECT request_id, created_at FROM label_intents
-				 WHERE dispatched_at IS NULL
-				 ORDER BY created_at
-				 LIMIT $1
-				   FOR UPDATE SKIP LOCKED)
-			UPDATE label_intents i SET dispatched_at = now()
-			  FROM batch
-			 WHERE i.request_id = batch.request_id
-			RETURNING i.request_id, batch.created_at`, r.opts.BatchSize)
+			SELECT request_id FROM label_intents
+			 WHERE dispatched_at IS NULL
+			 ORDER BY created_at
+			 LIMIT $1
+			   FOR UPDATE SKIP LOCKED`, r.opts.BatchSize)
 		if err != nil {
 			return err
 		}
-		type taken struct {
-			id string
-			at time.Time
-		}
-		var batch []taken
-		var t taken
-		if _, err := pgx.ForEachRow(rows, []any{&t.id, &t.at}, func() error {
-			batch = append(batch, t)
-			return nil
-		}); err != nil || len(batch) == 0 {
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(ids) == 0 {
 			return err
 		}
-		// Oldest first, as they were taken.
-		slices.SortFunc(batch, func(a, b taken) int { return a.at.Compare(b.at) })
-		ids := make([]string, len(batch))
-		for i, t := range batch {
-			ids[i] = t.id
-		}
 		if err := r.dispatch(ctx, tx, ids); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE label_intents SET dispatched_at = now() WHERE request_id = ANY($1)`, ids); err != nil {
 			return err
 		}
 		n = len(ids)
