@@ -88,6 +88,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			CeilingScript:     ceilingScript,
 			AcceptBatch:       cfg.AcceptBatch,
 			WorkerBatch:       cfg.WorkerBatch,
+			WorkerConcurrency: cfg.WorkerConcurrency,
 		},
 	}
 	h.res.Machine.LoadAverageStart = loadAverage()

@@ -19,7 +19,7 @@
 //     (keep-alive, N goroutines, a share of repeats of earlier keys and bodies)
 //     at the same concurrencies, alternating with pgbench in rounds (15 s
 //     each in three rounds of 5 s), so that both see the same machine;
-//  3. end to end: api + one worker (WORKER_CONCURRENCY=100) + the carrier
+//  3. end to end: api + one worker (WORKER_CONCURRENCY=200, --worker-concurrency) + the carrier
 //     simulator at 0 and 50 ms latency; a fixed number of creates sent as fast
 //     as they are answered, timed from label_intents.created_at to
 //     completed_at in the database;
@@ -105,6 +105,9 @@ Flags:
   --phases LIST        phases to run (default all: ceiling,accept,e2e,replay,store,reconcile,profile)
   --accept-batch N     ACCEPT_BATCH of the api (default 64; 0: one transaction per accept)
   --worker-batch N     WORKER_BATCH of the worker (default 64; 0: one transaction per job)
+  --worker-concurrency N  WORKER_CONCURRENCY of the end-to-end worker (default 200: Little's
+                       law for this machine's rates at 50 ms carrier latency; cmd/worker's
+                       own default is 100)
   --log-level LEVEL    LOG_LEVEL of the api and the worker (default info, as deployed)
   --bin DIR            prebuilt binaries (api, worker, carrier, apiprof) instead of building them
   --keep               keep the database (and the private server's directory)
@@ -149,6 +152,7 @@ type Config struct {
 	LogLevel          string
 	AcceptBatch       int // ACCEPT_BATCH of the api and apiprof
 	WorkerBatch       int // WORKER_BATCH of the worker
+	WorkerConcurrency int // WORKER_CONCURRENCY of the end-to-end worker
 	BinDir            string
 	Keep              bool
 	// Command is what the report says was run.
@@ -178,6 +182,7 @@ func DefaultConfig() Config {
 		LogLevel:          "info",
 		AcceptBatch:       64,
 		WorkerBatch:       64,
+		WorkerConcurrency: 200,
 	}
 }
 
@@ -191,6 +196,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--duration %s: 500ms to 10m", c.Duration)
 	case c.Rounds < 1 || c.Rounds > 20:
 		return fmt.Errorf("--rounds %d: 1 to 20", c.Rounds)
+	case c.WorkerConcurrency < 1 || c.WorkerConcurrency > 10000:
+		return fmt.Errorf("--worker-concurrency %d: 1 to 10000", c.WorkerConcurrency)
 	case c.AcceptBatch < 0 || c.AcceptBatch > 1000 || c.WorkerBatch < 0 || c.WorkerBatch > 1000:
 		return fmt.Errorf("--accept-batch %d, --worker-batch %d: 0 to 1000", c.AcceptBatch, c.WorkerBatch)
 	case c.Warmup < 0 || c.Warmup > time.Minute:
@@ -273,6 +280,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "")
 	fs.IntVar(&cfg.AcceptBatch, "accept-batch", cfg.AcceptBatch, "")
 	fs.IntVar(&cfg.WorkerBatch, "worker-batch", cfg.WorkerBatch, "")
+	fs.IntVar(&cfg.WorkerConcurrency, "worker-concurrency", cfg.WorkerConcurrency, "")
 	fs.StringVar(&cfg.BinDir, "bin", "", "")
 	fs.BoolVar(&cfg.Keep, "keep", false, "")
 	if err := fs.Parse(args[1:]); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/labelkit/labels/internal/proctest"
@@ -145,7 +146,7 @@ func (h *harness) endToEndAt(ctx context.Context, lat time.Duration) (E2ERun, er
 	}
 	defer func() { _ = stop(carrier) }()
 	worker, _, err := h.start(ctx, "worker", "worker", "metrics listening",
-		"CARRIER_URL=http://"+carrierAddr, "METRICS_ADDR=127.0.0.1:0", "ADMIN_ADDR=", "WORKER_CONCURRENCY=100")
+		"CARRIER_URL=http://"+carrierAddr, "METRICS_ADDR=127.0.0.1:0", "ADMIN_ADDR=", "WORKER_CONCURRENCY="+strconv.Itoa(h.cfg.WorkerConcurrency))
 	if err != nil {
 		return r, err
 	}

@@ -158,7 +158,7 @@ func Markdown(r *Results) string {
 		p("\n")
 	}
 	if len(r.EndToEnd) > 0 {
-		p("**End to end** (api + 1 worker, WORKER_CONCURRENCY=100, + simulator; %s creates at concurrency %d; created_at → completed_at in the database)\n\n",
+		p("**End to end** (api + 1 worker, WORKER_CONCURRENCY=%d, + simulator; %s creates at concurrency %d; created_at → completed_at in the database)\n\n", r.Setup.WorkerConcurrency,
 			count(r.Setup.E2ECreates), r.Setup.E2EConcurrency)
 		p("| simulator latency | submitted /s | creates/s to final | 202 → final p50 / p90 / p99 / max ms | / ceiling | CPU cores: api · worker · postgres |\n")
 		p("| ---: | ---: | ---: | ---: | ---: | ---: |\n")

@@ -64,6 +64,8 @@ type Setup struct {
 	// api, apiprof and worker ran with (0: one transaction per accept or job).
 	AcceptBatch int `json:"accept_batch"`
 	WorkerBatch int `json:"worker_batch"`
+	// WorkerConcurrency is the end-to-end worker's WORKER_CONCURRENCY.
+	WorkerConcurrency int `json:"worker_concurrency"`
 }
 
 // Latency summarises a set of latencies, in milliseconds.
