@@ -48,8 +48,10 @@ type Deps struct {
 	AcceptBatch int
 }
 
-// acceptFlushers is how many shared accept transactions may be in flight at once.
-const acceptFlushers = 4
+// acceptFlushers is how many shared accept transactions may be in flight at
+// once. Fewer make larger batches: on the 2-core bench machine two beat four
+// and eight at every concurrency (docs/bench.md).
+const acceptFlushers = 2
 
 // Server is the HTTP API.
 type Server struct {
