@@ -109,8 +109,10 @@ func TestMeasureSmall(t *testing.T) {
 	require.Positive(t, p.WALPerAccept)
 	require.Positive(t, p.WALPerLabel)
 	if p.AcceptWAL.Filtered {
-		// One durable commit per accept: key record and intent together.
-		require.InDelta(t, 1.0, p.CommitsPerAccept, 0.05)
+		// At most one durable commit per accept (key record and intent
+		// together), fewer when accepts share a transaction (ACCEPT_BATCH).
+		require.Positive(t, p.CommitsPerAccept)
+		require.LessOrEqual(t, p.CommitsPerAccept, 1.05)
 		// The lease and the completion commit apart, but each commit is shared
 		// by the jobs of one statement (WORKER_BATCH): from a fraction of a
 		// commit per label under load to about three for a job alone.
