@@ -104,6 +104,12 @@ type repeatRead struct {
 	intentErr error
 }
 
+// queue queues the reads of the key and its intent on b.
+func (r *repeatRead) queue(b *pgx.Batch, callerID, key string) {
+	idempotency.QueueGet(b, callerID, key, &r.rec, &r.recErr)
+	outbox.QueueGetForKey(b, callerID, key, &r.intent, &r.intentErr)
+}
+
 // acceptTx is the accept transaction, in two round trips: BEGIN, the key
 // insert and the intent insert are pipelined in one batch; then COMMIT when
 // both were inserted, ROLLBACK otherwise (an existing key or a taken parcel:
@@ -146,8 +152,7 @@ func (s *Server) acceptTx(ctx context.Context, rec *idempotency.Record, intent *
 		// (Should the batch fail, the deferred ROLLBACK runs again: harmless.)
 		rb := &pgx.Batch{}
 		rb.Queue("ROLLBACK")
-		idempotency.QueueGet(rb, rec.CallerID, rec.Key, &found.rec, &found.recErr)
-		outbox.QueueGetForKey(rb, rec.CallerID, rec.Key, &found.intent, &found.intentErr)
+		found.queue(rb, rec.CallerID, rec.Key)
 		if err := conn.SendBatch(ctx, rb).Close(); err != nil {
 			return nil, false, repeatRead{}, err
 		}

@@ -171,8 +171,7 @@ func (s *Server) acceptShared(ctx context.Context, rec *idempotency.Record, inte
 		// A repeat: read the key and its intent in one round trip.
 		var found repeatRead
 		b := &pgx.Batch{}
-		idempotency.QueueGet(b, rec.CallerID, rec.Key, &found.rec, &found.recErr)
-		outbox.QueueGetForKey(b, rec.CallerID, rec.Key, &found.intent, &found.intentErr)
+		found.queue(b, rec.CallerID, rec.Key)
 		if err := s.deps.Pool.SendBatch(ctx, b).Close(); err != nil {
 			return nil, false, err
 		}

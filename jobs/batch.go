@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/labelkit/labels/label"
 	"github.com/labelkit/labels/outbox"
 )
 
@@ -32,7 +33,6 @@ const (
 type leaseIn struct {
 	requestID string
 	token     uuid.UUID
-	d         time.Duration
 }
 
 // leaseOut is a leased job's intent (nil when the statement did not lease it),
@@ -44,7 +44,7 @@ type leaseOut struct {
 }
 
 // sqlLeaseMany leases the keys of pending intents that nobody holds, counts
-// the attempt on each intent, and returns the intents. Rows are locked in key
+// the attempt on each intent, and returns the intents as updated. Rows are locked in key
 // order, so two batches never wait for each other in a cycle.
 const sqlLeaseMany = `
 WITH inp AS (
@@ -68,16 +68,14 @@ WITH inp AS (
           SET locked_until = now() + make_interval(secs => $3), lease_token = c.token
          FROM cand c
         WHERE k.caller_id = c.caller_id AND k.idem_key = c.idem_key
-       RETURNING c.request_id, c.prev),
-     att AS (
-       UPDATE label_intents i SET attempts = i.attempts + 1
-         FROM upd
-        WHERE i.request_id = upd.request_id
-       RETURNING i.request_id, i.attempts AS n, upd.prev IS NOT NULL AS takeover)
-SELECT x.*, att.n, att.takeover
-  FROM att, LATERAL (SELECT ` + outbox.Columns + ` FROM label_intents WHERE request_id = att.request_id) x`
+       RETURNING c.request_id AS leased, c.prev)
+UPDATE label_intents SET attempts = attempts + 1
+  FROM upd
+ WHERE request_id = upd.leased
+RETURNING ` + outbox.Columns + `, upd.prev IS NOT NULL`
 
-func leaseMany(pool *pgxpool.Pool) func(ctx context.Context, ins []leaseIn) ([]leaseOut, error) {
+// leaseMany runs sqlLeaseMany with leases of d.
+func leaseMany(pool *pgxpool.Pool, d time.Duration) func(ctx context.Context, ins []leaseIn) ([]leaseOut, error) {
 	return func(ctx context.Context, ins []leaseIn) ([]leaseOut, error) {
 		outs := make([]leaseOut, len(ins))
 		at := make(map[string]int, len(ins))
@@ -93,19 +91,18 @@ func leaseMany(pool *pgxpool.Pool) func(ctx context.Context, ins []leaseIn) ([]l
 			ids = append(ids, in.requestID)
 			tokens = append(tokens, in.token)
 		}
-		rows, err := pool.Query(ctx, sqlLeaseMany, ids, tokens, ins[0].d.Seconds())
+		rows, err := pool.Query(ctx, sqlLeaseMany, ids, tokens, d.Seconds())
 		if err != nil {
 			return nil, err
 		}
 		defer rows.Close()
 		for rows.Next() {
 			var out leaseOut
-			in, err := outbox.ScanIntent(rows, &out.attempt, &out.takeover)
+			in, err := outbox.ScanIntent(rows, &out.takeover)
 			if err != nil {
 				return nil, err
 			}
-			out.intent = in
-			in.Attempts = out.attempt
+			out.intent, out.attempt = in, in.Attempts
 			outs[at[in.RequestID]] = out
 		}
 		return outs, rows.Err()
@@ -120,17 +117,8 @@ type completion struct {
 	key       string
 	token     uuid.UUID
 	status    int
-	body      []byte // the saved response: the label, or the problem
-	label     *labelRow
-	retention time.Duration
-}
-
-type labelRow struct {
-	labelID, service, trackingNo, carrierLabelID, carrierKey, currency string
-	orderID, costCents                                                 int64
-	parcelNo, labelVersion                                             int
-	purchasedAt                                                        *time.Time
-	createdAt                                                          time.Time
+	body      []byte        // the saved response: the label, or the problem
+	label     *label.Record // nil for a problem
 }
 
 // sqlCompleteMany saves the outcomes whose key is still started and leased
@@ -186,8 +174,9 @@ WITH inp AS (
        RETURNING i.request_id)
 SELECT k.request_id FROM keys k JOIN intents i ON i.request_id = k.request_id`
 
-// completeMany runs sqlCompleteMany and says, per job, whether it was saved.
-func completeMany(pool *pgxpool.Pool) func(ctx context.Context, cs []completion) ([]bool, error) {
+// completeMany runs sqlCompleteMany, keys kept for retention, and says, per
+// job, whether it was saved.
+func completeMany(pool *pgxpool.Pool, retention time.Duration) func(ctx context.Context, cs []completion) ([]bool, error) {
 	return func(ctx context.Context, cs []completion) ([]bool, error) {
 		n := len(cs)
 		var (
@@ -207,11 +196,11 @@ func completeMany(pool *pgxpool.Pool) func(ctx context.Context, cs []completion)
 			ids, callers, keys, tokens = append(ids, c.requestID), append(callers, c.callerID), append(keys, c.key), append(tokens, c.token)
 			statuses, bodies = append(statuses, c.status), append(bodies, string(c.body))
 			if l := c.label; l != nil {
-				labelIDs, services, trackings = append(labelIDs, &l.labelID), append(services, &l.service), append(trackings, &l.trackingNo)
-				cls, ckeys, curs = append(cls, &l.carrierLabelID), append(ckeys, &l.carrierKey), append(curs, &l.currency)
-				orderIDs, costs = append(orderIDs, &l.orderID), append(costs, &l.costCents)
-				parcelNos, versions = append(parcelNos, &l.parcelNo), append(versions, &l.labelVersion)
-				purchased, created = append(purchased, l.purchasedAt), append(created, &l.createdAt)
+				labelIDs, services, trackings = append(labelIDs, &l.LabelID), append(services, &l.Service), append(trackings, &l.TrackingNo)
+				cls, ckeys, curs = append(cls, &l.CarrierLabelID), append(ckeys, &l.CarrierKey), append(curs, &l.Currency)
+				orderIDs, costs = append(orderIDs, &l.OrderID), append(costs, &l.CostCents)
+				parcelNos, versions = append(parcelNos, &l.ParcelNo), append(versions, &l.LabelVersion)
+				purchased, created = append(purchased, l.PurchasedAt), append(created, &l.CreatedAt)
 			} else {
 				labelIDs, services, trackings = append(labelIDs, nil), append(services, nil), append(trackings, nil)
 				cls, ckeys, curs = append(cls, nil), append(ckeys, nil), append(curs, nil)
@@ -222,7 +211,7 @@ func completeMany(pool *pgxpool.Pool) func(ctx context.Context, cs []completion)
 		}
 		rows, err := pool.Query(ctx, sqlCompleteMany, ids, callers, keys, tokens, statuses, bodies,
 			labelIDs, services, trackings, cls, ckeys, curs, orderIDs, costs, parcelNos, versions,
-			purchased, created, cs[0].retention.Seconds())
+			purchased, created, retention.Seconds())
 		if err != nil {
 			return nil, err
 		}

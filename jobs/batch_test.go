@@ -61,13 +61,13 @@ func TestLeaseMany(t *testing.T) {
 	_, err = pool.Exec(ctx, `UPDATE label_intents SET status = 'failed', error = '{}', completed_at = now() WHERE request_id = $1`, ins[2].RequestID)
 	require.NoError(t, err)
 
-	lease := leaseMany(pool)
+	lease := leaseMany(pool, time.Minute)
 	toks := []uuid.UUID{uuid.New(), uuid.New(), uuid.New(), uuid.New(), uuid.New()}
 	req := []leaseIn{
-		{ins[0].RequestID, toks[0], time.Minute}, {ins[1].RequestID, toks[1], time.Minute},
-		{ins[2].RequestID, toks[2], time.Minute}, {ins[3].RequestID, toks[3], time.Minute},
-		{ins[0].RequestID, toks[4], time.Minute}, // the same job twice
-		{"lr_missing", uuid.New(), time.Minute},
+		{ins[0].RequestID, toks[0]}, {ins[1].RequestID, toks[1]},
+		{ins[2].RequestID, toks[2]}, {ins[3].RequestID, toks[3]},
+		{ins[0].RequestID, toks[4]}, // the same job twice
+		{"lr_missing", uuid.New()},
 	}
 	outs, err := lease(ctx, req)
 	require.NoError(t, err)
@@ -87,7 +87,7 @@ func TestLeaseMany(t *testing.T) {
 	_, err = pool.Exec(ctx, `UPDATE idempotency_keys SET locked_until = now() - interval '1 ms' WHERE request_id = $1`, ins[3].RequestID)
 	require.NoError(t, err)
 	tok := uuid.New()
-	outs, err = lease(ctx, []leaseIn{{ins[3].RequestID, tok, time.Minute}})
+	outs, err = lease(ctx, []leaseIn{{ins[3].RequestID, tok}})
 	require.NoError(t, err)
 	require.NotNil(t, outs[0].intent)
 	require.True(t, outs[0].takeover)
@@ -109,7 +109,7 @@ func TestCompleteMany(t *testing.T) {
 	for o := int64(1); o <= 4; o++ {
 		in := accepted(t, pool, o)
 		ins = append(ins, in)
-		outs, err := leaseMany(pool)(ctx, []leaseIn{{in.RequestID, uuid.New(), time.Minute}})
+		outs, err := leaseMany(pool, time.Minute)(ctx, []leaseIn{{in.RequestID, uuid.New()}})
 		require.NoError(t, err)
 		require.NotNil(t, outs[0].intent)
 		toks = append(toks, row[uuid.UUID](t, pool, `SELECT lease_token FROM idempotency_keys WHERE request_id = $1`, in.RequestID))
@@ -141,9 +141,9 @@ func TestCompleteMany(t *testing.T) {
 		if i == 1 {
 			tok = uuid.New() // a stale attempt: its lease was taken over
 		}
-		cs[i] = completionOf(in, tok, out, time.Hour)
+		cs[i] = completionOf(in, tok, out)
 	}
-	saved, err := completeMany(pool)(ctx, cs)
+	saved, err := completeMany(pool, time.Hour)(ctx, cs)
 	require.NoError(t, err)
 	require.Equal(t, []bool{true, false, true, false}, saved)
 
@@ -159,7 +159,7 @@ func TestCompleteMany(t *testing.T) {
 
 	// What was saved is what the one-job completion saves.
 	require.JSONEq(t, string(cs[0].body), row[string](t, pool, `SELECT response_body::text FROM idempotency_keys WHERE request_id = $1`, ins[0].RequestID))
-	require.Equal(t, cs[0].label.labelID, row[string](t, pool, `SELECT label_id FROM label_intents WHERE request_id = $1`, ins[0].RequestID))
+	require.Equal(t, cs[0].label.LabelID, row[string](t, pool, `SELECT label_id FROM label_intents WHERE request_id = $1`, ins[0].RequestID))
 	require.JSONEq(t, string(cs[2].body), row[string](t, pool, `SELECT error::text FROM label_intents WHERE request_id = $1`, ins[2].RequestID))
 	require.True(t, row[bool](t, pool, `SELECT expires_at > now() + interval '59 minutes' AND lease_token IS NULL AND locked_until IS NULL
 	   FROM idempotency_keys WHERE request_id = $1`, ins[0].RequestID))
@@ -167,7 +167,7 @@ func TestCompleteMany(t *testing.T) {
 		`SELECT tracking_no || ' ' || carrier_label_id || ' ' || cost_cents || ' ' || currency || ' ' || created_by_key FROM labels WHERE request_id = $1`, ins[0].RequestID))
 
 	// Saved once: the same completion again saves nothing.
-	saved, err = completeMany(pool)(ctx, cs[:1])
+	saved, err = completeMany(pool, time.Hour)(ctx, cs[:1])
 	require.NoError(t, err)
 	require.Equal(t, []bool{false}, saved)
 }

@@ -105,8 +105,8 @@ func NewBuyLabelWorker(cfg BuyLabelConfig) *BuyLabelWorker {
 		if n == 0 {
 			n = batchMax
 		}
-		w.leases = &group.Group[leaseIn, leaseOut]{Max: n, Flushers: batchFlushers, Timeout: cfg.LeaseDuration, Run: leaseMany(cfg.Pool)}
-		w.completions = &group.Group[completion, bool]{Max: n, Flushers: batchFlushers, Timeout: cfg.CarrierTimeout, Run: completeMany(cfg.Pool)}
+		w.leases = &group.Group[leaseIn, leaseOut]{Max: n, Flushers: batchFlushers, Timeout: cfg.LeaseDuration, Run: leaseMany(cfg.Pool, cfg.LeaseDuration)}
+		w.completions = &group.Group[completion, bool]{Max: n, Flushers: batchFlushers, Timeout: cfg.CarrierTimeout, Run: completeMany(cfg.Pool, cfg.KeyRetention)}
 	}
 	return w
 }
@@ -227,7 +227,7 @@ func (w *BuyLabelWorker) lease(ctx context.Context, job *river.Job[BuyLabelArgs]
 	cfg := w.cfg
 	if w.leases != nil {
 		token = uuid.New()
-		out, err := w.leases.Do(leaseIn{requestID: job.Args.RequestID, token: token, d: cfg.LeaseDuration})
+		out, err := w.leases.Do(leaseIn{requestID: job.Args.RequestID, token: token})
 		if err != nil {
 			log.Debug().Err(err).Msg("the shared lease statement failed: leasing alone")
 		}
@@ -276,7 +276,7 @@ func (w *BuyLabelWorker) complete(ctx context.Context, job *river.Job[BuyLabelAr
 		out.label = newLabel(in, out.bought)
 	}
 	if w.completions != nil {
-		saved, err := w.completions.Do(completionOf(in, token, out, w.cfg.KeyRetention))
+		saved, err := w.completions.Do(completionOf(in, token, out))
 		if err == nil && saved {
 			return nil
 		}
@@ -313,15 +313,10 @@ func newLabel(in *outbox.Intent, bought *carrier.Label) *label.Record {
 	return rec
 }
 
-func completionOf(in *outbox.Intent, token uuid.UUID, out outcome, retention time.Duration) completion {
-	c := completion{requestID: in.RequestID, callerID: in.CallerID, key: in.Key, token: token, retention: retention}
+func completionOf(in *outbox.Intent, token uuid.UUID, out outcome) completion {
+	c := completion{requestID: in.RequestID, callerID: in.CallerID, key: in.Key, token: token, label: out.label}
 	if rec := out.label; rec != nil {
 		c.status, c.body = 201, rec.Label.Body()
-		c.label = &labelRow{
-			labelID: rec.LabelID, service: rec.Service, trackingNo: rec.TrackingNo, carrierLabelID: rec.CarrierLabelID,
-			carrierKey: rec.CarrierKey, currency: rec.Currency, orderID: rec.OrderID, costCents: rec.CostCents,
-			parcelNo: rec.ParcelNo, labelVersion: rec.LabelVersion, purchasedAt: rec.PurchasedAt, createdAt: rec.CreatedAt,
-		}
 	} else {
 		c.status, c.body = out.problem.Status, out.problem.Body()
 	}
