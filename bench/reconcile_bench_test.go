@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	labelkit "github.com/labelkit/labels"
 	"github.com/labelkit/labels/carrier/sim"
 	"github.com/labelkit/labels/internal/dbtest"
 	"github.com/labelkit/labels/migrations"
@@ -154,21 +154,8 @@ func seed(b *testing.B, pool *pgxpool.Pool, truth sim.Truth) {
 			accepted := t.PurchasedAt.Add(-time.Second)
 			hash := sha256.Sum256([]byte(t.Reference))
 			// The Label JSON of api.md, as the worker saves it (labels.Label.Body).
-			body, err := json.Marshal(struct {
-				LabelID        string    `json:"label_id"`
-				OrderID        int64     `json:"order_id"`
-				ParcelNo       int       `json:"parcel_no"`
-				LabelVersion   int       `json:"label_version"`
-				Service        string    `json:"service"`
-				TrackingNo     string    `json:"tracking_no"`
-				CarrierLabelID string    `json:"carrier_label_id"`
-				CostCents      int64     `json:"cost_cents"`
-				Currency       string    `json:"currency"`
-				CreatedAt      time.Time `json:"created_at"`
-			}{labelID, t.OrderID, t.ParcelNo, 1, t.Service, t.TrackingNo, t.CarrierLabelID, t.CostCents, t.Currency, created})
-			if err != nil {
-				b.Fatal(err)
-			}
+			body := labelkit.Label{LabelID: labelID, OrderID: t.OrderID, ParcelNo: t.ParcelNo, LabelVersion: 1, Service: t.Service,
+				TrackingNo: t.TrackingNo, CarrierLabelID: t.CarrierLabelID, CostCents: t.CostCents, Currency: t.Currency, CreatedAt: created}.Body()
 			intents = append(intents, []any{t.Reference, t.CallerID, t.CallerKey, hash[:], int16(1), t.OrderID,
 				int32(t.ParcelNo), int32(1), `{}`, t.IdempotencyKey, "succeeded", labelID, accepted, accepted, created})
 			labels = append(labels, []any{labelID, t.CallerID, t.Reference, t.OrderID, int32(t.ParcelNo), int32(1),

@@ -1,10 +1,8 @@
 package reconcile_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -14,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/internal/dbtest"
 	"github.com/labelkit/labels/reconcile"
@@ -86,22 +85,8 @@ func (s seed) line(lineNo int, billedAt time.Time) string {
 
 // labelBody is the Label JSON of api.md, as the worker saves it.
 func labelBody(s seed, labelID string) []byte {
-	b, err := json.Marshal(struct {
-		LabelID        string    `json:"label_id"`
-		OrderID        int64     `json:"order_id"`
-		ParcelNo       int       `json:"parcel_no"`
-		LabelVersion   int       `json:"label_version"`
-		Service        string    `json:"service"`
-		TrackingNo     string    `json:"tracking_no"`
-		CarrierLabelID string    `json:"carrier_label_id"`
-		CostCents      int64     `json:"cost_cents"`
-		Currency       string    `json:"currency"`
-		CreatedAt      time.Time `json:"created_at"`
-	}{labelID, s.orderID(), 1, 1, "ground", s.tracking(), s.carrierLabel(), s.cost(), s.cur(), s.createdAt})
-	if err != nil {
-		panic(err)
-	}
-	return b
+	return labels.Label{LabelID: labelID, OrderID: s.orderID(), ParcelNo: 1, LabelVersion: 1, Service: "ground",
+		TrackingNo: s.tracking(), CarrierLabelID: s.carrierLabel(), CostCents: s.cost(), Currency: s.cur(), CreatedAt: s.createdAt}.Body()
 }
 
 // insertSeeds writes the seeds with COPY, as many as a benchmark needs.
@@ -255,5 +240,3 @@ func counts(pairs ...any) map[string]int {
 	}
 	return m
 }
-
-var _ = bytes.NewReader

@@ -1,7 +1,6 @@
 package reconcile
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -31,12 +30,7 @@ type importResult struct {
 	repeatedKeys []string
 }
 
-var lineColumns = []string{
-	"invoice_no", "line_no", "billed_at", "carrier_label_id", "tracking_no",
-	"idempotency_key", "reference", "cost_cents", "currency",
-}
-
-// importInvoice stores the lines of src not imported before, in tx.
+// importInvoice stores the lines of rs not imported before, in tx.
 //
 // The common case, a file never seen, is one COPY straight into invoice_lines
 // (under a savepoint). When a line of the file is there already, or the file
@@ -44,15 +38,7 @@ var lineColumns = []string{
 // a temporary table, compared line by line with what is stored, and only new
 // lines are inserted. A line that comes back with other content is an error
 // naming it, and the caller rolls everything back.
-func importInvoice(ctx context.Context, tx pgx.Tx, src io.Reader, source string, runID int64, progress func(read int)) (importResult, error) {
-	rs, ok := src.(io.ReadSeeker)
-	if !ok {
-		b, err := io.ReadAll(src)
-		if err != nil {
-			return importResult{}, fmt.Errorf("%s: %w", source, err)
-		}
-		rs = bytes.NewReader(b)
-	}
+func importInvoice(ctx context.Context, tx pgx.Tx, rs io.ReadSeeker, source string, runID int64, progress func(read int)) (importResult, error) {
 	start, err := rs.Seek(0, io.SeekCurrent)
 	if err != nil {
 		return importResult{}, err
@@ -98,7 +84,7 @@ func copyNew(ctx context.Context, tx pgx.Tx, lr *lineReader, first *Line, runID 
 	defer sp.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	enc := &copyEncoder{lr: lr, pending: first, runID: runID, progress: progress, days: map[time.Time]bool{}}
 	tag, err := sp.Conn().PgConn().CopyFrom(ctx, enc,
-		`COPY invoice_lines (`+strings.Join(lineColumns, ", ")+`, run_id) FROM STDIN (FORMAT binary)`)
+		`COPY invoice_lines (`+strings.Join(invoiceColumns[:], ", ")+`, run_id) FROM STDIN (FORMAT binary)`)
 	if enc.err != nil {
 		return importResult{}, enc.err // the file's fault, not the database's
 	}
@@ -127,7 +113,7 @@ func stageAndMerge(ctx context.Context, tx pgx.Tx, rs io.Reader, source string, 
 	}
 	enc := &copyEncoder{lr: lr, withSeq: true, progress: progress, days: map[time.Time]bool{}}
 	if _, err := tx.Conn().PgConn().CopyFrom(ctx, enc,
-		`COPY rc_stage (seq, `+strings.Join(lineColumns, ", ")+`) FROM STDIN (FORMAT binary)`); err != nil {
+		`COPY rc_stage (seq, `+strings.Join(invoiceColumns[:], ", ")+`) FROM STDIN (FORMAT binary)`); err != nil {
 		if enc.err != nil {
 			return importResult{}, enc.err
 		}

@@ -190,14 +190,6 @@ func csvError(source string, err error) error {
 	return fmt.Errorf("%s: %w", source, err)
 }
 
-// sameContent reports whether two lines with the same (invoice_no, line_no)
-// say the same thing.
-func sameContent(a, b *Line) bool {
-	return a.BilledAt.Equal(b.BilledAt) && a.CarrierLabelID == b.CarrierLabelID && a.TrackingNo == b.TrackingNo &&
-		a.IdempotencyKey == b.IdempotencyKey && a.Reference == b.Reference && a.CostCents == b.CostCents &&
-		a.Currency == b.Currency
-}
-
 // differences names the fields in which b differs from a, for error messages.
 func differences(a, b *Line) string {
 	var d []string

@@ -440,3 +440,21 @@ func TestMatchingEdges(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM reconcile_scratch_labels`).Scan(&scratch))
 	require.Zero(t, scratch, "the scratch table is emptied by every run")
 }
+
+// StuckAfter decides which pending intents are stuck (operations.md
+// --stuck-after): the same intent, pending since 01:00 two days before the
+// run, is stuck under a threshold below its age and not under one above it.
+func TestStuckAfter(t *testing.T) {
+	t.Parallel()
+	age := now.Sub(at("01:00:00"))
+	for _, tc := range []struct {
+		stuckAfter time.Duration
+		stuck      int
+	}{{age - time.Minute, 1}, {age + time.Minute, 0}} {
+		b := setup(t)
+		rep := b.run(t, everyCategory(t, b), func(o *reconcile.Opts) { o.StuckAfter = tc.stuckAfter })
+		require.Equal(t, tc.stuck, rep.Counts[reconcile.StuckIntent], "stuck after %s", tc.stuckAfter)
+		_, listed := byWhat(b.items(t, rep))["intent lr_0009"]
+		require.Equal(t, tc.stuck == 1, listed)
+	}
+}

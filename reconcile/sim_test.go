@@ -86,8 +86,8 @@ func TestSyntheticInvoice(t *testing.T) {
 	// theirs, so rewrite the truth's into the seeds' before importing.
 	invoice := csv.String()
 	for i, l := range truth.Labels {
-		invoice = replaceAll(invoice, l.IdempotencyKey, seeds[i].carrierKey())
-		invoice = replaceAll(invoice, ","+l.Reference+",", ","+seeds[i].requestID()+",")
+		invoice = strings.ReplaceAll(invoice, l.IdempotencyKey, seeds[i].carrierKey())
+		invoice = strings.ReplaceAll(invoice, ","+l.Reference+",", ","+seeds[i].requestID()+",")
 	}
 
 	rep := b.run(t, invoice, func(o *reconcile.Opts) { o.Grace = 0 })
@@ -99,5 +99,3 @@ func TestSyntheticInvoice(t *testing.T) {
 		reconcile.BilledWithoutLabel, truth.Foreign), rep.Counts)
 	require.Equal(t, map[string]int64{"USD": int64(truth.AmountChanges) * sim.AmountChangeCents}, rep.Amounts[reconcile.AmountMismatch])
 }
-
-func replaceAll(s, old, new string) string { return strings.ReplaceAll(s, old, new) }

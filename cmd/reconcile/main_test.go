@@ -264,4 +264,9 @@ func TestProgress(t *testing.T) {
 		"\r\033[Kreconcile: 1,000,000 lines read; match by carrier key"+
 		"\r\033[Kreconcile: 1,000,000 lines read, 998,123 matched\n", out.String())
 	require.False(t, isTerminal(&out))
+	// A regular file is an *os.File but no terminal: quiet too.
+	f, err := os.CreateTemp(t.TempDir(), "stderr")
+	require.NoError(t, err)
+	defer f.Close()
+	require.False(t, isTerminal(f))
 }
