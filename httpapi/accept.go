@@ -34,6 +34,14 @@ type decision struct {
 // written by the API and the purchase left to a worker: in one transaction it
 // inserts the key record and the intent, or finds what answers the request.
 func (s *Server) accept(ctx context.Context, callerID, key string, parcel labels.Parcel, hash []byte) (*decision, error) {
+	// A repeat is answered from what is stored, read in one round trip
+	// outside any transaction: it waits for no commit, and writes nothing.
+	// A key that is not there yet goes on to be inserted; should a
+	// concurrent request insert it first, the insert finds it and the
+	// repeat is answered below.
+	if d, err := s.storedAnswer(ctx, callerID, key, hash); d != nil || err != nil {
+		return d, err
+	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	rec := &idempotency.Record{
 		CallerID:           callerID,
@@ -93,6 +101,24 @@ func (s *Server) accept(ctx context.Context, callerID, key string, parcel labels
 	}
 	d.purgedKey = purged
 	return d, nil
+}
+
+// storedAnswer answers a request from its key record, when there is one:
+// nil, nil when the key is not stored.
+func (s *Server) storedAnswer(ctx context.Context, callerID, key string, hash []byte) (*decision, error) {
+	var found repeatRead
+	b := &pgx.Batch{}
+	found.queue(b, callerID, key)
+	if err := s.deps.Pool.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	switch {
+	case errors.Is(found.recErr, idempotency.ErrNotFound):
+		return nil, nil
+	case found.recErr != nil:
+		return nil, found.recErr
+	}
+	return s.repeat(ctx, found.rec, hash, found.intent)
 }
 
 // repeatRead is what a repeat reads of its key, in the accept's second round

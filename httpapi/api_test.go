@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -141,6 +142,37 @@ func TestReplayWhileePendingAndCanonicalForms(t *testing.T) {
 	require.NotEmpty(t, r.Header.Get("Retry-After"))
 	require.Equal(t, 1, count(t, s, `SELECT count(*) FROM label_intents`))
 	require.Equal(t, 1, count(t, s, `SELECT count(*) FROM idempotency_keys`))
+}
+
+// A repeat is answered from what is stored, without writing: it is answered
+// while another transaction holds a lock that stops every write to the keys
+// and the intents (but not reads), and a different body under the key is
+// still refused. A new key waits for the lock and gives up after ClaimWait.
+func TestRepeatIsReadOnly(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{NoWorker: true, ClaimWait: 200 * time.Millisecond})
+	tok := s.Token("fulfilment")
+	body := stacktest.ParcelBody(1, 1, 100)
+	first := s.Create(tok, "k1", body)
+	require.Equal(t, http.StatusAccepted, first.Status)
+
+	ctx := context.Background()
+	tx, err := s.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // ends the test's lock
+	_, err = tx.Exec(ctx, `LOCK TABLE idempotency_keys, label_intents IN EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	r := s.Create(tok, "k1", body)
+	require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
+	require.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, decode[labelRequest](t, first.Body).ID, decode[labelRequest](t, r.Body).ID)
+	requireProblem(t, s.Create(tok, "k1", stacktest.ParcelBody(1, 1, 200)), http.StatusUnprocessableEntity, "idempotency_key_reused")
+
+	blocked := s.Create(tok, "k2", stacktest.ParcelBody(2, 1, 100))
+	require.NotEqual(t, http.StatusAccepted, blocked.Status, "a new key was stored through the lock")
+	require.NoError(t, tx.Rollback(ctx))
+	require.Equal(t, http.StatusAccepted, s.Create(tok, "k2", stacktest.ParcelBody(2, 1, 100)).Status)
 }
 
 func TestKeyAndAuthErrors(t *testing.T) {
