@@ -106,19 +106,14 @@ func (s *Server) accept(ctx context.Context, callerID, key string, parcel labels
 // storedAnswer answers a request from its key record, when there is one:
 // nil, nil when the key is not stored.
 func (s *Server) storedAnswer(ctx context.Context, callerID, key string, hash []byte) (*decision, error) {
-	var found repeatRead
-	b := &pgx.Batch{}
-	found.queue(b, callerID, key)
-	if err := s.deps.Pool.SendBatch(ctx, b).Close(); err != nil {
+	rec, err := idempotency.Get(ctx, s.deps.Pool, callerID, key)
+	switch {
+	case errors.Is(err, idempotency.ErrNotFound):
+		return nil, nil
+	case err != nil:
 		return nil, err
 	}
-	switch {
-	case errors.Is(found.recErr, idempotency.ErrNotFound):
-		return nil, nil
-	case found.recErr != nil:
-		return nil, found.recErr
-	}
-	return s.repeat(ctx, found.rec, hash, found.intent)
+	return s.repeat(ctx, rec, hash, nil)
 }
 
 // repeatRead is what a repeat reads of its key, in the accept's second round
@@ -206,10 +201,14 @@ func (s *Server) acceptTx(ctx context.Context, rec *idempotency.Record, intent *
 var errClaimBusy = errors.New("a concurrent request with the same key holds its claim")
 
 // repeat answers a request whose key exists; in is the key's intent when
-// it was read already.
+// it was read already. A completed key answers with its saved response, and
+// needs no intent.
 func (s *Server) repeat(ctx context.Context, rec *idempotency.Record, hash []byte, in *outbox.Intent) (*decision, error) {
 	if !sameFingerprint(rec.FingerprintVersion, rec.RequestHash, hash) {
 		return &decision{outcome: metrics.OutcomeKeyReused, record: rec}, nil
+	}
+	if rec.State == idempotency.StateCompleted {
+		return &decision{outcome: metrics.OutcomeReplayed, record: rec}, nil
 	}
 	if in == nil || in.RequestID != rec.RequestID || in.CallerID != rec.CallerID {
 		var err error

@@ -129,6 +129,11 @@ func (s *Server) acceptMany(ctx context.Context, ins []acceptIn) ([]acceptOut, e
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", s.deps.ClaimWait.Milliseconds()))
+	// Both statements have one good plan whatever their arrays hold, and
+	// planning them costs more than running them: PostgreSQL would plan
+	// each run anew (the generic plan of an unnest looks dearer than the
+	// custom ones), so it is told to keep the generic plan.
+	b.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
 	b.Queue(sqlAcceptMany, callers, keys, hashes, versions, ids, created, expires, orders, parcels, labelVersions, payloads, carrierKeys).
 		Query(func(rows pgx.Rows) error {
 			var id string

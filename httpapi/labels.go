@@ -85,8 +85,11 @@ func (s *Server) handleCreateLabel(w http.ResponseWriter, r *http.Request, calle
 	}
 	s.deps.Metrics.IdempotencyOutcomes.WithLabelValues(d.outcome).Inc()
 	info.outcome = d.outcome
-	if d.intent != nil {
+	switch {
+	case d.intent != nil:
 		info.requestID = d.intent.RequestID
+	case d.record != nil && d.outcome == metrics.OutcomeReplayed:
+		info.requestID = d.record.RequestID
 	}
 	if d.purgedKey {
 		s.deps.Metrics.IdempotencyOutcomes.WithLabelValues(metrics.OutcomePurgedKeyReused).Inc()

@@ -49,9 +49,10 @@ type Deps struct {
 }
 
 // acceptFlushers is how many shared accept transactions may be in flight at
-// once. Fewer make larger batches: on the 2-core bench machine two beat four
-// and eight at every concurrency (docs/bench.md).
-const acceptFlushers = 2
+// once. Fewer make larger batches and fewer concurrent WAL flushes: on the
+// 2-core bench machine one beat two, four and eight at concurrency 8 and 32,
+// and matched two at 128 (docs/bench.md).
+const acceptFlushers = 1
 
 // Server is the HTTP API.
 type Server struct {
