@@ -27,7 +27,7 @@ import (
 // statements of a kind may run at once.
 const (
 	batchMax      = 64
-	batchFlushers = 4
+	batchFlushers = 1
 )
 
 type leaseIn struct {
@@ -91,22 +91,40 @@ func leaseMany(pool *pgxpool.Pool, d time.Duration) func(ctx context.Context, in
 			ids = append(ids, in.requestID)
 			tokens = append(tokens, in.token)
 		}
-		rows, err := pool.Query(ctx, sqlLeaseMany, ids, tokens, d.Seconds())
+		err := queryGeneric(ctx, pool, sqlLeaseMany, []any{ids, tokens, d.Seconds()}, func(rows pgx.Rows) error {
+			for rows.Next() {
+				var out leaseOut
+				in, err := outbox.ScanIntent(rows, &out.takeover)
+				if err != nil {
+					return err
+				}
+				out.intent, out.attempt = in, in.Attempts
+				outs[at[in.RequestID]] = out
+			}
+			return rows.Err()
+		})
 		if err != nil {
 			return nil, err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var out leaseOut
-			in, err := outbox.ScanIntent(rows, &out.takeover)
-			if err != nil {
-				return nil, err
-			}
-			out.intent, out.attempt = in, in.Attempts
-			outs[at[in.RequestID]] = out
-		}
-		return outs, rows.Err()
+		return outs, nil
 	}
+}
+
+// queryGeneric runs one statement in a transaction of its own, sent in one
+// round trip, reading its rows with each; the results count only when it
+// returns nil (the commit succeeded). The statement keeps its generic plan:
+// PostgreSQL would otherwise plan the shared statements anew on every run
+// (their arrays make the generic plan look dearer than the custom ones), and
+// planning them costs as much as running a small batch.
+func queryGeneric(ctx context.Context, pool *pgxpool.Pool, sql string, args []any, each func(pgx.Rows) error) error {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
+	b.Queue(sql, args...).Query(each)
+	b.Queue("COMMIT")
+	// On an error the connection is left in its transaction, and the pool
+	// closes a connection released in one.
+	return pool.SendBatch(ctx, b).Close()
 }
 
 // completion is one job's outcome to save: the key's response, and either the
@@ -209,18 +227,20 @@ func completeMany(pool *pgxpool.Pool, retention time.Duration) func(ctx context.
 				purchased, created = append(purchased, nil), append(created, nil)
 			}
 		}
-		rows, err := pool.Query(ctx, sqlCompleteMany, ids, callers, keys, tokens, statuses, bodies,
+		saved := make([]bool, n)
+		err := queryGeneric(ctx, pool, sqlCompleteMany, []any{ids, callers, keys, tokens, statuses, bodies,
 			labelIDs, services, trackings, cls, ckeys, curs, orderIDs, costs, parcelNos, versions,
-			purchased, created, retention.Seconds())
+			purchased, created, retention.Seconds()}, func(rows pgx.Rows) error {
+			var id string
+			_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+				saved[at[id]] = true
+				return nil
+			})
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
-		saved := make([]bool, n)
-		var id string
-		_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
-			saved[at[id]] = true
-			return nil
-		})
-		return saved, err
+		return saved, nil
 	}
 }
