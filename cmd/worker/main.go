@@ -32,6 +32,7 @@ import (
 )
 
 func main() {
+	cli.TuneGC(os.Getenv)
 	os.Exit(run(context.Background(), os.Args, os.Getenv, os.Stdout, os.Stderr))
 }
 

@@ -32,6 +32,7 @@ import (
 )
 
 func main() {
+	cli.TuneGC(os.Getenv) // as cmd/api
 	os.Exit(run(context.Background(), os.Getenv, os.Stderr))
 }
 
