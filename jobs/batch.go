@@ -54,12 +54,16 @@ WITH inp AS (
          FROM inp
          JOIN label_intents i ON i.request_id = inp.request_id
          JOIN idempotency_keys k ON k.caller_id = i.caller_id AND k.idem_key = i.idem_key
-        -- The intents through their primary key, and only then the status:
-        -- written plainly (i.status = 'pending'), the planner may read the
-        -- whole partial index of pending intents for every statement, a
-        -- backlog of thousands in a burst (measured: most of PostgreSQL's CPU
-        -- end to end). "|| ''" keeps that index out of the plan.
-        WHERE i.request_id = ANY($1::text[]) AND (i.status || '') = 'pending'
+        -- The intents through their primary key, one probe per row of the
+        -- batch, and only then the status: written plainly (i.status =
+        -- 'pending'), the planner may read the whole partial index of
+        -- pending intents for every statement, a backlog of thousands in a
+        -- burst (measured: most of PostgreSQL's CPU end to end). "|| ''"
+        -- keeps that index out of the plan. (A "request_id = ANY($1)" here
+        -- made the planner scan the intents first and unnest the batch's
+        -- arrays again for each one: quadratic in the batch, measured with
+        -- EXPLAIN ANALYZE in docs/bench.md.)
+        WHERE (i.status || '') = 'pending'
           AND k.state = 'started' AND (k.locked_until IS NULL OR k.locked_until <= now())
         ORDER BY k.caller_id, k.idem_key
           FOR UPDATE OF k, i),
@@ -158,7 +162,7 @@ WITH inp AS (
          JOIN idempotency_keys k ON k.caller_id = inp.caller_id AND k.idem_key = inp.idem_key
          JOIN label_intents i ON i.request_id = inp.request_id
         WHERE k.state = 'started' AND k.lease_token = inp.token
-          AND i.request_id = ANY($1::text[]) AND (i.status || '') = 'pending' -- as in sqlLeaseMany
+          AND (i.status || '') = 'pending' -- as in sqlLeaseMany
         ORDER BY k.caller_id, k.idem_key
           FOR UPDATE OF k, i),
      lab AS (
@@ -190,7 +194,7 @@ WITH inp AS (
          FROM good g
         WHERE i.request_id = g.request_id
        RETURNING i.request_id)
-SELECT k.request_id FROM keys k JOIN intents i ON i.request_id = k.request_id`
+SELECT request_id FROM keys INTERSECT SELECT request_id FROM intents` // hashed: a join here was a nested loop, quadratic in the batch
 
 // completeMany runs sqlCompleteMany, keys kept for retention, and says, per
 // job, whether it was saved.
