@@ -34,8 +34,9 @@ type decision struct {
 // written by the API and the purchase left to a worker: in one transaction it
 // inserts the key record and the intent, or finds what answers the request.
 func (s *Server) accept(ctx context.Context, callerID, key string, parcel labels.Parcel, hash []byte) (*decision, error) {
-	// A repeat is answered from what is stored, read in one round trip
-	// outside any transaction: it waits for no commit, and writes nothing.
+	// A repeat is answered from what is stored, read outside any
+	// transaction (the key record; for a key not completed yet, its intent
+	// too): it waits for no commit, and writes nothing.
 	// A key that is not there yet goes on to be inserted; should a
 	// concurrent request insert it first, the insert finds it and the
 	// repeat is answered below.

@@ -147,7 +147,9 @@ func TestReplayWhileePendingAndCanonicalForms(t *testing.T) {
 // A repeat is answered from what is stored, without writing: it is answered
 // while another transaction holds a lock that stops every write to the keys
 // and the intents (but not reads), and a different body under the key is
-// still refused. A new key waits for the lock and gives up after ClaimWait.
+// still refused. A new key waits for the lock and is not stored (it gives up
+// at the store timeout: the first use of a statement on a connection is
+// prepared before lock_timeout is set).
 func TestRepeatIsReadOnly(t *testing.T) {
 	t.Parallel()
 	s := stacktest.New(t, stacktest.Opts{NoWorker: true, ClaimWait: 200 * time.Millisecond})
