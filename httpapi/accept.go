@@ -69,7 +69,7 @@ func (s *Server) accept(ctx context.Context, callerID, key string, parcel labels
 			return d, err
 		}
 	}
-	d, purged, found, err := s.acceptTx(ctx, rec, intent)
+	d, purged, err := s.acceptTx(ctx, rec, intent)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
 		return nil, errClaimBusy
@@ -79,22 +79,10 @@ func (s *Server) accept(ctx context.Context, callerID, key string, parcel labels
 	}
 	if d == nil {
 		// Not stored: the answer comes from what already exists, read after
-		// the rollback (with it, when the key existed).
-		existing, err := found.rec, found.recErr
-		if existing == nil && err == nil {
-			existing, err = idempotency.Get(ctx, s.deps.Pool, callerID, key)
-		}
-		switch {
-		case err == nil:
-			d, err = s.repeat(ctx, existing, hash, found.intent)
-		case errors.Is(err, idempotency.ErrNotFound):
-			// The key did not exist, so the parcel's natural key was taken.
+		// the rollback: the key, or else (the key did not exist, so the
+		// parcel's natural key was taken) the intent holding the parcel.
+		if d, err = s.storedAnswer(ctx, callerID, key, hash); d == nil && err == nil {
 			d, err = s.parcelTaken(ctx, callerID, parcel, hash)
-			if errors.Is(err, outbox.ErrNotFound) {
-				// The intent holding the parcel failed for good in the meantime,
-				// which frees the parcel: the caller's retry will be accepted.
-				err = errClaimBusy
-			}
 		}
 		if err != nil {
 			return nil, err
@@ -114,35 +102,18 @@ func (s *Server) storedAnswer(ctx context.Context, callerID, key string, hash []
 	case err != nil:
 		return nil, err
 	}
-	return s.repeat(ctx, rec, hash, nil)
-}
-
-// repeatRead is what a repeat reads of its key, in the accept's second round
-// trip: the key record and the intent it names. Both nil: not read.
-type repeatRead struct {
-	rec       *idempotency.Record
-	recErr    error
-	intent    *outbox.Intent
-	intentErr error
-}
-
-// queue queues the reads of the key and its intent on b.
-func (r *repeatRead) queue(b *pgx.Batch, callerID, key string) {
-	idempotency.QueueGet(b, callerID, key, &r.rec, &r.recErr)
-	outbox.QueueGetForKey(b, callerID, key, &r.intent, &r.intentErr)
+	return s.repeat(ctx, rec, hash)
 }
 
 // acceptTx is the accept transaction, in two round trips: BEGIN, the key
 // insert and the intent insert are pipelined in one batch; then COMMIT when
 // both were inserted, ROLLBACK otherwise (an existing key or a taken parcel:
-// nothing is stored). When the key existed (a repeat), the ROLLBACK carries
-// the reads of the key and its intent in the same round trip. The key is
-// always inserted first, so two accepts never wait for each other in
-// opposite orders.
-func (s *Server) acceptTx(ctx context.Context, rec *idempotency.Record, intent *outbox.Intent) (d *decision, purged bool, found repeatRead, err error) {
+// nothing is stored). The key is always inserted first, so two accepts never
+// wait for each other in opposite orders.
+func (s *Server) acceptTx(ctx context.Context, rec *idempotency.Record, intent *outbox.Intent) (d *decision, purged bool, err error) {
 	conn, err := s.deps.Pool.Acquire(ctx)
 	if err != nil {
-		return nil, false, found, err
+		return nil, false, err
 	}
 	defer conn.Release()
 	var key idempotency.InsertResult
@@ -154,7 +125,7 @@ func (s *Server) acceptTx(ctx context.Context, rec *idempotency.Record, intent *
 	b.Queue(fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", s.deps.ClaimWait.Milliseconds()))
 	idempotency.QueueInsert(b, rec, &key)
 	if err := outbox.QueueInsert(b, intent, &intentInserted); err != nil {
-		return nil, false, found, err
+		return nil, false, err
 	}
 	commit := false
 	defer func() {
@@ -167,64 +138,55 @@ func (s *Server) acceptTx(ctx context.Context, rec *idempotency.Record, intent *
 		}
 	}()
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return nil, false, found, err
+		return nil, false, err
 	}
-	if !key.Inserted {
-		// A repeat: roll back and read what answers it, in one round trip.
-		// (Should the batch fail, the deferred ROLLBACK runs again: harmless.)
-		rb := &pgx.Batch{}
-		rb.Queue("ROLLBACK")
-		found.queue(rb, rec.CallerID, rec.Key)
-		if err := conn.SendBatch(ctx, rb).Close(); err != nil {
-			return nil, false, repeatRead{}, err
-		}
-		commit = true // ended, by the ROLLBACK
-		return nil, key.PurgedBefore, found, nil
-	}
-	if !intentInserted {
-		return nil, key.PurgedBefore, found, nil
+	if !key.Inserted || !intentInserted {
+		return nil, key.PurgedBefore, nil
 	}
 	if s.deps.AfterKeyInsertFunc != nil {
 		if err := s.deps.AfterKeyInsertFunc(ctx); err != nil {
-			return nil, false, found, err
+			return nil, false, err
 		}
 	}
 	commit = true
 	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
-		return nil, false, found, err
+		return nil, false, err
 	}
 	s.deps.Notifier.Notify(notify.ChannelIntents, "")
-	return &decision{outcome: metrics.OutcomeNew, intent: intent}, key.PurgedBefore, found, nil
+	return &decision{outcome: metrics.OutcomeNew, intent: intent}, key.PurgedBefore, nil
 }
 
 // errClaimBusy says a concurrent request with the same key held its claim
 // longer than ClaimWait.
 var errClaimBusy = errors.New("a concurrent request with the same key holds its claim")
 
-// repeat answers a request whose key exists; in is the key's intent when
-// it was read already. A completed key answers with its saved response, and
-// needs no intent.
-func (s *Server) repeat(ctx context.Context, rec *idempotency.Record, hash []byte, in *outbox.Intent) (*decision, error) {
+// repeat answers a request whose key exists. A completed key answers with
+// its saved response, and needs no intent.
+func (s *Server) repeat(ctx context.Context, rec *idempotency.Record, hash []byte) (*decision, error) {
 	if !sameFingerprint(rec.FingerprintVersion, rec.RequestHash, hash) {
 		return &decision{outcome: metrics.OutcomeKeyReused, record: rec}, nil
 	}
 	if rec.State == idempotency.StateCompleted {
 		return &decision{outcome: metrics.OutcomeReplayed, record: rec}, nil
 	}
-	if in == nil || in.RequestID != rec.RequestID || in.CallerID != rec.CallerID {
-		var err error
-		if in, err = outbox.Get(ctx, s.deps.Pool, rec.CallerID, rec.RequestID); err != nil {
-			return nil, err
-		}
+	in, err := outbox.Get(ctx, s.deps.Pool, rec.CallerID, rec.RequestID)
+	if err != nil {
+		return nil, err
 	}
 	return &decision{outcome: metrics.OutcomeReplayed, intent: in, record: rec}, nil
 }
 
 // parcelTaken answers a new key for a parcel and version that already have a
 // pending or succeeded intent: a replay of that intent if the request is the
-// same, 409 parcel_already_labelled if not.
+// same, 409 parcel_already_labelled if not; errClaimBusy when that intent
+// failed for good since (the parcel is free again).
 func (s *Server) parcelTaken(ctx context.Context, callerID string, parcel labels.Parcel, hash []byte) (*decision, error) {
 	in, err := outbox.GetByParcel(ctx, s.deps.Pool, callerID, parcel.OrderID, parcel.ParcelNo, parcel.LabelVersion)
+	if errors.Is(err, outbox.ErrNotFound) {
+		// The intent holding the parcel failed for good in the meantime,
+		// which frees the parcel: the caller's retry will be accepted.
+		return nil, errClaimBusy
+	}
 	if err != nil {
 		return nil, err
 	}

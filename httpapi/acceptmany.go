@@ -3,7 +3,6 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -173,19 +172,11 @@ func (s *Server) acceptShared(ctx context.Context, rec *idempotency.Record, inte
 		s.deps.Notifier.Notify(notify.ChannelIntents, "")
 		return &decision{outcome: metrics.OutcomeNew, intent: intent, purgedKey: out.purged}, true, nil
 	case out.keyExisted:
-		// A repeat: read the key and its intent in one round trip.
-		var found repeatRead
-		b := &pgx.Batch{}
-		found.queue(b, rec.CallerID, rec.Key)
-		if err := s.deps.Pool.SendBatch(ctx, b).Close(); err != nil {
-			return nil, false, err
-		}
-		if found.recErr != nil {
+		// A concurrent request stored the key after this one's read-first:
+		// answer from what it stored.
+		d, err := s.storedAnswer(ctx, rec.CallerID, rec.Key, hash)
+		if d == nil || err != nil {
 			// Gone since (purged): the accept starts over, alone.
-			return nil, false, nil
-		}
-		d, err := s.repeat(ctx, found.rec, hash, found.intent)
-		if err != nil {
 			return nil, false, err
 		}
 		d.purgedKey = out.purged
@@ -193,9 +184,6 @@ func (s *Server) acceptShared(ctx context.Context, rec *idempotency.Record, inte
 	default:
 		// The key was free but the parcel taken: nothing was stored.
 		d, err := s.parcelTaken(ctx, rec.CallerID, intent.Parcel, hash)
-		if errors.Is(err, outbox.ErrNotFound) {
-			err = errClaimBusy // freed in the meantime: the caller's retry will be accepted
-		}
 		if err != nil {
 			return nil, false, err
 		}

@@ -108,17 +108,6 @@ func QueueInsert(b *pgx.Batch, r *Record, res *InsertResult) {
 	})
 }
 
-// QueueGet queues, on a batch, the read of one record: when the batch runs,
-// *rec is the record, or *err says why not ([ErrNotFound] when there is none;
-// the batch itself does not fail for that).
-func QueueGet(b *pgx.Batch, callerID, key string, rec **Record, err *error) {
-	b.Queue(`SELECT `+recordColumns+` FROM idempotency_keys WHERE caller_id = $1 AND idem_key = $2`, callerID, key).
-		QueryRow(func(row pgx.Row) error {
-			*rec, *err = scanRecord(row)
-			return nil
-		})
-}
-
 // Get reads one record.
 func Get(ctx context.Context, db DBTX, callerID, key string) (*Record, error) {
 	return scanRecord(db.QueryRow(ctx, `SELECT `+recordColumns+` FROM idempotency_keys WHERE caller_id = $1 AND idem_key = $2`, callerID, key))

@@ -36,16 +36,12 @@ var (
 )
 
 // Columns are the columns [ScanIntent] reads, in its order.
-const Columns = intentColumns
-
-const intentColumns = `request_id, caller_id, idem_key, request_hash, fingerprint_version, payload,
+const Columns = `request_id, caller_id, idem_key, request_hash, fingerprint_version, payload,
 	carrier_key, status, coalesce(label_id, ''), attempts, error::text, created_at, dispatched_at, completed_at`
 
 // ScanIntent reads an intent from a row that starts with [Columns], and the
 // row's further columns into extra.
-func ScanIntent(row pgx.Row, extra ...any) (*Intent, error) { return scanIntent(row, extra...) }
-
-func scanIntent(row pgx.Row, extra ...any) (*Intent, error) {
+func ScanIntent(row pgx.Row, extra ...any) (*Intent, error) {
 	var in Intent
 	var payload []byte
 	var problem *string
@@ -97,31 +93,19 @@ func QueueInsert(b *pgx.Batch, in *Intent, inserted *bool) error {
 
 // Get reads an intent by request id, scoped to callerID unless it is empty.
 func Get(ctx context.Context, db idempotency.DBTX, callerID, requestID string) (*Intent, error) {
-	return scanIntent(db.QueryRow(ctx, `SELECT `+intentColumns+` FROM label_intents
+	return ScanIntent(db.QueryRow(ctx, `SELECT `+Columns+` FROM label_intents
 		WHERE request_id = $1 AND ($2 = '' OR caller_id = $2)`, requestID, callerID))
-}
-
-// QueueGetForKey queues, on a batch, the read of the intent that the caller's
-// key record names: when the batch runs, *in is the intent, or *err says why
-// not ([ErrNotFound] when there is none; the batch itself does not fail).
-func QueueGetForKey(b *pgx.Batch, callerID, key string, in **Intent, err *error) {
-	b.Queue(`SELECT `+intentColumns+` FROM label_intents
-		WHERE request_id = (SELECT request_id FROM idempotency_keys WHERE caller_id = $1 AND idem_key = $2)`, callerID, key).
-		QueryRow(func(row pgx.Row) error {
-			*in, *err = scanIntent(row)
-			return nil
-		})
 }
 
 // GetByKey reads the caller's newest intent made under key.
 func GetByKey(ctx context.Context, db idempotency.DBTX, callerID, key string) (*Intent, error) {
-	return scanIntent(db.QueryRow(ctx, `SELECT `+intentColumns+` FROM label_intents
+	return ScanIntent(db.QueryRow(ctx, `SELECT `+Columns+` FROM label_intents
 		WHERE caller_id = $1 AND idem_key = $2 ORDER BY created_at DESC LIMIT 1`, callerID, key))
 }
 
 // GetByParcel reads the pending or succeeded intent of a parcel and version.
 func GetByParcel(ctx context.Context, db idempotency.DBTX, callerID string, orderID int64, parcelNo, labelVersion int) (*Intent, error) {
-	return scanIntent(db.QueryRow(ctx, `SELECT `+intentColumns+` FROM label_intents
+	return ScanIntent(db.QueryRow(ctx, `SELECT `+Columns+` FROM label_intents
 		WHERE caller_id = $1 AND order_id = $2 AND parcel_no = $3 AND label_version = $4
 		  AND status IN ('pending', 'succeeded')`, callerID, orderID, parcelNo, labelVersion))
 }

@@ -119,14 +119,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return serve(ctx, cfg, poolCfg, log)
 }
 
-// acceptBatch maps ACCEPT_BATCH (0 = off) to Deps.AcceptBatch (negative = off).
-func acceptBatch(n int) int {
-	if n == 0 {
-		return -1
-	}
-	return n
-}
-
 func serve(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, log zerolog.Logger) int {
 	poolCfg.MaxConns = max(poolCfg.MaxConns, 20)
 	// The pool connects lazily: the API starts and answers 503 while the database is away.
@@ -152,7 +144,7 @@ func serve(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, log zerolog
 		Log:          log,
 		KeyRetention: cfg.KeyRetention,
 		OpenAPI:      api.OpenAPI,
-		AcceptBatch:  acceptBatch(cfg.AcceptBatch),
+		AcceptBatch:  cli.Batch(cfg.AcceptBatch),
 	})
 	srv := httpapi.NewHTTPServer(handler, httpapi.Limits{})
 	ln, err := net.Listen("tcp", cfg.Addr)

@@ -269,14 +269,6 @@ func work(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, periodic []*
 	return 0
 }
 
-// batchMax maps WORKER_BATCH (0 = off) to BuyLabelConfig.BatchMax (negative = off).
-func batchMax(n int) int {
-	if n == 0 {
-		return -1
-	}
-	return n
-}
-
 func newRiverClient(cfg Config, pool *pgxpool.Pool, m *metrics.Metrics, notifier *notify.Notifier, periodic []*river.PeriodicJob, log zerolog.Logger) (*river.Client[pgx.Tx], error) {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, jobs.NewBuyLabelWorker(jobs.BuyLabelConfig{
@@ -286,7 +278,7 @@ func newRiverClient(cfg Config, pool *pgxpool.Pool, m *metrics.Metrics, notifier
 		LeaseDuration:  cfg.LeaseDuration,
 		KeyRetention:   cfg.KeyRetention,
 		MaxAttempts:    cfg.MaxAttempts,
-		BatchMax:       batchMax(cfg.Batch),
+		BatchMax:       cli.Batch(cfg.Batch),
 		Metrics:        m,
 		Log:            log,
 		Notifier:       notifier,

@@ -131,3 +131,14 @@ func TuneGC(getenv func(string) string) {
 		debug.SetGCPercent(GCPercent)
 	}
 }
+
+// Batch maps a ACCEPT_BATCH or WORKER_BATCH setting, where 0 turns the shared
+// statements off, to httpapi.Deps.AcceptBatch and
+// jobs.BuyLabelConfig.BatchMax, where 0 is their default and a negative value
+// turns them off.
+func Batch(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}

@@ -24,3 +24,11 @@ func TestTuneGC(t *testing.T) {
 	})
 	require.Equal(t, 100, debug.SetGCPercent(100), "GOGC set: untouched")
 }
+
+// A *_BATCH of 0 turns the shared statements off; any other value is the
+// batch size the libraries take as it is.
+func TestBatch(t *testing.T) {
+	require.Equal(t, -1, Batch(0))
+	require.Equal(t, 64, Batch(64))
+	require.Equal(t, 1, Batch(1))
+}

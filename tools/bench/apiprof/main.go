@@ -42,10 +42,7 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) int 
 	addr := env.String("API_ADDR", "127.0.0.1:0")
 	pprofAddr := env.String("PPROF_ADDR", "127.0.0.1:0")
 	retention := env.Duration("KEY_RETENTION", 24*time.Hour)
-	acceptBatch := env.Int("ACCEPT_BATCH", 64)
-	if acceptBatch == 0 {
-		acceptBatch = -1 // as in cmd/api: 0 turns the shared transactions off
-	}
+	acceptBatch := cli.Batch(env.Int("ACCEPT_BATCH", 64))
 	log := cli.Logger(env, stderr, "api")
 	if env.Err != nil {
 		fmt.Fprintf(stderr, "apiprof: %v\n", env.Err)
