@@ -76,6 +76,10 @@ DELETE FROM idempotency_keys d
  WHERE d.caller_id = x.caller_id AND d.idem_key = x.idem_key AND d.request_id = x.request_id
    AND (SELECT count(*) FROM label_intents i WHERE i.request_id = x.request_id) = 0`
 
+// sqlAcceptSettings is the shared accept's lock_timeout ($1) and plan settings.
+const sqlAcceptSettings = `SELECT set_config('lock_timeout', $1, true), set_config('plan_cache_mode', 'force_generic_plan', true),
+       set_config('enable_seqscan', 'off', true)`
+
 // acceptMany runs one shared accept transaction in one round trip: BEGIN,
 // lock_timeout, the inserts, the removal of keys whose parcel was taken,
 // COMMIT. Two accepts of one batch with the same key, or the same parcel, are
@@ -127,12 +131,14 @@ func (s *Server) acceptMany(ctx context.Context, ins []acceptIn) ([]acceptOut, e
 	outs := make([]acceptOut, n)
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", s.deps.ClaimWait.Milliseconds()))
 	// Both statements have one good plan whatever their arrays hold, and
 	// planning them costs more than running them: PostgreSQL would plan
 	// each run anew (the generic plan of an unnest looks dearer than the
-	// custom ones), so it is told to keep the generic plan.
-	b.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
+	// custom ones), so it is told to keep the generic plan. That plan is
+	// made once per connection, with the statistics of the moment; without
+	// sequential scans it probes the tombstones per accept even when it is
+	// made on an empty table (jobs.queryGeneric says more).
+	b.Queue(sqlAcceptSettings, fmt.Sprintf("%dms", s.deps.ClaimWait.Milliseconds()))
 	b.Queue(sqlAcceptMany, callers, keys, hashes, versions, ids, created, expires, orders, parcels, labelVersions, payloads, carrierKeys).
 		Query(func(rows pgx.Rows) error {
 			var id string

@@ -78,3 +78,30 @@ func TestAcceptManyOutcomes(t *testing.T) {
 		return id
 	}(), "an existing key is left as it was")
 }
+
+// The shared accept's generic plans, made on empty tables as on a fresh
+// database, probe the tombstones (and, removing a key whose parcel was
+// taken, the keys and intents) through their indexes, per accept: a plan
+// made while the tombstones looked empty would otherwise read them whole
+// for every batch, for as long as the connection lived.
+func TestAcceptPlansProbeOnEmptyTables(t *testing.T) {
+	t.Parallel()
+	pool, _ := dbtest.New(t)
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	settings := []any{"1000ms"}
+	t.Run("accept", func(t *testing.T) {
+		a, ts := "'{a}'", "'{2026-12-02T00:00:00Z}'"
+		dbtest.RequireProbes(t, conn.Conn(), sqlAcceptSettings, settings, sqlAcceptMany,
+			[]string{"text[]", "text[]", "bytea[]", "int2[]", "text[]", "timestamptz[]", "timestamptz[]", "bigint[]", "int[]", "int[]", "jsonb[]", "text[]"},
+			[]string{a, a, `'{"\\x00"}'`, "'{1}'", a, ts, ts, "'{1}'", "'{1}'", "'{1}'", `'{"{}"}'`, a},
+			"idempotency_tombstones")
+	})
+	t.Run("parcel taken", func(t *testing.T) {
+		dbtest.RequireProbes(t, conn.Conn(), sqlAcceptSettings, settings, sqlUnclaimParcelTaken,
+			[]string{"text[]", "text[]", "text[]"}, []string{"'{a}'", "'{b}'", "'{c}'"},
+			"idempotency_keys", "label_intents")
+	})
+}

@@ -2,6 +2,8 @@ package jobs
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -44,29 +46,38 @@ type leaseOut struct {
 }
 
 // sqlLeaseMany leases the keys of pending intents that nobody holds, counts
-// the attempt on each intent, and returns the intents as updated. Rows are locked in key
-// order, so two batches never wait for each other in a cycle.
+// the attempt on each intent, and returns the intents as updated.
+//
+// The batch drives the plan: each of its rows probes its intent, then locks
+// the intent's key, through their primary keys, in LATERAL subqueries that
+// PostgreSQL cannot merge into a join (OFFSET 0, FOR UPDATE), so it cannot
+// start from a table instead. Written as a plain join, the generic plan made
+// while the tables were nearly empty (a fresh database: the first minute of
+// a deployment, every end-to-end run of tools/bench) scanned the whole keys
+// table for every statement, and kept doing so as the table grew
+// (docs/bench.md, "Plans made on empty tables"). The intent is read without
+// a lock: its status only ever changes together with its key's state, in a
+// transaction that holds the key (the completion), and the key's lock
+// rechecks that state. Keys are locked in the batch's order, which
+// leaseMany sorts by request id, the order sqlCompleteMany locks in; both
+// lock a job's key before its intent, so two batches never wait for each
+// other in a cycle.
 const sqlLeaseMany = `
 WITH inp AS (
        SELECT * FROM unnest($1::text[], $2::uuid[]) AS t(request_id, token)),
      cand AS MATERIALIZED (
        SELECT i.request_id, k.caller_id, k.idem_key, inp.token, k.lease_token AS prev
          FROM inp
-         JOIN label_intents i ON i.request_id = inp.request_id
-         JOIN idempotency_keys k ON k.caller_id = i.caller_id AND k.idem_key = i.idem_key
-        -- The intents through their primary key, one probe per row of the
-        -- batch, and only then the status: written plainly (i.status =
-        -- 'pending'), the planner may read the whole partial index of
-        -- pending intents for every statement, a backlog of thousands in a
-        -- burst (measured: most of PostgreSQL's CPU end to end). "|| ''"
-        -- keeps that index out of the plan. (A "request_id = ANY($1)" here
-        -- made the planner scan the intents first and unnest the batch's
-        -- arrays again for each one: quadratic in the batch, measured with
-        -- EXPLAIN ANALYZE in docs/bench.md.)
-        WHERE (i.status || '') = 'pending'
-          AND k.state = 'started' AND (k.locked_until IS NULL OR k.locked_until <= now())
-        ORDER BY k.caller_id, k.idem_key
-          FOR UPDATE OF k, i),
+        CROSS JOIN LATERAL (
+              SELECT request_id, caller_id, idem_key FROM label_intents
+               WHERE request_id = inp.request_id
+                 AND (status || '') = 'pending' -- keeps the partial index of pending intents out
+              OFFSET 0) i
+        CROSS JOIN LATERAL (
+              SELECT caller_id, idem_key, lease_token FROM idempotency_keys
+               WHERE caller_id = i.caller_id AND idem_key = i.idem_key
+                 AND state = 'started' AND (locked_until IS NULL OR locked_until <= now())
+                 FOR UPDATE) k),
      upd AS (
        UPDATE idempotency_keys k
           SET locked_until = now() + make_interval(secs => $3), lease_token = c.token
@@ -85,7 +96,14 @@ func leaseMany(pool *pgxpool.Pool, d time.Duration) func(ctx context.Context, in
 		at := make(map[string]int, len(ins))
 		ids := make([]string, 0, len(ins))
 		tokens := make([]uuid.UUID, 0, len(ins))
-		for i, in := range ins {
+		order := make([]int, len(ins))
+		for i := range order {
+			order[i] = i
+		}
+		// The statement locks in the batch's order: by request id.
+		slices.SortFunc(order, func(a, b int) int { return strings.Compare(ins[a].requestID, ins[b].requestID) })
+		for _, i := range order {
+			in := ins[i]
 			// The same intent twice in a batch (two runs of its job at once):
 			// the second goes the one-job way, and finds the lease held.
 			if _, dup := at[in.requestID]; dup {
@@ -114,16 +132,25 @@ func leaseMany(pool *pgxpool.Pool, d time.Duration) func(ctx context.Context, in
 	}
 }
 
+// sqlPlanSettings are the shared statements' plan settings (queryGeneric).
+const sqlPlanSettings = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true),
+       set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)`
+
 // queryGeneric runs one statement in a transaction of its own, sent in one
 // round trip, reading its rows with each; the results count only when it
 // returns nil (the commit succeeded). The statement keeps its generic plan:
 // PostgreSQL would otherwise plan the shared statements anew on every run
 // (their arrays make the generic plan look dearer than the custom ones), and
-// planning them costs as much as running a small batch.
+// planning them costs as much as running a small batch. That plan is made
+// once per connection, with whatever statistics the tables have then, so
+// the planner is told the one shape that is right at any table size: the
+// batch's rows probe the tables through their indexes (no sequential scan,
+// no hash or merge join against a table), never a plan that reads a table
+// whole because it looked empty when the connection first ran the statement.
 func queryGeneric(ctx context.Context, pool *pgxpool.Pool, sql string, args []any, each func(pgx.Rows) error) error {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
+	b.Queue(sqlPlanSettings)
 	b.Queue(sql, args...).Query(each)
 	b.Queue("COMMIT")
 	// On an error the connection is left in its transaction, and the pool
@@ -163,7 +190,7 @@ WITH inp AS (
          JOIN label_intents i ON i.request_id = inp.request_id
         WHERE k.state = 'started' AND k.lease_token = inp.token
           AND (i.status || '') = 'pending' -- as in sqlLeaseMany
-        ORDER BY k.caller_id, k.idem_key
+        ORDER BY inp.request_id -- the lease's order
           FOR UPDATE OF k, i),
      lab AS (
        INSERT INTO labels (label_id, caller_id, request_id, order_id, parcel_no, label_version, service,

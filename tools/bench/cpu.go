@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -54,6 +55,23 @@ func since(a, b cpuReading) CPU {
 	}
 	c := func(x, y float64) float64 { return round2((y - x) / wall) }
 	return CPU{
+		Client:   c(a.client, b.client),
+		API:      c(a.api, b.api),
+		Worker:   c(a.worker, b.worker),
+		Carrier:  c(a.carrier, b.carrier),
+		Postgres: c(a.postgre, b.postgre),
+		Machine:  c(a.machineBusy, b.machineBusy),
+	}
+}
+
+// perLabel returns the CPU microseconds per label each party spent between
+// a and b.
+func perLabel(a, b cpuReading, labels int64) CPUPerLabel {
+	if labels <= 0 {
+		return CPUPerLabel{}
+	}
+	c := func(x, y float64) float64 { return math.Round((y - x) * 1e6 / float64(labels)) }
+	return CPUPerLabel{
 		Client:   c(a.client, b.client),
 		API:      c(a.api, b.api),
 		Worker:   c(a.worker, b.worker),

@@ -81,6 +81,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			RepeatShare:       cfg.RepeatShare,
 			E2ECreates:        cfg.E2ECreates,
 			E2EConcurrency:    cfg.E2EConcurrency,
+			E2ERate:           cfg.E2ERate,
 			ReplayConcurrency: cfg.ReplayConcurrency,
 			ReplayRate:        cfg.ReplayRate,
 			LogLevel:          cfg.LogLevel,

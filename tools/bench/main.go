@@ -92,6 +92,10 @@ Flags:
   --repeat-share F     share of accept requests that repeat an earlier key and body (default 0.1)
   --e2e-creates N      creates sent end to end per simulator latency (default 4000; --quick 300)
   --e2e-concurrency N  clients of the end-to-end run (default 32)
+  --e2e-rate R         pace the end-to-end creates at R per second instead of
+                       sending them back to back (default 0: back to back); at a
+                       rate the pipeline keeps up with, the CPU per label is
+                       the figure to compare builds by
   --sim-latencies LIST simulator latencies end to end (default 0s,50ms)
   --replay-sizes LIST  keys in the store for the replays (default 10000,1000000;
                        --long adds 10000000; --quick 1000,10000)
@@ -142,6 +146,7 @@ type Config struct {
 	RepeatShare       float64
 	E2ECreates        int
 	E2EConcurrency    int
+	E2ERate           float64
 	SimLatencies      []time.Duration
 	ReplaySizes       []int
 	ReplayConcurrency int
@@ -210,6 +215,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--e2e-creates %d: 1 to 1000000", c.E2ECreates)
 	case c.E2EConcurrency < 1 || c.E2EConcurrency > 1000:
 		return fmt.Errorf("--e2e-concurrency %d: 1 to 1000", c.E2EConcurrency)
+	case c.E2ERate < 0 || c.E2ERate > 100_000:
+		return fmt.Errorf("--e2e-rate %g: 0 to 100000", c.E2ERate)
 	case c.ReplayConcurrency < 1 || c.ReplayConcurrency > 1000:
 		return fmt.Errorf("--replay-concurrency %d: 1 to 1000", c.ReplayConcurrency)
 	case c.ReplayRate <= 0 || c.ReplayRate > 100_000:
@@ -270,6 +277,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.Float64Var(&cfg.RepeatShare, "repeat-share", cfg.RepeatShare, "")
 	fs.IntVar(&cfg.E2ECreates, "e2e-creates", cfg.E2ECreates, "")
 	fs.IntVar(&cfg.E2EConcurrency, "e2e-concurrency", cfg.E2EConcurrency, "")
+	fs.Float64Var(&cfg.E2ERate, "e2e-rate", cfg.E2ERate, "")
 	lats := fs.String("sim-latencies", "0s,50ms", "")
 	sizes := fs.String("replay-sizes", "", "")
 	fs.IntVar(&cfg.ReplayConcurrency, "replay-concurrency", cfg.ReplayConcurrency, "")

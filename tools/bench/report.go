@@ -158,17 +158,23 @@ func Markdown(r *Results) string {
 		p("\n")
 	}
 	if len(r.EndToEnd) > 0 {
-		p("**End to end** (api + 1 worker, WORKER_CONCURRENCY=%d, + simulator; %s creates at concurrency %d; created_at → completed_at in the database)\n\n", r.Setup.WorkerConcurrency,
-			count(r.Setup.E2ECreates), r.Setup.E2EConcurrency)
-		p("| simulator latency | submitted /s | creates/s to final | 202 → final p50 / p90 / p99 / max ms | / ceiling | CPU cores: api · worker · postgres |\n")
-		p("| ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		paced := "back to back"
+		if r.Setup.E2ERate > 0 {
+			paced = fmt.Sprintf("paced at %g/s", r.Setup.E2ERate)
+		}
+		p("**End to end** (api + 1 worker, WORKER_CONCURRENCY=%d, + simulator; %s creates at concurrency %d, %s; created_at → completed_at in the database)\n\n", r.Setup.WorkerConcurrency,
+			count(r.Setup.E2ECreates), r.Setup.E2EConcurrency, paced)
+		p("| simulator latency | submitted /s | creates/s to final | 202 → final p50 / p90 / p99 / max ms | / ceiling | CPU cores: api · worker · postgres | CPU µs per label: client · api · worker · carrier · postgres · machine |\n")
+		p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 		for _, e := range r.EndToEnd {
 			ratio := "–"
 			if e.RatioToCeiling > 0 {
 				ratio = fmt.Sprintf("%s (c=%d)", f2(e.RatioToCeiling), e.CeilingConcurrency)
 			}
-			p("| %g ms | %s | %s | %s / %s / %s / %s | %s | %s · %s · %s |\n", e.SimLatencyMs, f0(e.Submit.PerSec), f0(e.CreatesPerSec),
-				f0(e.ToFinal.P50), f0(e.ToFinal.P90), f0(e.ToFinal.P99), f0(e.ToFinal.Max), ratio, f2(e.CPU.API), f2(e.CPU.Worker), f2(e.CPU.Postgres))
+			u := e.CPUPerLabel
+			p("| %g ms | %s | %s | %s / %s / %s / %s | %s | %s · %s · %s | %s · %s · %s · %s · %s · %s |\n", e.SimLatencyMs, f0(e.Submit.PerSec), f0(e.CreatesPerSec),
+				f0(e.ToFinal.P50), f0(e.ToFinal.P90), f0(e.ToFinal.P99), f0(e.ToFinal.Max), ratio, f2(e.CPU.API), f2(e.CPU.Worker), f2(e.CPU.Postgres),
+				f0(u.Client), f0(u.API), f0(u.Worker), f0(u.Carrier), f0(u.Postgres), f0(u.Machine))
 		}
 		p("\n")
 	}

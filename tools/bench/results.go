@@ -54,6 +54,7 @@ type Setup struct {
 	RepeatShare       float64  `json:"repeat_share"`
 	E2ECreates        int      `json:"e2e_creates"`
 	E2EConcurrency    int      `json:"e2e_concurrency"`
+	E2ERate           float64  `json:"e2e_rate,omitempty"`
 	ReplayConcurrency int      `json:"replay_concurrency"`
 	ReplayRate        float64  `json:"replay_rate"`
 	LogLevel          string   `json:"log_level"`
@@ -88,6 +89,16 @@ type CPU struct {
 	Pgbench  float64 `json:"pgbench_cores,omitempty"`  // the pgbench process
 	Postgres float64 `json:"postgres_cores,omitempty"` // every process of the private server (0 with --server)
 	Machine  float64 `json:"machine_cores"`            // everything on the machine (/proc/stat), other work included
+}
+
+// CPUPerLabel is CPU microseconds per label, by party.
+type CPUPerLabel struct {
+	Client   float64 `json:"client"`
+	API      float64 `json:"api"`
+	Worker   float64 `json:"worker"`
+	Carrier  float64 `json:"carrier"`
+	Postgres float64 `json:"postgres,omitempty"` // 0 with --server
+	Machine  float64 `json:"machine"`            // everything on the machine, other work included
 }
 
 // DB is what the database reports about a load (pg_stat_database and
@@ -181,7 +192,11 @@ type E2ERun struct {
 	// ToFinal is completed_at - created_at of every intent.
 	ToFinal Latency `json:"to_final"`
 	CPU     CPU     `json:"cpu"`
-	DB      DB      `json:"db"`
+	// CPUPerLabel is the CPU spent per label from the first create to the
+	// last final, in microseconds: the cost of a label, which a pipeline
+	// that keeps up (a paced run, --e2e-rate) reads without its backlog.
+	CPUPerLabel CPUPerLabel `json:"cpu_us_per_label"`
+	DB          DB          `json:"db"`
 	// RatioToCeiling is CreatesPerSec over the pgbench TPS at the concurrency
 	// nearest to the run's.
 	RatioToCeiling     float64 `json:"ratio_to_ceiling,omitempty"`
