@@ -118,7 +118,7 @@ func Get(ctx context.Context, db DBTX, callerID, key string) (*Record, error) {
 // and whether it took over a lease that had expired. A completed record is
 // [ErrCompleted]; a live lease is a [*LeaseHeldError]. The caller commits the
 // transaction before calling the carrier, so that other attempts see the claim.
-func Lease(ctx context.Context, tx pgx.Tx, callerID, key string, d time.Duration) (token uuid.UUID, takeover bool, err error) {
+func Lease(ctx context.Context, tx pgx.Tx, callerID, key string, d time.Duration) (token uuid.UUID, takeover bool, attempt int, err error) {
 	token = uuid.New()
 	var prev *uuid.UUID
 	err = tx.QueryRow(ctx, `
@@ -129,27 +129,27 @@ func Lease(ctx context.Context, tx pgx.Tx, callerID, key string, d time.Duration
 			   AND (locked_until IS NULL OR locked_until <= now())
 			   FOR UPDATE)
 		UPDATE idempotency_keys k
-		   SET locked_until = now() + make_interval(secs => $3), lease_token = $4
+		   SET locked_until = now() + make_interval(secs => $3), lease_token = $4, attempts = k.attempts + 1
 		  FROM old
 		 WHERE k.caller_id = old.caller_id AND k.idem_key = old.idem_key
-		RETURNING old.lease_token`, callerID, key, d.Seconds(), token).Scan(&prev)
+		RETURNING old.lease_token, k.attempts`, callerID, key, d.Seconds(), token).Scan(&prev, &attempt)
 	if err == nil {
-		return token, prev != nil, nil
+		return token, prev != nil, attempt, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return uuid.Nil, false, err
+		return uuid.Nil, false, 0, err
 	}
 	r, err := Get(ctx, tx, callerID, key)
 	if err != nil {
-		return uuid.Nil, false, err
+		return uuid.Nil, false, 0, err
 	}
 	if r.State == StateCompleted {
-		return uuid.Nil, false, ErrCompleted
+		return uuid.Nil, false, 0, ErrCompleted
 	}
 	if r.LockedUntil != nil {
-		return uuid.Nil, false, &LeaseHeldError{Until: *r.LockedUntil}
+		return uuid.Nil, false, 0, &LeaseHeldError{Until: *r.LockedUntil}
 	}
-	return uuid.Nil, false, fmt.Errorf("idempotency: key %q neither leasable nor leased", key)
+	return uuid.Nil, false, 0, fmt.Errorf("idempotency: key %q neither leasable nor leased", key)
 }
 
 // Release gives the lease back early (after an unknown carrier outcome), so

@@ -46,7 +46,8 @@ type leaseOut struct {
 }
 
 // sqlLeaseMany leases the keys of pending intents that nobody holds, counts
-// the attempt on each intent, and returns the intents as updated.
+// the attempt on each key (one update per job: the intent is only read), and
+// returns the intents with the attempt counts.
 //
 // The batch drives the plan: each of its rows probes its intent, then locks
 // the intent's key, through their primary keys, in LATERAL subqueries that
@@ -80,14 +81,12 @@ WITH inp AS (
                  FOR UPDATE) k),
      upd AS (
        UPDATE idempotency_keys k
-          SET locked_until = now() + make_interval(secs => $3), lease_token = c.token
+          SET locked_until = now() + make_interval(secs => $3), lease_token = c.token, attempts = k.attempts + 1
          FROM cand c
         WHERE k.caller_id = c.caller_id AND k.idem_key = c.idem_key
-       RETURNING c.request_id AS leased, c.prev)
-UPDATE label_intents SET attempts = attempts + 1
-  FROM upd
- WHERE request_id = upd.leased
-RETURNING ` + outbox.Columns + `, upd.prev IS NOT NULL`
+       RETURNING c.request_id AS leased, c.prev, k.attempts)
+SELECT ` + outbox.Columns + `, upd.prev IS NOT NULL, upd.attempts
+  FROM upd JOIN label_intents ON request_id = upd.leased`
 
 // leaseMany runs sqlLeaseMany with leases of d.
 func leaseMany(pool *pgxpool.Pool, d time.Duration) func(ctx context.Context, ins []leaseIn) ([]leaseOut, error) {
@@ -116,11 +115,11 @@ func leaseMany(pool *pgxpool.Pool, d time.Duration) func(ctx context.Context, in
 		err := queryGeneric(ctx, pool, sqlLeaseMany, []any{ids, tokens, d.Seconds()}, func(rows pgx.Rows) error {
 			for rows.Next() {
 				var out leaseOut
-				in, err := outbox.ScanIntent(rows, &out.takeover)
+				in, err := outbox.ScanIntent(rows, &out.takeover, &out.attempt)
 				if err != nil {
 					return err
 				}
-				out.intent, out.attempt = in, in.Attempts
+				out.intent = in
 				outs[at[in.RequestID]] = out
 			}
 			return rows.Err()

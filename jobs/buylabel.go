@@ -139,7 +139,7 @@ func (w *BuyLabelWorker) Work(ctx context.Context, job *river.Job[BuyLabelArgs])
 
 func (w *BuyLabelWorker) work(ctx context.Context, job *river.Job[BuyLabelArgs], log *zerolog.Logger) (string, error) {
 	cfg := w.cfg
-	// Transaction 1: take the lease and count the attempt, committed before the carrier call.
+	// Transaction 1: take the lease and count the attempt (one update of the key), committed before the carrier call.
 	in, token, takeover, attempt, result, err := w.lease(ctx, job, log)
 	if in == nil {
 		return result, err
@@ -249,10 +249,7 @@ func (w *BuyLabelWorker) lease(ctx context.Context, job *river.Job[BuyLabelArgs]
 	}
 	err = pgx.BeginFunc(ctx, cfg.Pool, func(tx pgx.Tx) error {
 		var err error
-		if token, takeover, err = idempotency.Lease(ctx, tx, in.CallerID, in.Key, cfg.LeaseDuration); err != nil {
-			return err
-		}
-		attempt, err = outbox.CountAttempt(ctx, tx, in.RequestID)
+		token, takeover, attempt, err = idempotency.Lease(ctx, tx, in.CallerID, in.Key, cfg.LeaseDuration)
 		return err
 	})
 	var held *idempotency.LeaseHeldError

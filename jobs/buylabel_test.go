@@ -66,7 +66,7 @@ func TestLostReplyGetsTheSameLabel(t *testing.T) {
 	_, total := s.Carrier.Purchases("")
 	require.Equal(t, 1, total)
 	require.Equal(t, "CL-1", decode[map[string]any](t, final.Label)["carrier_label_id"])
-	require.Equal(t, 2, scalar[int](t, s, `SELECT attempts FROM label_intents WHERE request_id = $1`, lr.ID))
+	require.Equal(t, 2, scalar[int](t, s, `SELECT attempts FROM idempotency_keys WHERE request_id = $1`, lr.ID))
 }
 
 // A permanent rejection is saved as 422 carrier_rejected with the carrier's
@@ -191,14 +191,20 @@ func TestLeaseTakeoverAndFencing(t *testing.T) {
 	tok := s.Token("fulfilment")
 	accept(t, s, tok, "k-lease", stacktest.ParcelBody(11, 1, 100))
 	ctx := context.Background()
+	attempts := 0
 	lease := func() (uuid.UUID, bool, error) {
 		var tokn uuid.UUID
 		var takeover bool
+		var attempt int
 		err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 			var err error
-			tokn, takeover, err = idempotency.Lease(ctx, tx, "fulfilment", "k-lease", time.Minute)
+			tokn, takeover, attempt, err = idempotency.Lease(ctx, tx, "fulfilment", "k-lease", time.Minute)
 			return err
 		})
+		if err == nil {
+			attempts++
+			require.Equal(t, attempts, attempt, "each lease counts one attempt on the key")
+		}
 		return tokn, takeover, err
 	}
 	complete := func(token uuid.UUID) error {
@@ -279,7 +285,8 @@ func TestManyLabelsAtOnce(t *testing.T) {
 			require.Equal(t, n, scalar[int](t, s, `SELECT count(*) FROM labels`))
 			require.Equal(t, n, scalar[int](t, s, `SELECT count(*) FROM idempotency_keys k JOIN labels l ON l.request_id = k.request_id
 			    WHERE k.state = 'completed' AND k.response_status = 201 AND k.response_body->>'label_id' = l.label_id`))
-			require.Equal(t, n, scalar[int](t, s, `SELECT count(*) FROM label_intents WHERE status = 'succeeded' AND attempts = 1`))
+			require.Equal(t, n, scalar[int](t, s, `SELECT count(*) FROM label_intents i JOIN idempotency_keys k ON k.request_id = i.request_id
+			    WHERE i.status = 'succeeded' AND k.attempts = 1`))
 		})
 	}
 }

@@ -50,3 +50,46 @@ func TestApplyConcurrentAndTwice(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n))
 	require.Equal(t, len(all), n)
 }
+
+// 004 moves the attempt count of a started key's intent onto the key; a
+// completed key keeps none, and the intents lose the column.
+func TestLeaseAttemptsMove(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL, err := devdb.EnsureDatabase(ctx, dbtest.AdminURL(t), "labels_migtest004")
+	require.NoError(t, err)
+	pool, err := pgxpool.New(ctx, dbURL)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public`)
+	require.NoError(t, err)
+	all, err := migrations.All()
+	require.NoError(t, err)
+	require.Equal(t, "004_lease_attempts.sql", all[3].Name)
+	for _, m := range all[:3] {
+		_, err := pool.Exec(ctx, m.SQL)
+		require.NoError(t, err, m.Name)
+	}
+	_, err = pool.Exec(ctx, `
+		INSERT INTO idempotency_keys (caller_id, idem_key, request_hash, fingerprint_version, request_id, state,
+		                              response_status, response_body, created_at, expires_at)
+		VALUES ('c1', 'started', sha256('a'), 1, 'lr_started', 'started', NULL, NULL, now(), now()),
+		       ('c1', 'done', sha256('b'), 1, 'lr_done', 'completed', 201, '{}', now(), now());
+		INSERT INTO label_intents (request_id, caller_id, idem_key, request_hash, fingerprint_version, order_id, parcel_no,
+		                           label_version, payload, carrier_key, status, label_id, attempts, created_at, completed_at)
+		VALUES ('lr_started', 'c1', 'started', sha256('a'), 1, 1, 1, 1, '{}', 'ck1', 'pending', NULL, 3, now(), NULL),
+		       ('lr_done', 'c1', 'done', sha256('b'), 1, 2, 1, 1, '{}', 'ck2', 'succeeded', 'lbl_1', 2, now(), now())`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, all[3].SQL)
+	require.NoError(t, err)
+	attempts := func(key string) (n int) {
+		require.NoError(t, pool.QueryRow(ctx, `SELECT attempts FROM idempotency_keys WHERE idem_key = $1`, key).Scan(&n))
+		return n
+	}
+	require.Equal(t, 3, attempts("started"))
+	require.Equal(t, 0, attempts("done"))
+	var cols int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM information_schema.columns
+		WHERE table_name = 'label_intents' AND column_name = 'attempts'`).Scan(&cols))
+	require.Zero(t, cols)
+}

@@ -23,7 +23,6 @@ type Intent struct {
 	CarrierKey         string
 	Status             string
 	LabelID            string
-	Attempts           int
 	Error              []byte // the saved problem of a failed intent
 	CreatedAt          time.Time
 	DispatchedAt       *time.Time
@@ -37,7 +36,7 @@ var (
 
 // Columns are the columns [ScanIntent] reads, in its order.
 const Columns = `request_id, caller_id, idem_key, request_hash, fingerprint_version, payload,
-	carrier_key, status, coalesce(label_id, ''), attempts, error::text, created_at, dispatched_at, completed_at`
+	carrier_key, status, coalesce(label_id, ''), error::text, created_at, dispatched_at, completed_at`
 
 // ScanIntent reads an intent from a row that starts with [Columns], and the
 // row's further columns into extra.
@@ -46,7 +45,7 @@ func ScanIntent(row pgx.Row, extra ...any) (*Intent, error) {
 	var payload []byte
 	var problem *string
 	dest := append([]any{&in.RequestID, &in.CallerID, &in.Key, &in.RequestHash, &in.FingerprintVersion, &payload,
-		&in.CarrierKey, &in.Status, &in.LabelID, &in.Attempts, &problem, &in.CreatedAt, &in.DispatchedAt, &in.CompletedAt}, extra...)
+		&in.CarrierKey, &in.Status, &in.LabelID, &problem, &in.CreatedAt, &in.DispatchedAt, &in.CompletedAt}, extra...)
 	err := row.Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
@@ -108,17 +107,6 @@ func GetByParcel(ctx context.Context, db idempotency.DBTX, callerID string, orde
 	return ScanIntent(db.QueryRow(ctx, `SELECT `+Columns+` FROM label_intents
 		WHERE caller_id = $1 AND order_id = $2 AND parcel_no = $3 AND label_version = $4
 		  AND status IN ('pending', 'succeeded')`, callerID, orderID, parcelNo, labelVersion))
-}
-
-// CountAttempt records that one more carrier call is about to be made for the
-// intent and returns the new count. It is called in the lease transaction.
-func CountAttempt(ctx context.Context, tx pgx.Tx, requestID string) (int, error) {
-	var n int
-	err := tx.QueryRow(ctx, `UPDATE label_intents SET attempts = attempts + 1 WHERE request_id = $1 RETURNING attempts`, requestID).Scan(&n)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, ErrNotFound
-	}
-	return n, err
 }
 
 // MarkSucceeded makes a pending intent succeeded with its label. The caller

@@ -63,12 +63,12 @@ func (h *harness) fill(ctx context.Context, n int) error {
 		err := pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
 			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"label_intents"}, []string{"request_id", "caller_id", "idem_key",
 				"request_hash", "fingerprint_version", "order_id", "parcel_no", "label_version", "payload", "carrier_key",
-				"status", "label_id", "attempts", "created_at", "dispatched_at", "completed_at"}, pgx.CopyFromRows(c.intents)); err != nil {
+				"status", "label_id", "created_at", "dispatched_at", "completed_at"}, pgx.CopyFromRows(c.intents)); err != nil {
 				return err
 			}
 			_, err := tx.CopyFrom(ctx, pgx.Identifier{"idempotency_keys"}, []string{"caller_id", "idem_key",
 				"request_hash", "fingerprint_version", "request_id", "state", "response_status", "response_body",
-				"created_at", "expires_at"}, pgx.CopyFromRows(c.keys))
+				"created_at", "expires_at", "attempts"}, pgx.CopyFromRows(c.keys))
 			return err
 		})
 		if err != nil {
@@ -170,10 +170,10 @@ func filledRow(i int64, now time.Time) (key, intent []any, err error) {
 	caller := callerName
 	idemKey := keyFor(order)
 	key = []any{caller, idemKey, hash, int16(idempotency.FingerprintVersion), requestID, idempotency.StateCompleted,
-		int32(201), string(label.Body()), accepted, completed.Add(24 * time.Hour).Add(time.Hour)}
+		int32(201), string(label.Body()), accepted, completed.Add(24 * time.Hour).Add(time.Hour), int32(1)}
 	intent = []any{requestID, caller, idemKey, hash, int16(idempotency.FingerprintVersion), order, int32(parcel.ParcelNo),
 		int32(parcel.LabelVersion), payload, carrier.DeriveKey(caller, idemKey), labels.StatusSucceeded, label.LabelID,
-		int32(1), accepted, accepted.Add(50 * time.Millisecond), completed}
+		accepted, accepted.Add(50 * time.Millisecond), completed}
 	return key, intent, nil
 }
 
