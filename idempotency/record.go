@@ -129,7 +129,7 @@ func Lease(ctx context.Context, tx pgx.Tx, callerID, key string, d time.Duration
 			   AND (locked_until IS NULL OR locked_until <= now())
 			   FOR UPDATE)
 		UPDATE idempotency_keys k
-		   SET locked_until = now() + make_interval(secs => $3), lease_token = $4, attempts = k.attempts + 1
+		   SET locked_until = now() + make_interval(secs => $3), lease_token = $4, attempts = coalesce(k.attempts, 0) + 1
 		  FROM old
 		 WHERE k.caller_id = old.caller_id AND k.idem_key = old.idem_key
 		RETURNING old.lease_token, k.attempts`, callerID, key, d.Seconds(), token).Scan(&prev, &attempt)
@@ -169,7 +169,7 @@ func Release(ctx context.Context, db DBTX, callerID, key string, token uuid.UUID
 func Complete(ctx context.Context, tx pgx.Tx, callerID, key string, token uuid.UUID, status int, body []byte, retention time.Duration) error {
 	tag, err := tx.Exec(ctx, `
 		UPDATE idempotency_keys
-		   SET state = 'completed', locked_until = NULL, lease_token = NULL,
+		   SET state = 'completed', locked_until = NULL, lease_token = NULL, attempts = NULL,
 		       response_status = $4, response_body = $5::text::json,
 		       expires_at = now() + make_interval(secs => $6)
 		 WHERE caller_id = $1 AND idem_key = $2 AND state = 'started' AND lease_token = $3`,

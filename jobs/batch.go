@@ -81,7 +81,7 @@ WITH inp AS (
                  FOR UPDATE) k),
      upd AS (
        UPDATE idempotency_keys k
-          SET locked_until = now() + make_interval(secs => $3), lease_token = c.token, attempts = k.attempts + 1
+          SET locked_until = now() + make_interval(secs => $3), lease_token = c.token, attempts = coalesce(k.attempts, 0) + 1
          FROM cand c
         WHERE k.caller_id = c.caller_id AND k.idem_key = c.idem_key
        RETURNING c.request_id AS leased, c.prev, k.attempts)
@@ -205,7 +205,7 @@ WITH inp AS (
        SELECT * FROM ok WHERE label_id IS NULL OR request_id IN (SELECT request_id FROM lab)),
      keys AS (
        UPDATE idempotency_keys k
-          SET state = 'completed', locked_until = NULL, lease_token = NULL,
+          SET state = 'completed', locked_until = NULL, lease_token = NULL, attempts = NULL,
               response_status = g.status, response_body = g.body::json,
               expires_at = now() + make_interval(secs => $19)
          FROM good g

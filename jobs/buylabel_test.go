@@ -66,7 +66,8 @@ func TestLostReplyGetsTheSameLabel(t *testing.T) {
 	_, total := s.Carrier.Purchases("")
 	require.Equal(t, 1, total)
 	require.Equal(t, "CL-1", decode[map[string]any](t, final.Label)["carrier_label_id"])
-	require.Equal(t, 2, scalar[int](t, s, `SELECT attempts FROM idempotency_keys WHERE request_id = $1`, lr.ID))
+	require.Equal(t, 2, scalar[int](t, s, `SELECT attempt FROM river_job WHERE args->>'request_id' = $1`, lr.ID), "the second job attempt bought it")
+	require.True(t, scalar[bool](t, s, `SELECT attempts IS NULL FROM idempotency_keys WHERE request_id = $1`, lr.ID), "the count is cleared on completion")
 }
 
 // A permanent rejection is saved as 422 carrier_rejected with the carrier's
@@ -286,7 +287,7 @@ func TestManyLabelsAtOnce(t *testing.T) {
 			require.Equal(t, n, scalar[int](t, s, `SELECT count(*) FROM idempotency_keys k JOIN labels l ON l.request_id = k.request_id
 			    WHERE k.state = 'completed' AND k.response_status = 201 AND k.response_body->>'label_id' = l.label_id`))
 			require.Equal(t, n, scalar[int](t, s, `SELECT count(*) FROM label_intents i JOIN idempotency_keys k ON k.request_id = i.request_id
-			    WHERE i.status = 'succeeded' AND k.attempts = 1`))
+			    WHERE i.status = 'succeeded' AND k.state = 'completed' AND k.attempts IS NULL`))
 		})
 	}
 }

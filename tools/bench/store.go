@@ -68,7 +68,7 @@ func (h *harness) fill(ctx context.Context, n int) error {
 			}
 			_, err := tx.CopyFrom(ctx, pgx.Identifier{"idempotency_keys"}, []string{"caller_id", "idem_key",
 				"request_hash", "fingerprint_version", "request_id", "state", "response_status", "response_body",
-				"created_at", "expires_at", "attempts"}, pgx.CopyFromRows(c.keys))
+				"created_at", "expires_at"}, pgx.CopyFromRows(c.keys))
 			return err
 		})
 		if err != nil {
@@ -170,7 +170,7 @@ func filledRow(i int64, now time.Time) (key, intent []any, err error) {
 	caller := callerName
 	idemKey := keyFor(order)
 	key = []any{caller, idemKey, hash, int16(idempotency.FingerprintVersion), requestID, idempotency.StateCompleted,
-		int32(201), string(label.Body()), accepted, completed.Add(24 * time.Hour).Add(time.Hour), int32(1)}
+		int32(201), string(label.Body()), accepted, completed.Add(24 * time.Hour).Add(time.Hour)}
 	intent = []any{requestID, caller, idemKey, hash, int16(idempotency.FingerprintVersion), order, int32(parcel.ParcelNo),
 		int32(parcel.LabelVersion), payload, carrier.DeriveKey(caller, idemKey), labels.StatusSucceeded, label.LabelID,
 		accepted, accepted.Add(50 * time.Millisecond), completed}

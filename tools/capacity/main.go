@@ -744,7 +744,7 @@ type fillRow struct {
 }
 
 var (
-	keyColumns    = []string{"caller_id", "idem_key", "request_hash", "fingerprint_version", "request_id", "state", "locked_until", "lease_token", "response_status", "response_body", "created_at", "expires_at", "attempts"}
+	keyColumns    = []string{"caller_id", "idem_key", "request_hash", "fingerprint_version", "request_id", "state", "locked_until", "lease_token", "response_status", "response_body", "created_at", "expires_at"}
 	intentColumns = []string{"request_id", "caller_id", "idem_key", "request_hash", "fingerprint_version", "order_id", "parcel_no", "label_version", "payload", "carrier_key", "status", "label_id", "error", "created_at", "dispatched_at", "completed_at"}
 	labelColumns  = []string{"label_id", "caller_id", "request_id", "order_id", "parcel_no", "label_version", "service", "tracking_no", "carrier_label_id", "carrier_key", "cost_cents", "currency", "created_by_key", "purchased_at", "created_at"}
 )
@@ -802,7 +802,7 @@ func (e *env) row(i int, entropy io.Reader) (fillRow, error) {
 	carrierKey := carrier.DeriveKey(callerID, key)
 	r := fillRow{
 		key: []any{callerID, key, hash, int16(idempotency.FingerprintVersion), requestID, idempotency.StateCompleted,
-			nil, nil, int32(201), string(body), created, expires, int32(1)},
+			nil, nil, int32(201), string(body), created, expires},
 		intent: []any{requestID, callerID, key, hash, int16(idempotency.FingerprintVersion), order, int32(parcelNo), int32(1),
 			payload, carrierKey, labels.StatusSucceeded, l.LabelID, nil, created, created.Add(15 * time.Millisecond), completed},
 		label: []any{l.LabelID, callerID, requestID, order, int32(parcelNo), int32(1), l.Service, l.TrackingNo, l.CarrierLabelID,
