@@ -106,6 +106,16 @@ func TestBenchTiny(t *testing.T) {
 		require.Equal(t, 40, e.Submit.New)
 		require.Equal(t, 40, e.ToFinal.Count)
 		require.Positive(t, e.CreatesPerSec)
+		// Held to a ceiling measured right before it, at its concurrency.
+		require.NotNil(t, e.Ceiling)
+		require.Equal(t, 4, e.Ceiling.Concurrency)
+		require.Positive(t, e.Ceiling.TPS)
+		require.InDelta(t, e.CreatesPerSec/e.Ceiling.TPS, e.RatioToCeiling, 0.01)
+		require.Equal(t, 4, e.CeilingConcurrency)
+		// The CPU of a label, by party.
+		require.Positive(t, e.CPUPerLabel.API)
+		require.Positive(t, e.CPUPerLabel.Worker)
+		require.Positive(t, e.CPUPerLabel.Machine)
 	}
 	require.GreaterOrEqual(t, r.EndToEnd[1].ToFinal.P50, 20.0, "the simulator's 20 ms are inside 202 → final")
 

@@ -21,8 +21,10 @@
 //     each in three rounds of 5 s), so that both see the same machine;
 //  3. end to end: api + one worker (WORKER_CONCURRENCY=400, --worker-concurrency) + the carrier
 //     simulator at 0 and 50 ms latency; a fixed number of creates sent as fast
-//     as they are answered, timed from label_intents.created_at to
-//     completed_at in the database;
+//     as they are answered (or paced, --e2e-rate), timed from
+//     label_intents.created_at to completed_at in the database, each held to
+//     a pgbench ceiling at its concurrency measured right before it, with the
+//     CPU each party spent per label;
 //  4. replays: completed keys (with their intents) filled by COPY to 10 k and
 //     1 M (10 M with --long), replayed through the api by 8 clients, back to
 //     back (throughput) and paced at 400/s (latency, from the scheduled start);
@@ -90,7 +92,7 @@ Flags:
   --warmup D           unmeasured load before each (default 1s)
   --concurrency LIST   client concurrencies (default 8,32,128)
   --repeat-share F     share of accept requests that repeat an earlier key and body (default 0.1)
-  --e2e-creates N      creates sent end to end per simulator latency (default 4000; --quick 300)
+  --e2e-creates N      creates sent end to end per simulator latency (default 8000; --quick 300)
   --e2e-concurrency N  clients of the end-to-end run (default 32)
   --e2e-rate R         pace the end-to-end creates at R per second instead of
                        sending them back to back (default 0: back to back); at a
@@ -175,7 +177,7 @@ func DefaultConfig() Config {
 		Warmup:            time.Second,
 		Concurrency:       []int{8, 32, 128},
 		RepeatShare:       0.1,
-		E2ECreates:        4000,
+		E2ECreates:        8000,
 		E2EConcurrency:    32,
 		SimLatencies:      []time.Duration{0, 50 * time.Millisecond},
 		ReplaySizes:       []int{10_000, 1_000_000},

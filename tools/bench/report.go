@@ -33,7 +33,7 @@ func checkBar(r *Results) []Check {
 		if e.RatioToCeiling > 0 {
 			out = append(out, Check{Name: fmt.Sprintf("end to end / ceiling, simulator %g ms", e.SimLatencyMs),
 				Measured: e.RatioToCeiling, Bar: barE2ERatio, Unit: "ratio",
-				Note: fmt.Sprintf("ceiling at concurrency %d", e.CeilingConcurrency)})
+				Note: e2eCeilingNote(e)})
 		}
 	}
 	for _, rp := range r.Replays {
@@ -170,6 +170,9 @@ func Markdown(r *Results) string {
 			ratio := "–"
 			if e.RatioToCeiling > 0 {
 				ratio = fmt.Sprintf("%s (c=%d)", f2(e.RatioToCeiling), e.CeilingConcurrency)
+				if e.Ceiling != nil {
+					ratio = fmt.Sprintf("%s of %s tps (c=%d, right before)", f2(e.RatioToCeiling), f0(e.Ceiling.TPS), e.CeilingConcurrency)
+				}
 			}
 			u := e.CPUPerLabel
 			p("| %g ms | %s | %s | %s / %s / %s / %s | %s | %s · %s · %s | %s · %s · %s · %s · %s · %s |\n", e.SimLatencyMs, f0(e.Submit.PerSec), f0(e.CreatesPerSec),
@@ -243,4 +246,11 @@ func firstWords(s string, n int) string {
 		f = f[:n]
 	}
 	return strings.Join(f, " ")
+}
+
+func e2eCeilingNote(e E2ERun) string {
+	if e.Ceiling != nil {
+		return fmt.Sprintf("ceiling at concurrency %d, measured right before: %s tps", e.CeilingConcurrency, f0(e.Ceiling.TPS))
+	}
+	return fmt.Sprintf("ceiling at concurrency %d", e.CeilingConcurrency)
 }

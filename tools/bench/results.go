@@ -197,8 +197,10 @@ type E2ERun struct {
 	// that keeps up (a paced run, --e2e-rate) reads without its backlog.
 	CPUPerLabel CPUPerLabel `json:"cpu_us_per_label"`
 	DB          DB          `json:"db"`
-	// RatioToCeiling is CreatesPerSec over the pgbench TPS at the concurrency
-	// nearest to the run's.
+	// Ceiling is pgbench at the run's concurrency, run right before it.
+	Ceiling *PgbenchRun `json:"ceiling,omitempty"`
+	// RatioToCeiling is CreatesPerSec over Ceiling's TPS (without pgbench,
+	// over the ceiling phase's at the concurrency nearest to the run's).
 	RatioToCeiling     float64 `json:"ratio_to_ceiling,omitempty"`
 	CeilingConcurrency int     `json:"ceiling_concurrency,omitempty"`
 	Error              string  `json:"error,omitempty"`
