@@ -56,7 +56,7 @@ type leaseOut struct {
 // while the tables were nearly empty (a fresh database: the first minute of
 // a deployment, every end-to-end run of tools/bench) scanned the whole keys
 // table for every statement, and kept doing so as the table grew
-// (docs/bench.md, "Plans made on empty tables"). The intent is read without
+// (docs/bench.md, "The night"). The intent is read without
 // a lock: its status only ever changes together with its key's state, in a
 // transaction that holds the key (the completion), and the key's lock
 // rechecks that state. Keys are locked in the batch's order, which

@@ -222,7 +222,7 @@ func Markdown(r *Results) string {
 			if !c.Pass {
 				mark = "**miss**"
 			}
-			val := f2(c.Measured)
+			val := fmt.Sprintf("%.3f", c.Measured) // a ratio: 0.797 is not 0.80
 			if c.Unit != "ratio" {
 				val = f2(c.Measured) + " " + c.Unit
 			}
