@@ -13,19 +13,27 @@ import (
 	"github.com/labelkit/labels/migrations"
 )
 
-// Two runners at once on an empty database, then a third: all succeed, and the
-// migrations are applied exactly once.
-func TestApplyConcurrentAndTwice(t *testing.T) {
-	t.Parallel()
+// emptyDatabase returns a pool on database name, created if missing, with
+// an empty public schema.
+func emptyDatabase(t *testing.T, name string) *pgxpool.Pool {
+	t.Helper()
 	ctx := context.Background()
-	admin := dbtest.AdminURL(t)
-	dbURL, err := devdb.EnsureDatabase(ctx, admin, "labels_migtest")
+	dbURL, err := devdb.EnsureDatabase(ctx, dbtest.AdminURL(t), name)
 	require.NoError(t, err)
 	pool, err := pgxpool.New(ctx, dbURL)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	_, err = pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public`)
 	require.NoError(t, err)
+	return pool
+}
+
+// Two runners at once on an empty database, then a third: all succeed, and the
+// migrations are applied exactly once.
+func TestApplyConcurrentAndTwice(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := emptyDatabase(t, "labels_migtest")
 
 	var g errgroup.Group
 	results := make([]migrations.Result, 2)
@@ -56,13 +64,7 @@ func TestApplyConcurrentAndTwice(t *testing.T) {
 func TestLeaseAttemptsMove(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dbURL, err := devdb.EnsureDatabase(ctx, dbtest.AdminURL(t), "labels_migtest004")
-	require.NoError(t, err)
-	pool, err := pgxpool.New(ctx, dbURL)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	_, err = pool.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public`)
-	require.NoError(t, err)
+	pool := emptyDatabase(t, "labels_migtest004")
 	all, err := migrations.All()
 	require.NoError(t, err)
 	require.Equal(t, "004_lease_attempts.sql", all[3].Name)

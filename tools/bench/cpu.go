@@ -47,21 +47,22 @@ func (m *cpuMeter) read() cpuReading {
 	return r
 }
 
+// spent returns the CPU seconds each party spent between a and b, each
+// passed through f.
+func spent(a, b cpuReading, f func(seconds float64) float64) (client, api, worker, carrier, postgres, machine float64) {
+	return f(b.client - a.client), f(b.api - a.api), f(b.worker - a.worker), f(b.carrier - a.carrier),
+		f(b.postgre - a.postgre), f(b.machineBusy - a.machineBusy)
+}
+
 // since returns the cores each party used between a and b.
 func since(a, b cpuReading) CPU {
 	wall := b.at.Sub(a.at).Seconds()
 	if wall <= 0 {
 		return CPU{}
 	}
-	c := func(x, y float64) float64 { return round2((y - x) / wall) }
-	return CPU{
-		Client:   c(a.client, b.client),
-		API:      c(a.api, b.api),
-		Worker:   c(a.worker, b.worker),
-		Carrier:  c(a.carrier, b.carrier),
-		Postgres: c(a.postgre, b.postgre),
-		Machine:  c(a.machineBusy, b.machineBusy),
-	}
+	var c CPU
+	c.Client, c.API, c.Worker, c.Carrier, c.Postgres, c.Machine = spent(a, b, func(s float64) float64 { return round2(s / wall) })
+	return c
 }
 
 // perLabel returns the CPU microseconds per label each party spent between
@@ -70,15 +71,11 @@ func perLabel(a, b cpuReading, labels int64) CPUPerLabel {
 	if labels <= 0 {
 		return CPUPerLabel{}
 	}
-	c := func(x, y float64) float64 { return math.Round((y - x) * 1e6 / float64(labels)) }
-	return CPUPerLabel{
-		Client:   c(a.client, b.client),
-		API:      c(a.api, b.api),
-		Worker:   c(a.worker, b.worker),
-		Carrier:  c(a.carrier, b.carrier),
-		Postgres: c(a.postgre, b.postgre),
-		Machine:  c(a.machineBusy, b.machineBusy),
-	}
+	var c CPUPerLabel
+	c.Client, c.API, c.Worker, c.Carrier, c.Postgres, c.Machine = spent(a, b, func(s float64) float64 {
+		return math.Round(s * 1e6 / float64(labels))
+	})
+	return c
 }
 
 // selfCPU is this process's user + system time.
