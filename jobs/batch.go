@@ -52,17 +52,17 @@ type leaseOut struct {
 // The batch drives the plan: each of its rows probes its intent, then locks
 // the intent's key, through their primary keys, in LATERAL subqueries that
 // PostgreSQL cannot merge into a join (OFFSET 0, FOR UPDATE), so it cannot
-// start from a table instead. Written as a plain join, the generic plan made
-// while the tables were nearly empty (a fresh database: the first minute of
-// a deployment, every end-to-end run of tools/bench) scanned the whole keys
-// table for every statement, and kept doing so as the table grew
-// (docs/bench.md, "The night"). The intent is read without
-// a lock: its status only ever changes together with its key's state, in a
-// transaction that holds the key (the completion), and the key's lock
-// rechecks that state. Keys are locked in the batch's order, which
-// leaseMany sorts by request id, the order sqlCompleteMany locks in; both
-// lock a job's key before its intent, so two batches never wait for each
-// other in a cycle.
+// start from a table instead. Written as a plain join, the generic plan that
+// a connection made on emptied tables whose statistics still said "every key
+// completed" (every end-to-end run of tools/bench; a store emptied or
+// restored) walked the whole keys table for every statement, for as long as
+// the connection lived (docs/bench.md, "The night"). The intent is read
+// without a lock: its status only ever changes together with its key's
+// state, in a transaction that holds the key (the completion), and the
+// key's lock rechecks that state. Only keys are locked, in the batch's order,
+// which leaseMany sorts by request id: the order in which sqlCompleteMany
+// locks each job's key and then its intent, so two batches never wait for
+// each other in a cycle.
 const sqlLeaseMany = `
 WITH inp AS (
        SELECT * FROM unnest($1::text[], $2::uuid[]) AS t(request_id, token)),
