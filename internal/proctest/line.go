@@ -171,10 +171,12 @@ func (p *Process) tailLocked(n int) string {
 // come, for which match returns true. It fails when ctx ends or the process
 // exits first.
 func (p *Process) WaitLine(ctx context.Context, match func(Line) bool) (Line, error) {
-	next := 0
+	next := 0 // counts every line ever read, the dropped ones too
 	for {
 		p.mu.Lock()
-		lines, changed := p.lines[next:], p.changed
+		from := max(0, next-p.dropped)
+		lines, changed := p.lines[from:], p.changed
+		next = p.dropped + from
 		exited := p.state != nil
 		p.mu.Unlock()
 		for _, l := range lines {
@@ -254,6 +256,11 @@ func (w *lineWriter) emit() {
 	p := w.p
 	p.mu.Lock()
 	p.lines = append(p.lines, l)
+	if p.keep > 0 && len(p.lines) >= 2*p.keep {
+		n := len(p.lines) - p.keep
+		p.lines = append([]Line(nil), p.lines[n:]...)
+		p.dropped += n
+	}
 	close(p.changed)
 	p.changed = make(chan struct{})
 	p.mu.Unlock()

@@ -39,6 +39,12 @@ type Opts struct {
 	// Grace is how long the process has between SIGTERM and SIGKILL when the
 	// context given to [Start] ends; zero means [DefaultGrace].
 	Grace time.Duration
+	// KeepLines, when positive, bounds the lines kept to about the last
+	// KeepLines (between KeepLines and twice that): for a long-running child
+	// that logs every request, whose lines would otherwise pile up in this
+	// process. Lines, Output and Tail then see only those; WaitLine sees
+	// every line that arrives while it waits, and the kept ones before.
+	KeepLines int
 }
 
 // inheritedVars are passed to a child unless [Opts.InheritEnv] is set:
@@ -82,6 +88,8 @@ type Process struct {
 
 	mu      sync.Mutex
 	lines   []Line
+	dropped int // lines let go from the front of lines (Opts.KeepLines)
+	keep    int
 	changed chan struct{} // closed and replaced when a line arrives or the process exits
 
 	done    chan struct{} // closed once the process has exited and its output is read
@@ -111,6 +119,7 @@ func Start(ctx context.Context, path string, o *Opts) (*Process, error) {
 		name:    name,
 		cmd:     cmd,
 		onLine:  o.OnLine,
+		keep:    o.KeepLines,
 		changed: make(chan struct{}),
 		done:    make(chan struct{}),
 	}

@@ -64,6 +64,16 @@ func helper(mode string) int {
 		fmt.Fprintln(os.Stderr, "something broke")
 		fmt.Print("last words without a newline")
 		return 3
+	case "count":
+		// 1,000 numbered lines, then the last one, then waits for SIGTERM.
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGTERM)
+		for i := range 1000 {
+			fmt.Println("line", i)
+		}
+		fmt.Println("last")
+		<-sig
+		return 0
 	case "env":
 		for _, k := range []string{"LOG_FORMAT", "PROCTEST_SET", "PATH"} {
 			v, ok := os.LookupEnv(k)
@@ -278,4 +288,26 @@ func TestBuild(t *testing.T) {
 	require.NoError(t, tmp.Remove())
 	_, err = os.Stat(tmp.Dir)
 	require.True(t, errors.Is(err, os.ErrNotExist), "Remove deletes the directory Build made")
+}
+
+// With KeepLines, only the recent lines are kept, and a line that arrived
+// after many others is still found; OnLine sees every line.
+func TestKeepLines(t *testing.T) {
+	t.Parallel()
+	o := helperOpts("count")
+	o.KeepLines = 10
+	seen := 0
+	o.OnLine = func(proctest.Line) { seen++ }
+	p, err := proctest.Start(testContext(t), os.Args[0], o)
+	require.NoError(t, err)
+	l, err := p.WaitLine(testContext(t), func(l proctest.Line) bool { return l.Text == "last" })
+	require.NoError(t, err)
+	require.Equal(t, "last", l.Text)
+	lines := p.Lines()
+	require.GreaterOrEqual(t, len(lines), 10)
+	require.Less(t, len(lines), 20)
+	require.Equal(t, "last", lines[len(lines)-1].Text)
+	require.Equal(t, "line 999", lines[len(lines)-2].Text)
+	require.NoError(t, p.Stop(testContext(t)))
+	require.Equal(t, 1001, seen)
 }

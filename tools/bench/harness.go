@@ -306,7 +306,10 @@ func (h *harness) command(ctx context.Context, name string, args ...string) (*pr
 // start starts a long-running binary and waits for its listening line and
 // GET /healthz there.
 func (h *harness) start(ctx context.Context, bin, name, listening string, env ...string) (*proctest.Process, string, error) {
-	p, err := proctest.Start(context.WithoutCancel(ctx), h.bins.Path(bin), &proctest.Opts{Name: name, Env: h.env(env...), Grace: time.Minute})
+	// The api logs every request: only the recent lines are kept, so that
+	// they do not pile up in the load generator's heap (hundreds of
+	// thousands in a full run) and its collector's pauses in the latencies.
+	p, err := proctest.Start(context.WithoutCancel(ctx), h.bins.Path(bin), &proctest.Opts{Name: name, Env: h.env(env...), Grace: time.Minute, KeepLines: 2000})
 	if err != nil {
 		return nil, "", err
 	}
