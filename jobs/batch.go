@@ -95,12 +95,13 @@ func leaseMany(pool *pgxpool.Pool, d time.Duration) func(ctx context.Context, in
 		at := make(map[string]int, len(ins))
 		ids := make([]string, 0, len(ins))
 		tokens := make([]uuid.UUID, 0, len(ins))
+		// The statement locks in the batch's order: by request id (stable,
+		// so that of two runs of one job the first queued is the one sent).
 		order := make([]int, len(ins))
 		for i := range order {
 			order[i] = i
 		}
-		// The statement locks in the batch's order: by request id.
-		slices.SortFunc(order, func(a, b int) int { return strings.Compare(ins[a].requestID, ins[b].requestID) })
+		slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(ins[a].requestID, ins[b].requestID) })
 		for _, i := range order {
 			in := ins[i]
 			// The same intent twice in a batch (two runs of its job at once):

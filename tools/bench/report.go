@@ -169,10 +169,7 @@ func Markdown(r *Results) string {
 		for _, e := range r.EndToEnd {
 			ratio := "–"
 			if e.RatioToCeiling > 0 {
-				ratio = fmt.Sprintf("%s (c=%d)", f2(e.RatioToCeiling), e.CeilingConcurrency)
-				if e.Ceiling != nil {
-					ratio = fmt.Sprintf("%s of %s tps (c=%d, right before)", f2(e.RatioToCeiling), f0(e.Ceiling.TPS), e.CeilingConcurrency)
-				}
+				ratio = fmt.Sprintf("%s (%s)", f2(e.RatioToCeiling), e2eCeilingNote(e))
 			}
 			u := e.CPUPerLabel
 			p("| %g ms | %s | %s | %s / %s / %s / %s | %s | %s · %s · %s | %s · %s · %s · %s · %s · %s |\n", e.SimLatencyMs, f0(e.Submit.PerSec), f0(e.CreatesPerSec),
@@ -248,6 +245,7 @@ func firstWords(s string, n int) string {
 	return strings.Join(f, " ")
 }
 
+// e2eCeilingNote says which ceiling an end-to-end run was held to.
 func e2eCeilingNote(e E2ERun) string {
 	if e.Ceiling != nil {
 		return fmt.Sprintf("ceiling at concurrency %d, measured right before: %s tps", e.CeilingConcurrency, f0(e.Ceiling.TPS))

@@ -85,13 +85,8 @@ func (h *harness) fill(ctx context.Context, n int) error {
 	}
 	// And no bulk load to write out: a fill writes gigabytes of WAL, and
 	// the checkpoint it sets off (spread over minutes) would otherwise run
-	// under the replays that follow, as reset's does before every load.
-	if h.privateDir != "" {
-		if _, err := h.pool.Exec(ctx, `CHECKPOINT`); err != nil {
-			return err
-		}
-	}
-	return nil
+	// under the replays that follow.
+	return h.checkpoint(ctx)
 }
 
 // template is a parcel variant's canonical form and JSON body, split around
