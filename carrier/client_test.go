@@ -432,3 +432,50 @@ func TestInvoice(t *testing.T) {
 		require.ErrorIs(t, err, io.ErrUnexpectedEOF)
 	})
 }
+
+// TestIdleConnectionsForInFlight checks that a client made for n calls in
+// flight keeps n connections open between two waves of n concurrent calls,
+// where the earlier fixed 128 made the second wave dial again.
+func TestIdleConnectionsForInFlight(t *testing.T) {
+	const n = 200
+	var dials atomic.Int64
+	arrived := make(chan struct{}, n)
+	release := make(chan struct{})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		answer(http.StatusCreated, labelJSON)(w, r)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dials.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	client := carrier.NewClient(srv.URL, &carrier.ClientOpts{InFlight: n})
+
+	// wave makes n calls that are all in flight at once before any answers.
+	wave := func() {
+		errs := make(chan error, n)
+		for range n {
+			go func() {
+				_, err := client.Buy(t.Context(), testKey, testReq)
+				errs <- err
+			}()
+		}
+		for range n {
+			<-arrived
+		}
+		for range n {
+			release <- struct{}{}
+		}
+		for range n {
+			require.NoError(t, <-errs)
+		}
+	}
+	wave()
+	require.EqualValues(t, n, dials.Load(), "the first wave opens a connection per call")
+	wave()
+	require.EqualValues(t, n, dials.Load(), "the second wave finds every connection open")
+}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
@@ -94,4 +95,34 @@ func TestLeaseAttemptsMove(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM information_schema.columns
 		WHERE table_name = 'label_intents' AND column_name = 'attempts'`).Scan(&cols))
 	require.Zero(t, cols)
+}
+
+// 005 drops River's GIN indexes and only those: every other index River's
+// reindexer rebuilds exists, so the worker's RiverReindexed names no missing
+// index (River would warn of one at each run).
+func TestRiverGINIndexesDropped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := emptyDatabase(t, "labels_migtest_river")
+	_, err := migrations.Apply(ctx, pool)
+	require.NoError(t, err)
+
+	exists := func(name string) bool {
+		var ok bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&ok))
+		return ok
+	}
+	for _, name := range migrations.RiverIndexesDropped {
+		require.False(t, exists(name), "%s is dropped", name)
+	}
+	reindexed := migrations.RiverReindexed()
+	require.Len(t, reindexed, len(river.ReindexerIndexNamesDefault())-len(migrations.RiverIndexesDropped))
+	for _, name := range reindexed {
+		require.True(t, exists(name), "%s, which River reindexes, exists", name)
+	}
+	var gin int
+	require.NoError(t, pool.QueryRow(ctx, `
+		SELECT count(*) FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid JOIN pg_am a ON a.oid = c.relam
+		 WHERE x.indrelid = 'river_job'::regclass AND a.amname = 'gin'`).Scan(&gin))
+	require.Zero(t, gin, "no GIN index is left on river_job")
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/metrics"
+	"github.com/labelkit/labels/migrations"
 	"github.com/labelkit/labels/notify"
 	"github.com/labelkit/labels/outbox"
 )
@@ -273,7 +274,7 @@ func newRiverClient(cfg Config, pool *pgxpool.Pool, m *metrics.Metrics, notifier
 	workers := river.NewWorkers()
 	river.AddWorker(workers, jobs.NewBuyLabelWorker(jobs.BuyLabelConfig{
 		Pool:           pool,
-		Carrier:        carrier.NewClient(cfg.CarrierURL, &carrier.ClientOpts{Token: cfg.CarrierToken}),
+		Carrier:        carrier.NewClient(cfg.CarrierURL, &carrier.ClientOpts{Token: cfg.CarrierToken, InFlight: cfg.Concurrency}),
 		CarrierTimeout: cfg.CarrierTimeout,
 		LeaseDuration:  cfg.LeaseDuration,
 		KeyRetention:   cfg.KeyRetention,
@@ -306,7 +307,9 @@ func newRiverClient(cfg Config, pool *pgxpool.Pool, m *metrics.Metrics, notifier
 		RetryPolicy: &jobs.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax},
 		// Finished jobs are kept as long as the keys they completed.
 		CompletedJobRetentionPeriod: cfg.KeyRetention,
-		Logger:                      slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		// Migration 005 drops River's GIN indexes; the reindexer leaves them be.
+		ReindexerIndexNames: migrations.RiverReindexed(),
+		Logger:              slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 }
 
