@@ -299,6 +299,7 @@ func newRiverClient(cfg Config, pool *pgxpool.Pool, m *metrics.Metrics, notifier
 		},
 		Workers:              workers,
 		PeriodicJobs:         periodic,
+		FetchPollInterval:    jobs.FetchPollInterval,
 		JobTimeout:           jobTimeout,
 		RescueStuckJobsAfter: rescueAfter,
 		// Room above MAX_ATTEMPTS for database errors: the carrier attempts are

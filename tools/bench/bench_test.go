@@ -68,7 +68,7 @@ func TestBenchTiny(t *testing.T) {
 	require.Equal(t, "quick", r.Mode)
 	require.Equal(t, 64, r.Setup.AcceptBatch)
 	require.Equal(t, 64, r.Setup.WorkerBatch)
-	require.Equal(t, 400, r.Setup.WorkerConcurrency)
+	require.Equal(t, 1000, r.Setup.WorkerConcurrency)
 	require.Equal(t, filepath.Base(base), r.Date)
 	require.Positive(t, r.Machine.CPUs)
 	require.Contains(t, r.Machine.PostgreSQL, "PostgreSQL")
