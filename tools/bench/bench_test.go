@@ -106,11 +106,16 @@ func TestBenchTiny(t *testing.T) {
 		require.Equal(t, 40, e.Submit.New)
 		require.Equal(t, 40, e.ToFinal.Count)
 		require.Positive(t, e.CreatesPerSec)
-		// Held to a ceiling measured right before it, at its concurrency.
+		// Held to the mean of ceilings measured right before and right
+		// after it, at its concurrency.
 		require.NotNil(t, e.Ceiling)
+		require.NotNil(t, e.CeilingAfter)
 		require.Equal(t, 4, e.Ceiling.Concurrency)
+		require.Equal(t, 4, e.CeilingAfter.Concurrency)
 		require.Positive(t, e.Ceiling.TPS)
-		require.InDelta(t, e.CreatesPerSec/e.Ceiling.TPS, e.RatioToCeiling, 0.01)
+		require.Positive(t, e.CeilingAfter.TPS)
+		require.InDelta(t, (e.Ceiling.TPS+e.CeilingAfter.TPS)/2, e.CeilingTPS, 0.1)
+		require.InDelta(t, e.CreatesPerSec/e.CeilingTPS, e.RatioToCeiling, 0.01)
 		require.Equal(t, 4, e.CeilingConcurrency)
 		// The CPU of a label, by party.
 		require.Positive(t, e.CPUPerLabel.API)

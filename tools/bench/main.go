@@ -92,7 +92,7 @@ Flags:
   --warmup D           unmeasured load before each (default 1s)
   --concurrency LIST   client concurrencies (default 8,32,128)
   --repeat-share F     share of accept requests that repeat an earlier key and body (default 0.1)
-  --e2e-creates N      creates sent end to end per simulator latency (default 8000; --quick 300)
+  --e2e-creates N      creates sent end to end per simulator latency (default 16000; --quick 300)
   --e2e-concurrency N  clients of the end-to-end run (default 32)
   --e2e-rate R         pace the end-to-end creates at R per second instead of
                        sending them back to back (default 0: back to back); at a
@@ -179,7 +179,7 @@ func DefaultConfig() Config {
 		Warmup:            time.Second,
 		Concurrency:       []int{8, 32, 128},
 		RepeatShare:       0.1,
-		E2ECreates:        8000,
+		E2ECreates:        16000,
 		E2EConcurrency:    32,
 		SimLatencies:      []time.Duration{0, 50 * time.Millisecond},
 		ReplaySizes:       []int{10_000, 1_000_000},

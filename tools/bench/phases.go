@@ -137,18 +137,18 @@ func (h *harness) endToEnd(ctx context.Context) error {
 
 func (h *harness) endToEndAt(ctx context.Context, lat time.Duration) (E2ERun, error) {
 	r := E2ERun{SimLatencyMs: float64(lat.Milliseconds()), Creates: h.cfg.E2ECreates, Concurrency: h.cfg.E2EConcurrency}
-	// The ceiling this run is held to is measured right before it, at its
-	// concurrency, as the accept's ceiling alternates with the accept: the
-	// machine's speed drifts over a run (the ceiling phase's own rounds
-	// moved by a third on the afternoon's machine), and a ceiling from
-	// minutes earlier made the end-to-end ratio move with it.
+	// The ceiling this run is held to is measured right before it and right
+	// after it, at its concurrency, as the accept's ceiling alternates with
+	// the accept: the machine's speed drifts over a run (the ceiling phase's
+	// own rounds moved by a third on the afternoon's machine, and by half
+	// within minutes on the morning's), and a ceiling from minutes earlier
+	// made the end-to-end ratio move with it.
 	if h.pgbench != "" {
-		c := h.runPgbench(ctx, r.Concurrency, max(3*time.Second, h.cfg.Duration/3))
-		if c.Error != "" {
-			return r, fmt.Errorf("the ceiling before the run: %s", c.Error)
+		c, err := h.e2eCeiling(ctx, r.Concurrency, "before")
+		if err != nil {
+			return r, err
 		}
-		c.lat = nil
-		r.Ceiling = &c
+		r.Ceiling = c
 		h.logf("  sim %-5s  ceiling right before: %.0f tps at concurrency %d", lat, c.TPS, c.Concurrency)
 	}
 	if err := h.reset(ctx); err != nil {
@@ -240,13 +240,29 @@ func (h *harness) endToEndAt(ctx context.Context, lat time.Duration) (E2ERun, er
 		r.Seconds = round2(secs)
 		r.CreatesPerSec = round1(float64(len(lats)) / secs)
 	}
+	if r.Ceiling != nil {
+		// The pipeline has drained (every intent is final). The worker and
+		// the simulator stop first, as they were not running before the run
+		// either: the worker's relay would dispatch pgbench's intents.
+		if err := errors.Join(stop(worker), stop(carrier)); err != nil {
+			return r, err
+		}
+		c, err := h.e2eCeiling(ctx, r.Concurrency, "after")
+		if err != nil {
+			return r, err
+		}
+		r.CeilingAfter = c
+	}
 	switch c := h.ceilingAt(r.Concurrency); {
-	case r.Ceiling != nil && r.Ceiling.TPS > 0:
+	case r.Ceiling != nil && r.CeilingAfter != nil:
 		r.CeilingConcurrency = r.Ceiling.Concurrency
-		r.RatioToCeiling = round3(r.CreatesPerSec / r.Ceiling.TPS)
+		r.CeilingTPS = round1((r.Ceiling.TPS + r.CeilingAfter.TPS) / 2)
 	case c != nil:
 		r.CeilingConcurrency = c.Concurrency
-		r.RatioToCeiling = round3(r.CreatesPerSec / c.TPS)
+		r.CeilingTPS = c.TPS
+	}
+	if r.CeilingTPS > 0 {
+		r.RatioToCeiling = round3(r.CreatesPerSec / r.CeilingTPS)
 	}
 	switch {
 	case r.Submit.Errors > 0:
@@ -257,6 +273,17 @@ func (h *harness) endToEndAt(ctx context.Context, lat time.Duration) (E2ERun, er
 		return r, fmt.Errorf("%d intents failed", r.Failed)
 	}
 	return r, nil
+}
+
+// e2eCeiling runs pgbench at concurrency for a third of a load's duration (at
+// least 3 s), before or after an end-to-end run.
+func (h *harness) e2eCeiling(ctx context.Context, concurrency int, when string) (*PgbenchRun, error) {
+	c := h.runPgbench(ctx, concurrency, max(3*time.Second, h.cfg.Duration/3))
+	if c.Error != "" {
+		return nil, fmt.Errorf("the ceiling %s the run: %s", when, c.Error)
+	}
+	c.lat = nil
+	return &c, nil
 }
 
 // replays fills the store to each size and replays random filled keys.

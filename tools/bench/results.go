@@ -197,10 +197,14 @@ type E2ERun struct {
 	// that keeps up (a paced run, --e2e-rate) reads without its backlog.
 	CPUPerLabel CPUPerLabel `json:"cpu_us_per_label"`
 	DB          DB          `json:"db"`
-	// Ceiling is pgbench at the run's concurrency, run right before it.
-	Ceiling *PgbenchRun `json:"ceiling,omitempty"`
-	// RatioToCeiling is CreatesPerSec over Ceiling's TPS (without pgbench,
-	// over the ceiling phase's at the concurrency nearest to the run's).
+	// Ceiling is pgbench at the run's concurrency, run right before it, and
+	// CeilingAfter the same right after the pipeline drained.
+	Ceiling      *PgbenchRun `json:"ceiling,omitempty"`
+	CeilingAfter *PgbenchRun `json:"ceiling_after,omitempty"`
+	// CeilingTPS is the mean of the two ceilings' TPS, which RatioToCeiling
+	// holds CreatesPerSec to (without pgbench, the ceiling phase's at the
+	// concurrency nearest to the run's).
+	CeilingTPS         float64 `json:"ceiling_tps,omitempty"`
 	RatioToCeiling     float64 `json:"ratio_to_ceiling,omitempty"`
 	CeilingConcurrency int     `json:"ceiling_concurrency,omitempty"`
 	Error              string  `json:"error,omitempty"`
