@@ -87,28 +87,45 @@ func (r *Relay) Run(ctx context.Context) {
 	}
 }
 
+// The relay's statements, exported for the plan test. SQLRelaySettings goes
+// first in the relay's transaction, in the same round trip as SQLRelayTake:
+// without it, the plans made on an emptied intents table (a fresh
+// deployment's first minutes; every end-to-end run of tools/bench, whose
+// phases truncate the tables) read the whole table for each batch, and the
+// mark compared every intent with every request id of the batch, for as long
+// as the connection lived: a sixth of the machine's CPU samples in an
+// end-to-end run at 50 ms (docs/bench.md, "The morning").
+const (
+	SQLRelaySettings = `SELECT set_config('enable_seqscan', 'off', true)`
+	SQLRelayTake     = `
+SELECT request_id FROM label_intents
+ WHERE dispatched_at IS NULL
+ ORDER BY created_at
+ LIMIT $1
+   FOR UPDATE SKIP LOCKED`
+	SQLRelayMark = `UPDATE label_intents SET dispatched_at = now() WHERE request_id = ANY($1)`
+)
+
 // DispatchBatch dispatches up to one batch of the oldest undispatched intents
 // and returns how many it dispatched.
 func (r *Relay) DispatchBatch(ctx context.Context) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
-			SELECT request_id FROM label_intents
-			 WHERE dispatched_at IS NULL
-			 ORDER BY created_at
-			 LIMIT $1
-			   FOR UPDATE SKIP LOCKED`, r.opts.BatchSize)
-		if err != nil {
+		var ids []string
+		b := &pgx.Batch{}
+		b.Queue(SQLRelaySettings)
+		b.Queue(SQLRelayTake, r.opts.BatchSize).Query(func(rows pgx.Rows) error {
+			var err error
+			ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
 			return err
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil || len(ids) == 0 {
+		})
+		if err := tx.SendBatch(ctx, b).Close(); err != nil || len(ids) == 0 {
 			return err
 		}
 		if err := r.dispatch(ctx, tx, ids); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE label_intents SET dispatched_at = now() WHERE request_id = ANY($1)`, ids); err != nil {
+		if _, err := tx.Exec(ctx, SQLRelayMark, ids); err != nil {
 			return err
 		}
 		n = len(ids)
