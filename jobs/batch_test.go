@@ -182,34 +182,16 @@ func TestCompleteMany(t *testing.T) {
 // every statement, for as long as the connection lived.
 func TestSharedPlansProbeOnEmptyTables(t *testing.T) {
 	pool, _ := dbtest.New(t)
-	ctx := context.Background()
-	_, err := pool.Exec(ctx, `
-		INSERT INTO idempotency_keys (caller_id, idem_key, request_hash, fingerprint_version, request_id, state,
-		                              response_status, response_body, created_at, expires_at)
-		SELECT 'bench', 'label:' || g || ':1:v1', sha256(int8send(g)), 1, 'lr_' || g, 'completed', 201,
-		       json_build_object('label_id', 'lbl_' || g, 'pad', repeat('x', 220)), now(), now() + interval '1 day'
-		  FROM generate_series(1, 20000) g;
-		INSERT INTO label_intents (request_id, caller_id, idem_key, request_hash, fingerprint_version, order_id, parcel_no,
-		                           label_version, payload, carrier_key, status, label_id, created_at, dispatched_at, completed_at)
-		SELECT 'lr_' || g, 'bench', 'label:' || g || ':1:v1', sha256(int8send(g)), 1, g, 1, 1,
-		       jsonb_build_object('order_id', g, 'pad', repeat('x', 260)), 'ck' || g, 'succeeded', 'lbl_' || g,
-		       now(), now(), now()
-		  FROM generate_series(1, 20000) g;
-		ANALYZE idempotency_keys, label_intents;
-		TRUNCATE idempotency_keys, label_intents CASCADE`)
-	require.NoError(t, err)
-	conn, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
+	conn := fixture.EmptiedFullStore(t, pool)
 	uid := "'{00000000-0000-0000-0000-000000000000}'"
 	t.Run("lease", func(t *testing.T) {
-		dbtest.RequireProbes(t, conn.Conn(), sqlPlanSettings, nil, sqlLeaseMany,
+		dbtest.RequireProbes(t, conn, sqlPlanSettings, nil, sqlLeaseMany,
 			[]string{"text[]", "uuid[]", "float8"}, []string{"'{lr_1}'", uid, "30"},
 			"idempotency_keys", "label_intents")
 	})
 	t.Run("completion", func(t *testing.T) {
 		text, num, ts := "'{a}'", "'{1}'", "'{2026-12-02T00:00:00Z}'"
-		dbtest.RequireProbes(t, conn.Conn(), sqlPlanSettings, nil, sqlCompleteMany,
+		dbtest.RequireProbes(t, conn, sqlPlanSettings, nil, sqlCompleteMany,
 			[]string{"text[]", "text[]", "text[]", "uuid[]", "int[]", "text[]", "text[]", "text[]", "text[]", "text[]", "text[]", "text[]",
 				"bigint[]", "bigint[]", "int[]", "int[]", "timestamptz[]", "timestamptz[]", "float8"},
 			[]string{text, text, text, uid, num, `'{"{}"}'`, text, text, text, text, text, text, num, num, num, num, ts, ts, "86400"},

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels/internal/dbtest"
+	"github.com/labelkit/labels/internal/fixture"
 	"github.com/labelkit/labels/internal/stacktest"
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/outbox"
@@ -95,19 +96,7 @@ func TestRelayPlansProbeOnEmptyTables(t *testing.T) {
 	t.Parallel()
 	pool, _ := dbtest.New(t)
 	ctx := context.Background()
-	_, err := pool.Exec(ctx, `
-		INSERT INTO label_intents (request_id, caller_id, idem_key, request_hash, fingerprint_version, order_id, parcel_no,
-		                           label_version, payload, carrier_key, status, label_id, created_at, dispatched_at, completed_at)
-		SELECT 'lr_' || g, 'bench', 'label:' || g || ':1:v1', sha256(int8send(g)), 1, g, 1, 1,
-		       jsonb_build_object('order_id', g, 'pad', repeat('x', 260)), 'ck' || g, 'succeeded', 'lbl_' || g,
-		       now(), now(), now()
-		  FROM generate_series(1, 20000) g;
-		ANALYZE label_intents;
-		TRUNCATE label_intents CASCADE`)
-	require.NoError(t, err)
-	conn, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
+	conn := fixture.EmptiedFullStore(t, pool)
 	// A cached statement goes generic after five runs when the generic plan
 	// is no dearer; the test explains that plan.
 	settings := outbox.SQLRelaySettings + `, set_config('plan_cache_mode', 'force_generic_plan', true)`
@@ -127,6 +116,6 @@ func TestRelayPlansProbeOnEmptyTables(t *testing.T) {
 		require.NotContains(t, plan, `Seq Scan`)
 	})
 	t.Run("mark", func(t *testing.T) {
-		dbtest.RequireProbes(t, conn.Conn(), settings, nil, outbox.SQLRelayMark, []string{"text[]"}, []string{"'{lr_1,lr_2}'"}, "label_intents")
+		dbtest.RequireProbes(t, conn, settings, nil, outbox.SQLRelayMark, []string{"text[]"}, []string{"'{lr_1,lr_2}'"}, "label_intents")
 	})
 }
