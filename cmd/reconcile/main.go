@@ -31,6 +31,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/labelkit/labels/carrier"
+	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/reconcile"
 )
 
@@ -76,7 +77,8 @@ Flags:
   --stuck-after DURATION  intents pending for longer are stuck (default 1h)
 
 Environment:
-  DATABASE_URL   PostgreSQL connection string (default postgres://localhost:5432/labels?sslmode=disable)
+  DATABASE_URL   PostgreSQL connection string (default postgres://localhost:5432/labels?sslmode=disable;
+                 when unset and PGHOST or PGDATABASE is set, the PG* variables)
   CARRIER_URL    carrier base URL, for --date (default http://127.0.0.1:8090)
   CARRIER_TOKEN  bearer token for the carrier (default none)
   LOG_LEVEL      debug, info, warn or error (default info)
@@ -93,7 +95,8 @@ func parseConfig(args []string, getenv func(string) string) (cfg Config, help bo
 		}
 		return def
 	}
-	cfg.DatabaseURL = env("DATABASE_URL", "postgres://localhost:5432/labels?sslmode=disable")
+	// DATABASE_URL, or else the PG* variables, as the other commands read them.
+	cfg.DatabaseURL = (&cli.Env{Getenv: getenv}).DatabaseURL()
 	cfg.CarrierURL = env("CARRIER_URL", "http://127.0.0.1:8090")
 	cfg.CarrierToken = getenv("CARRIER_TOKEN")
 	switch v := env("LOG_LEVEL", "info"); v {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -269,4 +270,24 @@ func TestProgress(t *testing.T) {
 	require.NoError(t, err)
 	defer f.Close()
 	require.False(t, isTerminal(f))
+}
+
+// Without DATABASE_URL the PG* variables name the database, as for the other
+// commands (operations.md).
+func TestPGVariables(t *testing.T) {
+	pool, dbURL := dbtest.New(t)
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	pg := map[string]string{
+		"PGHOST": u.Hostname(), "PGPORT": u.Port(), "PGUSER": u.User.Username(),
+		"PGDATABASE": strings.TrimPrefix(u.Path, "/"), "PGSSLMODE": "disable",
+	}
+	for k, v := range pg {
+		t.Setenv(k, v) // pgx reads them from the process
+	}
+	l := label{n: 1, cl: "CL-1", trk: "GRD000000001", costCents: 612, createdAt: day.Add(10 * time.Hour)}
+	insert(t, pool, l)
+	r := runCmd(pg, "--invoice", writeFile(t, header+l.line(1)+"\n"))
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "every item matched: exit status 0")
 }

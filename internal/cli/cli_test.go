@@ -32,3 +32,21 @@ func TestBatch(t *testing.T) {
 	require.Equal(t, 64, Batch(64))
 	require.Equal(t, 1, Batch(1))
 }
+
+// DATABASE_URL wins; without it, PGHOST or PGDATABASE leave the connection to
+// pgx's own PG* variables; without either, the spec's default.
+func TestDatabaseURL(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"DATABASE_URL": "postgres://db/x", "PGHOST": "h"}, "postgres://db/x"},
+		{map[string]string{"PGHOST": "h"}, ""},
+		{map[string]string{"PGDATABASE": "x"}, ""},
+		{map[string]string{"PGUSER": "u"}, "postgres://localhost:5432/labels?sslmode=disable"},
+		{nil, "postgres://localhost:5432/labels?sslmode=disable"},
+	} {
+		e := &Env{Getenv: func(k string) string { return tc.env[k] }}
+		require.Equal(t, tc.want, e.DatabaseURL(), "%v", tc.env)
+	}
+}
