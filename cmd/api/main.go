@@ -16,13 +16,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
-	"github.com/labelkit/labels/api"
 	"github.com/labelkit/labels/caller"
 	"github.com/labelkit/labels/httpapi"
+	"github.com/labelkit/labels/internal/apiserve"
 	"github.com/labelkit/labels/internal/cli"
-	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/migrations"
-	"github.com/labelkit/labels/notify"
 )
 
 func main() {
@@ -120,33 +118,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 func serve(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, log zerolog.Logger) int {
-	poolCfg.MaxConns = max(poolCfg.MaxConns, 20)
-	// The pool connects lazily: the API starts and answers 503 while the database is away.
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	svc, err := apiserve.Start(ctx, poolCfg, apiserve.Options{KeyRetention: cfg.KeyRetention, AcceptBatch: cli.Batch(cfg.AcceptBatch)}, log)
 	if err != nil {
 		log.Error().Err(err).Msg("database pool")
 		return 1
 	}
-	defer pool.Close()
-
-	listener := notify.NewListener(poolCfg.ConnConfig.Copy(), log, notify.ChannelFinal)
-	lctx, lcancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer lcancel()
-	go listener.Run(lctx)
-	notifier := notify.NewNotifier(pool, 0, log)
-	go notifier.Run(lctx)
-
-	handler := httpapi.NewServer(httpapi.Deps{
-		Pool:         pool,
-		Listener:     listener,
-		Notifier:     notifier,
-		Metrics:      metrics.New(),
-		Log:          log,
-		KeyRetention: cfg.KeyRetention,
-		OpenAPI:      api.OpenAPI,
-		AcceptBatch:  cli.Batch(cfg.AcceptBatch),
-	})
-	srv := httpapi.NewHTTPServer(handler, httpapi.Limits{})
+	defer svc.Close()
+	srv := httpapi.NewHTTPServer(svc.Handler, httpapi.Limits{})
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		log.Error().Err(err).Str("addr", cfg.Addr).Msg("listen")

@@ -1,6 +1,6 @@
 // Command apiprof serves the label service's HTTP API as cmd/api serves it
-// (httpapi.NewServer behind httpapi.NewHTTPServer's limits, a pool of at least
-// 20 connections, one LISTEN connection) and, on a second loopback listener,
+// (internal/apiserve: the handler with its pool, LISTEN connection and NOTIFY
+// flusher, behind httpapi.NewHTTPServer's limits) and, on a second loopback listener,
 // net/http/pprof. tools/bench starts it for its profile phase, so that the
 // API's CPU profile is taken in a process of its own, as in production, and
 // not in the load generator's runtime. It is a benchmark tool, never deployed.
@@ -24,11 +24,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/labelkit/labels/api"
 	"github.com/labelkit/labels/httpapi"
+	"github.com/labelkit/labels/internal/apiserve"
 	"github.com/labelkit/labels/internal/cli"
-	"github.com/labelkit/labels/metrics"
-	"github.com/labelkit/labels/notify"
 )
 
 func main() {
@@ -62,28 +60,14 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) int 
 	ctx, cancel := cli.SignalContext(ctx, func() { os.Exit(1) })
 	defer cancel()
 
-	// From here on, what cmd/api's serve does.
-	poolCfg.MaxConns = max(poolCfg.MaxConns, 20)
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	// What cmd/api's serve does.
+	svc, err := apiserve.Start(ctx, poolCfg, apiserve.Options{KeyRetention: retention, AcceptBatch: acceptBatch}, log)
 	if err != nil {
 		log.Error().Err(err).Msg("database pool")
 		return 1
 	}
-	defer pool.Close()
-	listener := notify.NewListener(poolCfg.ConnConfig.Copy(), log, notify.ChannelFinal)
-	lctx, lcancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer lcancel()
-	go listener.Run(lctx)
-	handler := httpapi.NewServer(httpapi.Deps{
-		Pool:         pool,
-		Listener:     listener,
-		Metrics:      metrics.New(),
-		Log:          log,
-		KeyRetention: retention,
-		OpenAPI:      api.OpenAPI,
-		AcceptBatch:  acceptBatch,
-	})
-	srv := httpapi.NewHTTPServer(handler, httpapi.Limits{})
+	defer svc.Close()
+	srv := httpapi.NewHTTPServer(svc.Handler, httpapi.Limits{})
 
 	// The profiling listener (cmd/worker serves the same on ADMIN_ADDR).
 	mux := http.NewServeMux()

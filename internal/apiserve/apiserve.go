@@ -1,0 +1,68 @@
+// Package apiserve builds the HTTP API's handler with everything it runs
+// beside it, as cmd/api serves it; tools/bench/apiprof serves the same for
+// its CPU profile, so that the profile is of what is deployed.
+package apiserve
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/labelkit/labels/api"
+	"github.com/labelkit/labels/httpapi"
+	"github.com/labelkit/labels/metrics"
+	"github.com/labelkit/labels/notify"
+)
+
+// Options are the API's settings besides the database.
+type Options struct {
+	KeyRetention time.Duration // KEY_RETENTION
+	AcceptBatch  int           // ACCEPT_BATCH, as cli.Batch returns it
+}
+
+// Service is the API's handler with its pool, its LISTEN connection and its
+// NOTIFY flusher.
+type Service struct {
+	Handler http.Handler
+	pool    *pgxpool.Pool
+	cancel  context.CancelFunc
+}
+
+// Start makes a pool of at least 20 connections from poolCfg (connecting
+// lazily: the API starts, and answers 503, while the database is away),
+// starts the listener and the notifier, and builds the handler. Close ends
+// them.
+func Start(ctx context.Context, poolCfg *pgxpool.Config, o Options, log zerolog.Logger) (*Service, error) {
+	poolCfg.MaxConns = max(poolCfg.MaxConns, 20)
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return nil, err
+	}
+	// They outlive ctx's cancellation until Close: in-flight requests still
+	// wait for outcomes and notify while the server shuts down.
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	listener := notify.NewListener(poolCfg.ConnConfig.Copy(), log, notify.ChannelFinal)
+	go listener.Run(lctx)
+	notifier := notify.NewNotifier(pool, 0, log)
+	go notifier.Run(lctx)
+	handler := httpapi.NewServer(httpapi.Deps{
+		Pool:         pool,
+		Listener:     listener,
+		Notifier:     notifier,
+		Metrics:      metrics.New(),
+		Log:          log,
+		KeyRetention: o.KeyRetention,
+		OpenAPI:      api.OpenAPI,
+		AcceptBatch:  o.AcceptBatch,
+	})
+	return &Service{Handler: handler, pool: pool, cancel: cancel}, nil
+}
+
+// Close stops the listener and the notifier and closes the pool.
+func (s *Service) Close() {
+	s.cancel()
+	s.pool.Close()
+}
