@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -237,4 +239,33 @@ func mutate(obj map[string]any, pick uint) (map[string]any, string) {
 		text(field[len("ship_to."):])
 	}
 	return changed, field
+}
+
+// decodeFast either passes a body on or makes of it exactly the tree that
+// decodeTokens makes; it never accepts what decodeTokens refuses.
+func FuzzDecodeFast(f *testing.F) {
+	for _, s := range []string{
+		`{"order_id":918273,"parcel_no":1,"weight_g":1450,"service":"ground","ship_to":{"name":"A. Example","line1":"1 Example Street","city":"Exampleton","postal_code":"10115","country":"DE"}}`,
+		` { "a" : [ 1 , -0.5e+3 , true , false , null , "x" , { } , [ ] ] } `,
+		`{"a":"\u00e9"}`, `{"a":"é"}`, `{"a":1,"a":2}`, `[[[[[[[[[[]]]]]]]]]]`, `[[[[[[[[1]]]]]]]]`,
+		`01`, `-`, `1.`, `1e`, `.5`, `1E400`, `-0`, `"a`, `{"a"}`, `{"a":}`, `[1,]`, `{,}`, `truex`, `nul`, "\"\t\"", ``, ` `,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if !utf8.Valid(body) {
+			return // decodeStrict refuses it before either runs
+		}
+		fast, ok := decodeFast(body)
+		if !ok {
+			return
+		}
+		slow, err := decodeTokens(body)
+		if err != nil {
+			t.Fatalf("decodeFast accepted %q, which decodeTokens refuses: %v", body, err)
+		}
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("%q: decodeFast made %#v, decodeTokens %#v", body, fast, slow)
+		}
+	})
 }
