@@ -337,18 +337,8 @@ func (p *fastParser) value(depth int) (any, bool) {
 				return nil, false
 			}
 			obj[k] = v
-			p.space()
-			if p.i >= len(p.b) {
-				return nil, false
-			}
-			switch p.b[p.i] {
-			case ',':
-				p.i++
-			case '}':
-				p.i++
-				return obj, true
-			default:
-				return nil, false
+			if more, ok := p.next('}'); !ok || !more {
+				return obj, ok
 			}
 		}
 	case c == '[':
@@ -368,18 +358,8 @@ func (p *fastParser) value(depth int) (any, bool) {
 				return nil, false
 			}
 			arr = append(arr, v)
-			p.space()
-			if p.i >= len(p.b) {
-				return nil, false
-			}
-			switch p.b[p.i] {
-			case ',':
-				p.i++
-			case ']':
-				p.i++
-				return arr, true
-			default:
-				return nil, false
+			if more, ok := p.next(']'); !ok || !more {
+				return arr, ok
 			}
 		}
 	case c == '"':
@@ -398,6 +378,24 @@ func (p *fastParser) value(depth int) (any, bool) {
 		}
 		return nil, false
 	}
+}
+
+// next reads what follows a member or an element: a comma (more), or the
+// container's closing byte.
+func (p *fastParser) next(closing byte) (more, ok bool) {
+	p.space()
+	if p.i >= len(p.b) {
+		return false, false
+	}
+	switch p.b[p.i] {
+	case ',':
+		p.i++
+		return true, true
+	case closing:
+		p.i++
+		return false, true
+	}
+	return false, false
 }
 
 // str reads a string without escapes or control characters.
