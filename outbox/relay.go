@@ -89,12 +89,13 @@ func (r *Relay) Run(ctx context.Context) {
 
 // The relay's statements, exported for the plan test. SQLRelaySettings goes
 // first in the relay's transaction, in the same round trip as SQLRelayTake:
-// without it, the plans made on an emptied intents table (a fresh
+// without it, the mark's plan made on an emptied intents table (a fresh
 // deployment's first minutes; every end-to-end run of tools/bench, whose
-// phases truncate the tables) read the whole table for each batch, and the
-// mark compared every intent with every request id of the batch, for as long
-// as the connection lived: a sixth of the machine's CPU samples in an
-// end-to-end run at 50 ms (docs/bench.md, "The morning").
+// phases truncate the tables) read the whole table for each batch, comparing
+// every intent with every request id of the batch, for as long as the
+// connection lived: a sixth of the machine's CPU samples in an end-to-end
+// run at 50 ms (docs/bench.md, "The morning"). The take keeps to its partial
+// index either way; the setting covers the whole transaction.
 const (
 	SQLRelaySettings = `SELECT set_config('enable_seqscan', 'off', true)`
 	SQLRelayTake     = `

@@ -90,8 +90,9 @@ func TestTwoRelaysNeverDoubleDispatch(t *testing.T) {
 // The relay's plans, made on an emptied intents table whose statistics say
 // it is full of dispatched intents (every end-to-end run of tools/bench; a
 // store emptied or restored), take the undispatched intents through their
-// partial index and mark them through the primary key: plans made so without
-// the relay's settings read the whole table for every batch.
+// partial index and mark them through the primary key: the mark's plan made
+// so without the relay's settings read the whole table for every batch (the
+// "mark" subtest fails without them; "take" guards the partial index).
 func TestRelayPlansProbeOnEmptyTables(t *testing.T) {
 	t.Parallel()
 	pool, _ := dbtest.New(t)
