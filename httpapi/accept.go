@@ -34,14 +34,30 @@ type decision struct {
 // written by the API and the purchase left to a worker: in one transaction it
 // inserts the key record and the intent, or finds what answers the request.
 func (s *Server) accept(ctx context.Context, callerID, key string, parcel labels.Parcel, hash []byte) (*decision, error) {
-	// A repeat is answered from what is stored, read outside any
+	read, unseen := true, false
+	if s.accepts != nil {
+		read, unseen = s.readFirst.decide(callerID, key)
+	}
+	d, err := s.acceptKey(ctx, callerID, key, parcel, hash, read)
+	if unseen && err == nil {
+		s.readFirst.observe(d.outcome == metrics.OutcomeReplayed || d.outcome == metrics.OutcomeKeyReused)
+	}
+	return d, err
+}
+
+// acceptKey is accept after the choice to read first or not.
+func (s *Server) acceptKey(ctx context.Context, callerID, key string, parcel labels.Parcel, hash []byte, readFirst bool) (*decision, error) {
+	// A repeat read first is answered from what is stored, read outside any
 	// transaction (the key record; for a key not completed yet, its intent
-	// too): it waits for no commit, and writes nothing.
-	// A key that is not there yet goes on to be inserted; should a
-	// concurrent request insert it first, the insert finds it and the
-	// repeat is answered below.
-	if d, err := s.storedAnswer(ctx, callerID, key, hash); d != nil || err != nil {
-		return d, err
+	// too): it waits for no commit, and writes nothing (readfirst.go says
+	// which creates read first).
+	// A key that is not there goes on to be inserted; should it be there
+	// after all (a concurrent request inserted it first, or it was not
+	// read), the insert finds it and the repeat is answered below.
+	if readFirst {
+		if d, err := s.storedAnswer(ctx, callerID, key, hash); d != nil || err != nil {
+			return d, err
+		}
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	rec := &idempotency.Record{

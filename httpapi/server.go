@@ -46,6 +46,10 @@ type Deps struct {
 	// commit, see acceptmany.go); 0 means 64, and a negative value turns the
 	// sharing off. It is off when AfterKeyInsertFunc is set.
 	AcceptBatch int
+	// ReadFirst says which creates read their key record before the shared
+	// accept transaction (readfirst.go); the zero value is ReadFirstAdaptive.
+	// Without the shared transaction every create reads first.
+	ReadFirst ReadFirst
 }
 
 // acceptFlushers is how many shared accept transactions may be in flight at
@@ -59,6 +63,8 @@ type Server struct {
 	deps    Deps
 	tokens  *tokenCache
 	accepts *group.Group[acceptIn, acceptOut] // nil: every accept alone
+	// readFirst decides which creates read first (with accepts only).
+	readFirst *readFirstPolicy
 }
 
 // NewServer returns the API as an http.Handler.
@@ -82,6 +88,7 @@ func NewServer(deps Deps) http.Handler {
 			n = 64
 		}
 		s.accepts = &group.Group[acceptIn, acceptOut]{Max: n, Flushers: acceptFlushers, Timeout: deps.StoreTimeout, Run: s.acceptMany}
+		s.readFirst = newReadFirstPolicy(deps.ReadFirst)
 	}
 	return s.routes()
 }

@@ -39,9 +39,10 @@ type Opts struct {
 	RetryBase        time.Duration // default 10ms
 	AfterCarrierFunc func(ctx context.Context, requestID string) error
 	AfterKeyInsert   func(ctx context.Context) error
-	ClaimWait        time.Duration // default: the API's
-	BatchMax         int           // the worker's BuyLabelConfig.BatchMax (0: shared statements of 64; -1: none)
-	AcceptBatch      int           // the API's Deps.AcceptBatch (0: shared transactions of 64; -1: none)
+	ClaimWait        time.Duration     // default: the API's
+	BatchMax         int               // the worker's BuyLabelConfig.BatchMax (0: shared statements of 64; -1: none)
+	AcceptBatch      int               // the API's Deps.AcceptBatch (0: shared transactions of 64; -1: none)
+	ReadFirst        httpapi.ReadFirst // the API's Deps.ReadFirst (0: adaptive)
 	// Pool, when set, is used instead of a fresh database (it must be migrated).
 	Pool *pgxpool.Pool
 }
@@ -78,7 +79,7 @@ func New(t testing.TB, o Opts) *Stack {
 
 	api := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
 		Pool: pool, Listener: listener, Notifier: notifier, Metrics: m, Log: log, AfterKeyInsertFunc: o.AfterKeyInsert, ClaimWait: o.ClaimWait,
-		AcceptBatch: o.AcceptBatch,
+		AcceptBatch: o.AcceptBatch, ReadFirst: o.ReadFirst,
 	}))
 	s.URL = api.URL
 

@@ -1,0 +1,133 @@
+package httpapi_test
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/labelkit/labels/httpapi"
+	"github.com/labelkit/labels/internal/stacktest"
+	"github.com/labelkit/labels/jobs"
+	"github.com/labelkit/labels/metrics"
+)
+
+// Every repeat sent to the insert instead of read first (ReadFirstNever) gets
+// the answer the read would have given: pending and completed replays, a
+// reused key, a parcel taken under another key, another caller's key, a key
+// purged since, and a burst of identical requests.
+func TestRepeatsThroughTheInsert(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{ReadFirst: httpapi.ReadFirstNever})
+	tok := s.Token("fulfilment")
+	body := stacktest.ParcelBody(918273, 1, 1450)
+
+	first := s.Create(tok, "k1", body)
+	require.Equal(t, http.StatusAccepted, first.Status, string(first.Body))
+	lr := decode[labelRequest](t, first.Body)
+	pending := s.Create(tok, "k1", body)
+	if pending.Status == http.StatusAccepted { // else the worker was done already
+		require.Equal(t, "true", pending.Header.Get("Idempotent-Replayed"))
+		require.Equal(t, lr.ID, decode[labelRequest](t, pending.Body).ID)
+	}
+	requireProblem(t, s.Create(tok, "k1", stacktest.ParcelBody(918273, 1, 1500)), http.StatusUnprocessableEntity, "idempotency_key_reused")
+
+	s.WaitFinal(tok, lr.ID)
+	saved := s.Create(tok, "k1", body)
+	require.Equal(t, http.StatusCreated, saved.Status, string(saved.Body))
+	require.Equal(t, "true", saved.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, saved.Body, s.Create(tok, "k1", body).Body)
+
+	dup := s.Create(tok, "k2", body)
+	require.Equal(t, http.StatusCreated, dup.Status, string(dup.Body))
+	require.Equal(t, saved.Body, dup.Body)
+	requireProblem(t, s.Create(tok, "k3", stacktest.ParcelBody(918273, 1, 2000)), http.StatusConflict, "parcel_already_labelled")
+
+	other := s.Token("other")
+	mine := s.Create(other, "k1", body)
+	require.Equal(t, http.StatusAccepted, mine.Status, string(mine.Body))
+	s.WaitFinal(other, decode[labelRequest](t, mine.Body).ID)
+
+	n, err := jobs.Sweep(context.Background(), s.Pool, time.Now().Add(25*time.Hour), 100, nil)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, n, int64(1))
+	late := s.Create(tok, "k1", body)
+	require.Equal(t, http.StatusCreated, late.Status, string(late.Body))
+	require.Equal(t, saved.Body, late.Body)
+	require.Equal(t, 1.0, testutil.ToFloat64(s.Metrics.IdempotencyOutcomes.WithLabelValues(metrics.OutcomePurgedKeyReused)))
+
+	burst := stacktest.ParcelBody(5, 1, 100)
+	var wg sync.WaitGroup
+	ids := make([]string, 20)
+	for i := range ids {
+		wg.Go(func() {
+			r := s.Create(tok, "k5", burst)
+			if r.Status == http.StatusAccepted {
+				ids[i] = decode[labelRequest](t, r.Body).ID
+			}
+		})
+	}
+	wg.Wait()
+	for _, id := range ids {
+		if id != "" {
+			require.Equal(t, ids[0], id)
+		}
+	}
+	require.Equal(t, 1, count(t, s, `SELECT count(*) FROM label_intents WHERE caller_id = 'fulfilment' AND order_id = 5`))
+	require.NotEmpty(t, ids[0])
+	s.WaitFinal(tok, ids[0])
+	_, total := s.Carrier.Purchases("")
+	require.Equal(t, 3, total, "k1, the other caller's k1, and k5: nothing bought twice")
+}
+
+// The adaptive policy, seen from two API servers on one database. While a
+// lock stops every write to the keys, the server that took a key answers its
+// repeat (read first), but the other server, which never saw the key, sends
+// it to the insert, which waits for the lock. Once more than one in eight of
+// the unseen keys it gets turn out stored, it reads every key first, and
+// answers through the lock too.
+func TestReadFirstAdaptsToUnseenRepeats(t *testing.T) {
+	t.Parallel()
+	a := stacktest.New(t, stacktest.Opts{NoWorker: true, ClaimWait: 200 * time.Millisecond})
+	b := stacktest.New(t, stacktest.Opts{NoWorker: true, ClaimWait: 200 * time.Millisecond, Pool: a.Pool})
+	tok := a.Token("fulfilment")
+	ctx := context.Background()
+	lock := func() func() {
+		tx, err := a.Pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, `LOCK TABLE idempotency_keys, label_intents IN EXCLUSIVE MODE`)
+		require.NoError(t, err)
+		return func() { require.NoError(t, tx.Rollback(ctx)) }
+	}
+
+	body := stacktest.ParcelBody(1, 1, 100)
+	require.Equal(t, http.StatusAccepted, a.Create(tok, "k0", body).Status)
+	unlock := lock()
+	r := a.Create(tok, "k0", body)
+	require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
+	require.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
+	blocked := b.Create(tok, "k0", body)
+	require.NotEqual(t, http.StatusAccepted, blocked.Status, "the unseen repeat was read first")
+	unlock()
+
+	// 256 creates on b, all of keys a took: each is answered, through the
+	// insert and the read after it, until the window closes.
+	for i := range 256 {
+		key, body := "r"+strconv.Itoa(i), stacktest.ParcelBody(int64(100+i), 1, 100)
+		require.Equal(t, http.StatusAccepted, a.Create(tok, key, body).Status)
+		r := b.Create(tok, key, body)
+		require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
+		require.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
+	}
+	require.Equal(t, http.StatusAccepted, a.Create(tok, "k9", stacktest.ParcelBody(9, 1, 100)).Status)
+	unlock = lock()
+	defer unlock()
+	r = b.Create(tok, "k9", stacktest.ParcelBody(9, 1, 100))
+	require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
+	require.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
+}
