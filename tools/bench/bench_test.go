@@ -288,3 +288,26 @@ func TestReplayBodyMatchesFill(t *testing.T) {
 	require.Equal(t, idempotency.Fingerprint("POST", "/v1/labels", canonical), key[2], "the saved fingerprint is the body's")
 	require.Equal(t, string(bodyFor(order)), intent[8], "the intent's payload is the body sent")
 }
+
+// The pacer hands out every scheduled start, in order, then closes; a
+// cancelled context ends it early.
+func TestPace(t *testing.T) {
+	start := time.Now()
+	slots := make(chan time.Time, 100)
+	pace(context.Background(), slots, start, start.Add(50*time.Millisecond), 1000)
+	var got []time.Time
+	for s := range slots {
+		got = append(got, s)
+	}
+	require.Len(t, got, 50)
+	for i, s := range got {
+		require.Equal(t, start.Add(time.Duration(i)*time.Millisecond), s)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	slots = make(chan time.Time) // nobody reads: only the cancellation ends it
+	pace(ctx, slots, start, start.Add(time.Hour), 1000)
+	_, open := <-slots
+	require.False(t, open)
+}

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -132,20 +133,7 @@ func runLoad(ctx context.Context, spec loadSpec) LoadRun {
 	var slots chan time.Time
 	if spec.Rate > 0 {
 		slots = make(chan time.Time, 4096)
-		go func() {
-			defer close(slots)
-			interval := time.Duration(float64(time.Second) / spec.Rate)
-			for next := start; next.Before(end) && ctx.Err() == nil; next = next.Add(interval) {
-				if d := time.Until(next); d > 0 {
-					time.Sleep(d)
-				}
-				select {
-				case slots <- next:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}()
+		go pace(ctx, slots, start, end, spec.Rate)
 	}
 	stats := make([]*clientStats, spec.Concurrency)
 	var wg sync.WaitGroup
@@ -253,6 +241,30 @@ func runLoad(ctx context.Context, spec loadSpec) LoadRun {
 	r.Latency, r.NewLatency, r.RepLatency = summarize(all), summarize(newL), summarize(repL)
 	r.newLat, r.repLat = newL, repL
 	return r
+}
+
+// pace hands out the start times of a load at rate per second from start
+// until end, each when it comes, and closes slots. Latency is measured from
+// these times, so the pacer's own lateness would count as the service's: it
+// sleeps on a thread of its own with the kernel's high-resolution timer
+// (preciseSleep), not time.Sleep, whose wake-ups came 0.6 ms late at the
+// median and 1.3 ms at p99 on the bench machine (2.5 ms intervals, idle),
+// against 0.13 and 1.9 ms (p99: the VM's own noise) with nanosleep.
+func pace(ctx context.Context, slots chan<- time.Time, start, end time.Time, rate float64) {
+	defer close(slots)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	interval := time.Duration(float64(time.Second) / rate)
+	for next := start; next.Before(end) && ctx.Err() == nil; next = next.Add(interval) {
+		if d := time.Until(next); d > 0 {
+			preciseSleep(d)
+		}
+		select {
+		case slots <- next:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // post sends one create and reads the whole answer.
