@@ -37,6 +37,11 @@ func (s *Server) accept(ctx context.Context, callerID, key string, parcel labels
 	read, unseen := true, false
 	if s.accepts != nil {
 		read, unseen = s.readFirst.decide(callerID, key)
+		if read {
+			s.pathReadFirst.Inc()
+		} else {
+			s.pathInsertFirst.Inc()
+		}
 	}
 	d, err := s.acceptKey(ctx, callerID, key, parcel, hash, read)
 	if unseen && err == nil {

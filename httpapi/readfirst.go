@@ -3,6 +3,8 @@ package httpapi
 import (
 	"hash/maphash"
 	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // ReadFirst says when a create reads its key record before it goes on to the
@@ -57,10 +59,11 @@ type readFirstPolicy struct {
 	// bits, how many of them were stored in the high 32.
 	counts  atomic.Uint64
 	readAll atomic.Bool
+	gauge   prometheus.Gauge // readAll as 0 or 1; nil: none
 }
 
-func newReadFirstPolicy(mode ReadFirst) *readFirstPolicy {
-	p := &readFirstPolicy{mode: mode, seed: maphash.MakeSeed()}
+func newReadFirstPolicy(mode ReadFirst, readAll prometheus.Gauge) *readFirstPolicy {
+	p := &readFirstPolicy{mode: mode, seed: maphash.MakeSeed(), gauge: readAll}
 	if mode == ReadFirstAdaptive {
 		p.seen = make([]atomic.Uint64, recentKeys)
 	}
@@ -103,5 +106,13 @@ func (p *readFirstPolicy) observe(stored bool) {
 		return
 	}
 	p.counts.Add(^(c - 1)) // minus c: what others added since stays
-	p.readAll.Store(c>>32 > readAllAbove)
+	all := c>>32 > readAllAbove
+	p.readAll.Store(all)
+	if p.gauge != nil {
+		v := 0.0
+		if all {
+			v = 1
+		}
+		p.gauge.Set(v)
+	}
 }

@@ -124,6 +124,10 @@ func TestReadFirstAdaptsToUnseenRepeats(t *testing.T) {
 		require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
 		require.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
 	}
+	require.Equal(t, 1.0, testutil.ToFloat64(b.Metrics.AcceptReadAll))
+	require.Equal(t, 257.0, testutil.ToFloat64(b.Metrics.AcceptPaths.WithLabelValues(metrics.PathInsertFirst)))
+	require.Equal(t, 0.0, testutil.ToFloat64(b.Metrics.AcceptPaths.WithLabelValues(metrics.PathReadFirst)))
+	require.Equal(t, 1.0, testutil.ToFloat64(a.Metrics.AcceptPaths.WithLabelValues(metrics.PathReadFirst)), "a's repeat of k0")
 	require.Equal(t, http.StatusAccepted, a.Create(tok, "k9", stacktest.ParcelBody(9, 1, 100)).Status)
 	unlock = lock()
 	defer unlock()

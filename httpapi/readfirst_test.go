@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 )
 
@@ -13,7 +15,8 @@ import (
 // stored; the estimate follows the share both ways, window by window.
 func TestReadFirstPolicy(t *testing.T) {
 	t.Parallel()
-	p := newReadFirstPolicy(ReadFirstAdaptive)
+	gauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "read_all"})
+	p := newReadFirstPolicy(ReadFirstAdaptive, gauge)
 
 	read, unseen := p.decide("c1", "k1")
 	require.False(t, read, "a new key goes straight to the insert")
@@ -36,17 +39,20 @@ func TestReadFirstPolicy(t *testing.T) {
 	}
 	fill(readAllAbove) // one in eight: not over
 	require.False(t, p.readAll.Load())
+	require.Equal(t, 0.0, testutil.ToFloat64(gauge))
 	fill(readAllAbove + 1)
 	require.True(t, p.readAll.Load())
+	require.Equal(t, 1.0, testutil.ToFloat64(gauge))
 	read, unseen = p.decide("c1", "fresh")
 	require.True(t, read, "every key reads first while many unseen keys were stored")
 	require.True(t, unseen, "and still counts, so the estimate can fall again")
 	p.observe(false)
 	fill(0)
 	require.False(t, p.readAll.Load(), "one window under the share turns it off")
+	require.Equal(t, 0.0, testutil.ToFloat64(gauge))
 
 	for mode, want := range map[ReadFirst]bool{ReadFirstAlways: true, ReadFirstNever: false} {
-		p := newReadFirstPolicy(mode)
+		p := newReadFirstPolicy(mode, nil)
 		for range 2 {
 			read, unseen := p.decide("c1", "k1")
 			require.Equal(t, want, read)
@@ -59,7 +65,7 @@ func TestReadFirstPolicy(t *testing.T) {
 // observed while one closes goes to the next.
 func TestReadFirstWindowsConcurrent(t *testing.T) {
 	t.Parallel()
-	p := newReadFirstPolicy(ReadFirstAdaptive)
+	p := newReadFirstPolicy(ReadFirstAdaptive, nil)
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {

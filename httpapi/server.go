@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/labelkit/labels"
@@ -64,7 +65,8 @@ type Server struct {
 	tokens  *tokenCache
 	accepts *group.Group[acceptIn, acceptOut] // nil: every accept alone
 	// readFirst decides which creates read first (with accepts only).
-	readFirst *readFirstPolicy
+	readFirst                      *readFirstPolicy
+	pathReadFirst, pathInsertFirst prometheus.Counter
 }
 
 // NewServer returns the API as an http.Handler.
@@ -88,7 +90,9 @@ func NewServer(deps Deps) http.Handler {
 			n = 64
 		}
 		s.accepts = &group.Group[acceptIn, acceptOut]{Max: n, Flushers: acceptFlushers, Timeout: deps.StoreTimeout, Run: s.acceptMany}
-		s.readFirst = newReadFirstPolicy(deps.ReadFirst)
+		s.readFirst = newReadFirstPolicy(deps.ReadFirst, deps.Metrics.AcceptReadAll)
+		s.pathReadFirst = deps.Metrics.AcceptPaths.WithLabelValues(metrics.PathReadFirst)
+		s.pathInsertFirst = deps.Metrics.AcceptPaths.WithLabelValues(metrics.PathInsertFirst)
 	}
 	return s.routes()
 }
