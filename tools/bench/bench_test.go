@@ -311,3 +311,14 @@ func TestPace(t *testing.T) {
 	_, open := <-slots
 	require.False(t, open)
 }
+
+// /proc/stat's first line: busy is user, nice, system, irq and softirq;
+// idle, iowait and guest time are not added, and steal comes apart.
+func TestCPULine(t *testing.T) {
+	busy, steal := cpuLine("cpu  213227 5 100091 1119612 6793 7 19944 13605 300 9")
+	require.InDelta(t, float64(213227+5+100091+7+19944)/100, busy, 1e-9)
+	require.InDelta(t, 136.05, steal, 1e-9)
+	busy, steal = cpuLine("intr 1 2 3")
+	require.Zero(t, busy)
+	require.Zero(t, steal)
+}

@@ -27,11 +27,12 @@ type cpuReading struct {
 	at                            time.Time
 	client                        float64
 	api, worker, carrier, postgre float64
-	machineBusy                   float64
+	machineBusy, steal            float64
 }
 
 func (m *cpuMeter) read() cpuReading {
-	r := cpuReading{at: time.Now(), client: selfCPU(), machineBusy: machineBusy()}
+	r := cpuReading{at: time.Now(), client: selfCPU()}
+	r.machineBusy, r.steal = machineBusy()
 	if m.api > 0 {
 		r.api = procCPU(m.api, false)
 	}
@@ -62,6 +63,7 @@ func since(a, b cpuReading) CPU {
 	}
 	var c CPU
 	c.Client, c.API, c.Worker, c.Carrier, c.Postgres, c.Machine = spent(a, b, func(s float64) float64 { return round2(s / wall) })
+	c.Steal = round2((b.steal - a.steal) / wall)
 	return c
 }
 
@@ -139,32 +141,41 @@ func treeCPU(root int) float64 {
 	return total
 }
 
-// machineBusy is the CPU time every core spent not idle, since boot.
-func machineBusy() float64 {
+// machineBusy is the CPU time every core spent not idle since boot, and the
+// time stolen from them: on a virtual machine, time its cores were ready to
+// run while the host ran something else. Stolen time is not work done here,
+// so it is not in busy.
+func machineBusy() (busy, steal float64) {
 	f, err := os.Open("/proc/stat")
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	if !sc.Scan() {
-		return 0
+		return 0, 0
 	}
-	fields := strings.Fields(sc.Text())
+	return cpuLine(sc.Text())
+}
+
+// cpuLine reads the first line of /proc/stat: user nice system idle iowait
+// irq softirq steal guest guest_nice, in clock ticks.
+func cpuLine(line string) (busy, steal float64) {
+	fields := strings.Fields(line)
 	if len(fields) < 6 || fields[0] != "cpu" {
-		return 0
+		return 0, 0
 	}
-	var busy float64
 	for i, v := range fields[1:] {
-		if i == 3 || i == 4 { // idle, iowait
-			continue
+		switch {
+		case i == 3 || i == 4: // idle, iowait
+		case i == 7:
+			steal = atof(v)
+		case i >= 8: // guest time is already counted in user
+		default:
+			busy += atof(v)
 		}
-		if i >= 8 { // guest time is already counted in user
-			break
-		}
-		busy += atof(v)
 	}
-	return busy / clockTicks
+	return busy / clockTicks, steal / clockTicks
 }
 
 func loadAverage() [3]float64 {

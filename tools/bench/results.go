@@ -89,6 +89,10 @@ type CPU struct {
 	Pgbench  float64 `json:"pgbench_cores,omitempty"`  // the pgbench process
 	Postgres float64 `json:"postgres_cores,omitempty"` // every process of the private server (0 with --server)
 	Machine  float64 `json:"machine_cores"`            // everything on the machine (/proc/stat), other work included
+	// Steal is the cores' time stolen by the host (/proc/stat's steal): a
+	// virtual machine's cores ready to run while the host ran other work.
+	// It is not in Machine; latencies grow with it.
+	Steal float64 `json:"steal_cores"`
 }
 
 // CPUPerLabel is CPU microseconds per label, by party.
