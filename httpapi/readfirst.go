@@ -59,7 +59,7 @@ type readFirstPolicy struct {
 	// bits, how many of them were stored in the high 32.
 	counts  atomic.Uint64
 	readAll atomic.Bool
-	gauge   prometheus.Gauge // readAll as 0 or 1; nil: none
+	gauge   prometheus.Gauge // readAll as 0 or 1
 }
 
 func newReadFirstPolicy(mode ReadFirst, readAll prometheus.Gauge) *readFirstPolicy {
@@ -108,11 +108,9 @@ func (p *readFirstPolicy) observe(stored bool) {
 	p.counts.Add(^(c - 1)) // minus c: what others added since stays
 	all := c>>32 > readAllAbove
 	p.readAll.Store(all)
-	if p.gauge != nil {
-		v := 0.0
-		if all {
-			v = 1
-		}
-		p.gauge.Set(v)
+	v := 0.0
+	if all {
+		v = 1
 	}
+	p.gauge.Set(v)
 }

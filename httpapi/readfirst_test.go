@@ -52,7 +52,7 @@ func TestReadFirstPolicy(t *testing.T) {
 	require.Equal(t, 0.0, testutil.ToFloat64(gauge))
 
 	for mode, want := range map[ReadFirst]bool{ReadFirstAlways: true, ReadFirstNever: false} {
-		p := newReadFirstPolicy(mode, nil)
+		p := newReadFirstPolicy(mode, prometheus.NewGauge(prometheus.GaugeOpts{Name: "read_all"}))
 		for range 2 {
 			read, unseen := p.decide("c1", "k1")
 			require.Equal(t, want, read)
@@ -65,7 +65,7 @@ func TestReadFirstPolicy(t *testing.T) {
 // observed while one closes goes to the next.
 func TestReadFirstWindowsConcurrent(t *testing.T) {
 	t.Parallel()
-	p := newReadFirstPolicy(ReadFirstAdaptive, nil)
+	p := newReadFirstPolicy(ReadFirstAdaptive, prometheus.NewGauge(prometheus.GaugeOpts{Name: "read_all"}))
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
