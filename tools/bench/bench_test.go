@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"image/png"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -136,6 +139,10 @@ func TestBenchTiny(t *testing.T) {
 			require.Equal(t, l.Requests, l.Statuses["201"])
 		}
 		require.EqualValues(t, 100, rp.Paced.Rate)
+		require.Nil(t, rp.Load.StartLateness, "back to back, a request starts when its client is free")
+		require.NotNil(t, rp.Paced.StartLateness)
+		require.Equal(t, rp.Paced.Requests, rp.Paced.StartLateness.Count)
+		require.LessOrEqual(t, rp.Paced.StartLateness.P99, rp.Paced.Latency.P99, "the lateness is part of the latency")
 	}
 
 	// The store: 1000 records of a plausible size, all purged.
@@ -321,4 +328,32 @@ func TestCPULine(t *testing.T) {
 	busy, steal = cpuLine("intr 1 2 3")
 	require.Zero(t, busy)
 	require.Zero(t, steal)
+}
+
+// A paced load measures latency from the scheduled start, and says how late
+// the starts were: one client and a server that takes 20 ms for each of
+// requests scheduled every 5 ms fall behind by at least 15 ms a request, and
+// each answer's latency includes its late start. (The bounds follow from the
+// schedule, not from the machine's speed.)
+func TestPacedStartLateness(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(20 * time.Millisecond)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer srv.Close()
+	spec := loadSpec{Name: "paced", BaseURL: srv.URL, Token: "t", Concurrency: 1, Duration: 100 * time.Millisecond,
+		NextOrder: new(atomic.Int64), ReplayFrom: 1, ReplayN: 10, Rate: 200}
+	r := runLoad(context.Background(), spec)
+	require.Zero(t, r.Errors, r.FirstError)
+	require.Equal(t, 20, r.Requests, "every scheduled start of the window is taken up, late or not")
+	require.NotNil(t, r.StartLateness)
+	require.Equal(t, r.Requests, r.StartLateness.Count)
+	// The 20th start comes no earlier than 19 × 20 ms after the first, and was
+	// scheduled 19 × 5 ms after it.
+	require.GreaterOrEqual(t, r.StartLateness.Max, 19*15.0)
+	require.GreaterOrEqual(t, r.Latency.Max, r.StartLateness.Max+20)
+
+	spec.Rate = 0
+	require.Nil(t, runLoad(context.Background(), spec).StartLateness)
 }

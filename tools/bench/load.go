@@ -109,6 +109,7 @@ func loadClient(concurrency int) *http.Client {
 // clientStats is one goroutine's record.
 type clientStats struct {
 	newLat, repLat []int64 // nanoseconds
+	late           []int64 // paced: from the scheduled start to the client's, ns
 	statuses       map[int]int
 	errors         int
 	firstErr       string
@@ -145,12 +146,13 @@ func runLoad(ctx context.Context, spec loadSpec) LoadRun {
 			var mine []int64 // accepted orders of this goroutine, for repeats
 			for ctx.Err() == nil {
 				var began time.Time
+				var late time.Duration
 				if slots != nil {
 					t, ok := <-slots
 					if !ok {
 						return
 					}
-					began = t
+					began, late = t, time.Since(t)
 				} else if began = time.Now(); began.After(end) {
 					return
 				}
@@ -213,6 +215,9 @@ func runLoad(ctx context.Context, spec loadSpec) LoadRun {
 				} else {
 					st.newLat = append(st.newLat, int64(took))
 				}
+				if slots != nil {
+					st.late = append(st.late, int64(late))
+				}
 			}
 		})
 	}
@@ -220,10 +225,11 @@ func runLoad(ctx context.Context, spec loadSpec) LoadRun {
 	// The window ends when the last request started in it has been answered.
 	elapsed := time.Since(measureFrom)
 	r := LoadRun{Name: spec.Name, Concurrency: spec.Concurrency, Rate: spec.Rate, Seconds: round2(elapsed.Seconds()), Statuses: map[string]int{}}
-	var all, newL, repL []int64
+	var all, newL, repL, late []int64
 	for _, st := range stats {
 		newL = append(newL, st.newLat...)
 		repL = append(repL, st.repLat...)
+		late = append(late, st.late...)
 		r.Errors += st.errors
 		if r.FirstError == "" {
 			r.FirstError = st.firstErr
@@ -239,6 +245,10 @@ func runLoad(ctx context.Context, spec loadSpec) LoadRun {
 		r.NewPerSec = round1(float64(r.New) / s)
 	}
 	r.Latency, r.NewLatency, r.RepLatency = summarize(all), summarize(newL), summarize(repL)
+	if slots != nil {
+		l := summarize(late)
+		r.StartLateness = &l
+	}
 	r.newLat, r.repLat = newL, repL
 	return r
 }

@@ -180,10 +180,14 @@ func Markdown(r *Results) string {
 	}
 	if len(r.Replays) > 0 {
 		p("**Replays** (completed keys, each request a uniformly random filled key; %d clients)\n\n", r.Setup.ReplayConcurrency)
-		p("| keys in the store | p50 / p99 ms at %g/s | CPU cores at %g/s: machine · stolen by the host | back to back: replays/s | back to back: p50 / p99 ms | fill (COPY) rows/s |\n", r.Setup.ReplayRate, r.Setup.ReplayRate)
-		p("| ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		p("| keys in the store | p50 / p99 ms at %g/s | of which the start was late, p50 / p99 ms | CPU cores at %g/s: machine · stolen by the host | back to back: replays/s | back to back: p50 / p99 ms | fill (COPY) rows/s |\n", r.Setup.ReplayRate, r.Setup.ReplayRate)
+		p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 		for _, rp := range r.Replays {
-			p("| %s | %s / %s | %s · %s | %s | %s / %s | %s |\n", count(rp.Keys), f2(rp.Paced.Latency.P50), f2(rp.Paced.Latency.P99),
+			late := "–"
+			if l := rp.Paced.StartLateness; l != nil {
+				late = f2(l.P50) + " / " + f2(l.P99)
+			}
+			p("| %s | %s / %s | %s | %s · %s | %s | %s / %s | %s |\n", count(rp.Keys), f2(rp.Paced.Latency.P50), f2(rp.Paced.Latency.P99), late,
 				f2(rp.Paced.CPU.Machine), f2(rp.Paced.CPU.Steal),
 				f0(rp.Load.PerSec), f2(rp.Load.Latency.P50), f2(rp.Load.Latency.P99), f0(rp.FillPerSec))
 		}

@@ -166,8 +166,15 @@ type LoadRun struct {
 	Latency     Latency        `json:"latency"`
 	NewLatency  Latency        `json:"new_latency"`
 	RepLatency  Latency        `json:"repeat_latency"`
-	CPU         CPU            `json:"cpu"`
-	DB          DB             `json:"db"`
+	// StartLateness, for a paced load, is how late the clients took up
+	// their scheduled starts, counted requests only: the pacer's timer and
+	// the hand-off to an idle client, or a wait for a client to come free
+	// when all are busy. Latency is measured from the scheduled start, so
+	// it includes this; what goes beyond a busy service's share is the load
+	// generator's machine waking it late.
+	StartLateness *Latency `json:"start_lateness,omitempty"`
+	CPU           CPU      `json:"cpu"`
+	DB            DB       `json:"db"`
 	// Backends is the API's connections to the database after the load
 	// (its pool and its LISTEN connection).
 	Backends int `json:"db_connections,omitempty"`
