@@ -357,3 +357,35 @@ func TestPacedStartLateness(t *testing.T) {
 	spec.Rate = 0
 	require.Nil(t, runLoad(context.Background(), spec).StartLateness)
 }
+
+// The DAMON schemes the kernel runs, read from its sysfs tree: a running
+// kdamond's pageout scheme is described; a kdamond that is off, and a tree
+// that is not there, describe nothing.
+func TestProactiveReclaim(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	write := func(path, v string) {
+		t.Helper()
+		p := filepath.Join(root, path)
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(v+"\n"), 0o644))
+	}
+	ctx := "kdamonds/0/contexts/0/"
+	write("kdamonds/nr_kdamonds", "2")
+	write("kdamonds/0/state", "on")
+	write(ctx+"operations", "paddr")
+	write(ctx+"monitoring_attrs/intervals/aggr_us", "5000000")
+	write(ctx+"schemes/nr_schemes", "1")
+	write(ctx+"schemes/0/action", "pageout")
+	write(ctx+"schemes/0/access_pattern/age/min", "12")
+	write(ctx+"schemes/0/quotas/bytes", "134217728")
+	write(ctx+"schemes/0/quotas/reset_interval_ms", "1000")
+	write("kdamonds/1/state", "off")
+	write("kdamonds/1/contexts/0/operations", "vaddr")
+	write("kdamonds/1/contexts/0/schemes/0/action", "pageout")
+	require.Equal(t, "paddr pageout of memory idle ≥ 60 s, at most 128 MiB per 1 s", proactiveReclaim(root))
+
+	write("kdamonds/0/state", "off")
+	require.Empty(t, proactiveReclaim(root))
+	require.Empty(t, proactiveReclaim(filepath.Join(root, "missing")))
+}

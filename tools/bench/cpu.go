@@ -217,5 +217,6 @@ func machine() Machine {
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(b))
 	}
+	m.ProactiveReclaim = proactiveReclaim(damonRoot)
 	return m
 }

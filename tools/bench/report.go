@@ -118,6 +118,9 @@ func Markdown(r *Results) string {
 	p("- Machine: %d × %s, %.1f GiB, Linux %s; %s; %s.\n", m.CPUs, m.CPUModel, m.MemoryGiB, m.Kernel, m.GoVersion, firstWords(m.PostgreSQL, 2))
 	p("- Server: %s; synchronous_commit=%s, fsync=%s, wal_sync_method=%s, shared_buffers=%s.\n",
 		m.Server, m.Settings["synchronous_commit"], m.Settings["fsync"], m.Settings["wal_sync_method"], m.Settings["shared_buffers"])
+	if m.ProactiveReclaim != "" {
+		p("- The kernel reclaims memory on its own (DAMON): %s. It pages out parts of PostgreSQL's shared buffers that stay idle, and the replays' tail with 1 M keys follows it (docs/bench.md, Finding 14).\n", m.ProactiveReclaim)
+	}
 	p("- Load average (1 min) %.1f at the start, %.1f at the end: the machine's two cores are shared with whatever else runs.\n",
 		m.LoadAverageStart[0], m.LoadAverageEnd[0])
 	p("- Command: `%s`. Each load runs %.0f s after a %.0f s warm-up, closed loop; at each concurrency the ceiling and the accept alternate in %d rounds; accept loads repeat an earlier key and body in %.0f%% of requests.\n",

@@ -39,6 +39,9 @@ type Machine struct {
 	Pgbench    string            `json:"pgbench"`
 	Server     string            `json:"server"` // private or the given URL (redacted)
 	Settings   map[string]string `json:"settings"`
+	// ProactiveReclaim is the kernel's DAMON schemes that run (empty: none):
+	// on this VM they page out idle memory, PostgreSQL's shared buffers too.
+	ProactiveReclaim string `json:"proactive_reclaim,omitempty"`
 	// LoadAverage is /proc/loadavg (1, 5, 15 min) at the start and at the end:
 	// other work on the machine competes for the same two cores.
 	LoadAverageStart [3]float64 `json:"load_average_start"`
