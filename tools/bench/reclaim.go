@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 )
@@ -14,49 +13,46 @@ const damonRoot = "/sys/kernel/mm/damon/admin"
 
 // proactiveReclaim describes the DAMON schemes that the kernel runs under
 // root, one per running scheme ("paddr pageout of memory idle ≥ 60 s, at
-// most 128 MiB a second"), or "" when none runs. A VM's host may run DAMON
+// most 128 MiB per 1 s"), or "" when none runs. A VM's host may run DAMON
 // to take back memory its guest leaves idle; it pages out cold parts of
 // PostgreSQL's shared buffers too, and that stalls the backends that map
 // them (docs/bench.md, "The third morning", Finding 14).
 func proactiveReclaim(root string) string {
-	read := func(parts ...string) string {
-		b, err := os.ReadFile(filepath.Join(append([]string{root}, parts...)...))
-		if err != nil {
-			return ""
-		}
+	read := func(path string) string {
+		b, _ := os.ReadFile(path)
 		return strings.TrimSpace(string(b))
 	}
-	num := func(parts ...string) float64 {
-		v, _ := strconv.ParseFloat(read(parts...), 64)
+	num := func(path string) float64 {
+		v, _ := strconv.ParseFloat(read(path), 64)
 		return v
 	}
-	dirs := func(parts ...string) []string {
-		entries, _ := os.ReadDir(filepath.Join(append([]string{root}, parts...)...))
+	// numbered returns dir's numbered subdirectories (kdamonds/0, …), in
+	// os.ReadDir's order.
+	numbered := func(dir string) []string {
+		entries, _ := os.ReadDir(dir)
 		var out []string
 		for _, e := range entries {
 			if _, err := strconv.Atoi(e.Name()); err == nil && e.IsDir() {
-				out = append(out, e.Name())
+				out = append(out, filepath.Join(dir, e.Name()))
 			}
 		}
-		sort.Strings(out)
 		return out
 	}
 	var found []string
-	for _, k := range dirs("kdamonds") {
-		if read("kdamonds", k, "state") != "on" {
+	for _, k := range numbered(filepath.Join(root, "kdamonds")) {
+		if read(filepath.Join(k, "state")) != "on" {
 			continue
 		}
-		for _, c := range dirs("kdamonds", k, "contexts") {
-			ctx := []string{"kdamonds", k, "contexts", c}
-			ops := read(append(ctx, "operations")...)
-			aggr := num(append(ctx, "monitoring_attrs", "intervals", "aggr_us")...)
-			for _, s := range dirs(append(ctx, "schemes")...) {
-				sc := append(ctx[:len(ctx):len(ctx)], "schemes", s)
-				d := fmt.Sprintf("%s %s", ops, read(append(sc, "action")...))
-				if age := num(append(sc, "access_pattern", "age", "min")...) * aggr / 1e6; age > 0 {
+		for _, c := range numbered(filepath.Join(k, "contexts")) {
+			ops := read(filepath.Join(c, "operations"))
+			aggr := num(filepath.Join(c, "monitoring_attrs", "intervals", "aggr_us"))
+			for _, s := range numbered(filepath.Join(c, "schemes")) {
+				d := ops + " " + read(filepath.Join(s, "action"))
+				if age := num(filepath.Join(s, "access_pattern", "age", "min")) * aggr / 1e6; age > 0 {
 					d += fmt.Sprintf(" of memory idle ≥ %g s", age)
 				}
-				if bytes, ms := num(append(sc, "quotas", "bytes")...), num(append(sc, "quotas", "reset_interval_ms")...); bytes > 0 && ms > 0 {
+				bytes, ms := num(filepath.Join(s, "quotas", "bytes")), num(filepath.Join(s, "quotas", "reset_interval_ms"))
+				if bytes > 0 && ms > 0 {
 					d += fmt.Sprintf(", at most %g MiB per %g s", bytes/(1<<20), ms/1000)
 				}
 				found = append(found, d)
