@@ -236,21 +236,59 @@ func TestSummarizeAndBar(t *testing.T) {
 	require.InDelta(t, 990, l.P99, 1)
 	require.InDelta(t, 1000, l.Max, 0.001)
 
+	paged := 3.04
 	r := &Results{
-		Accept:   []LoadRun{{Concurrency: 32, RatioToCeiling: 0.85, Latency: Latency{P99: 30}}},
+		Ceiling:  []PgbenchRun{{Concurrency: 32, Latency: Latency{P99: 68.88}}},
+		Accept:   []LoadRun{{Concurrency: 32, RatioToCeiling: 0.85, Latency: Latency{P99: 30}, CPU: CPU{Steal: 0.2}}},
 		EndToEnd: []E2ERun{{SimLatencyMs: 50, RatioToCeiling: 0.3, CeilingConcurrency: 32}},
-		Store:    &Store{Rows: 10, BytesPerRecord: 500},
+		Replays: []ReplayRun{{Keys: 1_000_000, Paced: LoadRun{Rate: 400, Latency: Latency{Count: 6000, P99: 4.9},
+			StartLateness: &Latency{P99: 1.5}, CPU: CPU{Steal: 0.01, Pageout: &paged}}}},
+		Store: &Store{Rows: 10, BytesPerRecord: 500},
 	}
 	got := map[string]bool{}
+	notes := map[string]string{}
 	for _, c := range checkBar(r) {
 		got[c.Name] = c.Pass
+		notes[c.Name] = c.Note
 	}
 	require.Equal(t, map[string]bool{
 		"accept / ceiling at concurrency 32":    true,
 		"accept p99 at concurrency 32":          false,
 		"end to end / ceiling, simulator 50 ms": false,
+		"replay p99 with 1 M keys, at 400/s":    true,
 		"bytes per key record":                  true,
 	}, got)
+	// A latency check says what the machine did meanwhile.
+	require.Equal(t, "pgbench's own p99 68.88 ms; host stole 0.20 cores", notes["accept p99 at concurrency 32"])
+	require.Equal(t, "started late by p99 1.50 ms, host stole 0.01 cores, kernel paged out 3.0 MiB/s", notes["replay p99 with 1 M keys, at 400/s"])
+	r.Bar = checkBar(r)
+	require.Contains(t, Markdown(r), "| replay p99 with 1 M keys, at 400/s | 4.90 ms | ≤ 5 | pass | started late by p99 1.50 ms, host stole 0.01 cores, kernel paged out 3.0 MiB/s |\n")
+}
+
+// Rounds merge into a mean weighted by their seconds; the kernel's pageout
+// rate only when every round has it.
+func TestMergeCPU(t *testing.T) {
+	t.Parallel()
+	one, three := 1.0, 3.0
+	c := mergeCPU([]weighted[CPU]{{CPU{API: 1, Steal: 0.1, Pageout: &one}, 1}, {CPU{API: 2, Steal: 0.5, Pageout: &three}, 3}})
+	require.InDelta(t, 1.75, c.API, 1e-9)
+	require.InDelta(t, 0.4, c.Steal, 1e-9)
+	require.NotNil(t, c.Pageout)
+	require.InDelta(t, 2.5, *c.Pageout, 1e-9)
+	c = mergeCPU([]weighted[CPU]{{CPU{Steal: 0.2, Pageout: &one}, 1}, {CPU{Steal: 0.2}, 1}})
+	require.InDelta(t, 0.2, c.Steal, 1e-9)
+	require.Nil(t, c.Pageout)
+
+	// since turns two readings into rates: 4 MiB paged out in 2 s.
+	at := time.Now()
+	a := cpuReading{at: at, steal: 10, pagedOut: 1 << 20, pagedOK: true}
+	b := cpuReading{at: at.Add(2 * time.Second), steal: 11, pagedOut: 5 << 20, pagedOK: true}
+	got := since(a, b)
+	require.InDelta(t, 0.5, got.Steal, 1e-9)
+	require.NotNil(t, got.Pageout)
+	require.InDelta(t, 2.0, *got.Pageout, 1e-9)
+	b.pagedOK = false
+	require.Nil(t, since(a, b).Pageout)
 }
 
 // TestTemplates checks that the fill's templates give the bytes the API
@@ -385,7 +423,24 @@ func TestProactiveReclaim(t *testing.T) {
 	write("kdamonds/1/contexts/0/schemes/0/action", "pageout")
 	require.Equal(t, "paddr pageout of memory idle ≥ 60 s, at most 128 MiB per 1 s", proactiveReclaim(root))
 
+	// What the pageout schemes paged out: the kernel refreshes the stats
+	// when update_schemes_stats is written to the kdamond's state.
+	write(ctx+"schemes/0/stats/sz_applied", "3145728")
+	write(ctx+"schemes/1/action", "stat")
+	write(ctx+"schemes/1/stats/sz_applied", "999")
+	write("kdamonds/1/contexts/0/schemes/0/stats/sz_applied", "777")
+	b, ok := pagedOut(root)
+	require.True(t, ok)
+	require.InDelta(t, 3145728, b, 0)
+	state, err := os.ReadFile(filepath.Join(root, "kdamonds/0/state"))
+	require.NoError(t, err)
+	require.Equal(t, "update_schemes_stats\n", string(state))
+
 	write("kdamonds/0/state", "off")
 	require.Empty(t, proactiveReclaim(root))
+	_, ok = pagedOut(root)
+	require.False(t, ok)
 	require.Empty(t, proactiveReclaim(filepath.Join(root, "missing")))
+	_, ok = pagedOut(filepath.Join(root, "missing"))
+	require.False(t, ok)
 }

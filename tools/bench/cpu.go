@@ -28,11 +28,14 @@ type cpuReading struct {
 	client                        float64
 	api, worker, carrier, postgre float64
 	machineBusy, steal            float64
+	pagedOut                      float64 // bytes, as pagedOut returns them
+	pagedOK                       bool
 }
 
 func (m *cpuMeter) read() cpuReading {
 	r := cpuReading{at: time.Now(), client: selfCPU()}
 	r.machineBusy, r.steal = machineBusy()
+	r.pagedOut, r.pagedOK = pagedOut(damonRoot)
 	if m.api > 0 {
 		r.api = procCPU(m.api, false)
 	}
@@ -64,6 +67,10 @@ func since(a, b cpuReading) CPU {
 	var c CPU
 	c.Client, c.API, c.Worker, c.Carrier, c.Postgres, c.Machine = spent(a, b, func(s float64) float64 { return round2(s / wall) })
 	c.Steal = round2((b.steal - a.steal) / wall)
+	if a.pagedOK && b.pagedOK {
+		v := round2((b.pagedOut - a.pagedOut) / (1 << 20) / wall)
+		c.Pageout = &v
+	}
 	return c
 }
 

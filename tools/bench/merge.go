@@ -83,12 +83,15 @@ type weighted[T any] struct {
 func mergeCPU(parts []weighted[CPU]) CPU {
 	var c CPU
 	var total float64
+	pageout := true // every part has the figure
 	for _, p := range parts {
 		total += p.w
+		pageout = pageout && p.v.Pageout != nil
 	}
 	if total == 0 {
 		return c
 	}
+	var paged float64
 	for _, p := range parts {
 		f := p.w / total
 		c.Client += p.v.Client * f
@@ -98,9 +101,18 @@ func mergeCPU(parts []weighted[CPU]) CPU {
 		c.Pgbench += p.v.Pgbench * f
 		c.Postgres += p.v.Postgres * f
 		c.Machine += p.v.Machine * f
+		c.Steal += p.v.Steal * f
+		if pageout {
+			paged += *p.v.Pageout * f
+		}
 	}
-	return CPU{Client: round2(c.Client), API: round2(c.API), Worker: round2(c.Worker), Carrier: round2(c.Carrier),
-		Pgbench: round2(c.Pgbench), Postgres: round2(c.Postgres), Machine: round2(c.Machine)}
+	out := CPU{Client: round2(c.Client), API: round2(c.API), Worker: round2(c.Worker), Carrier: round2(c.Carrier),
+		Pgbench: round2(c.Pgbench), Postgres: round2(c.Postgres), Machine: round2(c.Machine), Steal: round2(c.Steal)}
+	if pageout {
+		paged = round2(paged)
+		out.Pageout = &paged
+	}
+	return out
 }
 
 func mergeDB(parts []weighted[DB]) DB {

@@ -26,7 +26,14 @@ func checkBar(r *Results) []Check {
 				Measured: a.RatioToCeiling, Bar: barAcceptRatio, Unit: "ratio"})
 		}
 		if a.Concurrency == 32 {
-			out = append(out, Check{Name: "accept p99 at concurrency 32", Measured: a.Latency.P99, Bar: barAcceptP99, Unit: "ms", AtMost: true})
+			note := hostNote(a.CPU, nil)
+			for _, c := range r.Ceiling {
+				if c.Concurrency == 32 && c.Latency.P99 > 0 {
+					note = fmt.Sprintf("pgbench's own p99 %s ms; %s", f2(c.Latency.P99), note)
+				}
+			}
+			out = append(out, Check{Name: "accept p99 at concurrency 32", Measured: a.Latency.P99, Bar: barAcceptP99, Unit: "ms", AtMost: true,
+				Note: note})
 		}
 	}
 	for _, e := range r.EndToEnd {
@@ -39,7 +46,8 @@ func checkBar(r *Results) []Check {
 	for _, rp := range r.Replays {
 		if rp.Paced.Latency.Count > 0 {
 			out = append(out, Check{Name: fmt.Sprintf("replay p99 with %s keys, at %g/s", count(rp.Keys), rp.Paced.Rate),
-				Measured: rp.Paced.Latency.P99, Bar: barReplayP99, Unit: "ms", AtMost: true})
+				Measured: rp.Paced.Latency.P99, Bar: barReplayP99, Unit: "ms", AtMost: true,
+				Note: hostNote(rp.Paced.CPU, rp.Paced.StartLateness)})
 		}
 	}
 	if r.Store != nil && r.Store.BytesPerRecord > 0 {
@@ -54,6 +62,22 @@ func checkBar(r *Results) []Check {
 		}
 	}
 	return out
+}
+
+// hostNote says what the machine did to a latency check's load besides our
+// work: how late the load generator took up its scheduled starts (paced
+// loads), the cores the host stole, and what the kernel's proactive reclaim
+// paged out. A p99 on a shared VM follows these (docs/bench.md).
+func hostNote(c CPU, late *Latency) string {
+	var parts []string
+	if late != nil {
+		parts = append(parts, "started late by p99 "+f2(late.P99)+" ms")
+	}
+	parts = append(parts, "host stole "+f2(c.Steal)+" cores")
+	if c.Pageout != nil {
+		parts = append(parts, "kernel paged out "+f1(*c.Pageout)+" MiB/s")
+	}
+	return strings.Join(parts, ", ")
 }
 
 // count writes 10000 as 10 k and 1000000 as 1 M.
@@ -183,15 +207,19 @@ func Markdown(r *Results) string {
 	}
 	if len(r.Replays) > 0 {
 		p("**Replays** (completed keys, each request a uniformly random filled key; %d clients)\n\n", r.Setup.ReplayConcurrency)
-		p("| keys in the store | p50 / p99 ms at %g/s | of which the start was late, p50 / p99 ms | CPU cores at %g/s: machine · stolen by the host | back to back: replays/s | back to back: p50 / p99 ms | fill (COPY) rows/s |\n", r.Setup.ReplayRate, r.Setup.ReplayRate)
+		p("| keys in the store | p50 / p99 ms at %g/s | of which the start was late, p50 / p99 ms | at %g/s: CPU cores of the machine · stolen by the host · MiB/s paged out by the kernel | back to back: replays/s | back to back: p50 / p99 ms | fill (COPY) rows/s |\n", r.Setup.ReplayRate, r.Setup.ReplayRate)
 		p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 		for _, rp := range r.Replays {
 			late := "–"
 			if l := rp.Paced.StartLateness; l != nil {
 				late = f2(l.P50) + " / " + f2(l.P99)
 			}
-			p("| %s | %s / %s | %s | %s · %s | %s | %s / %s | %s |\n", count(rp.Keys), f2(rp.Paced.Latency.P50), f2(rp.Paced.Latency.P99), late,
-				f2(rp.Paced.CPU.Machine), f2(rp.Paced.CPU.Steal),
+			paged := "–"
+			if v := rp.Paced.CPU.Pageout; v != nil {
+				paged = f1(*v)
+			}
+			p("| %s | %s / %s | %s | %s · %s · %s | %s | %s / %s | %s |\n", count(rp.Keys), f2(rp.Paced.Latency.P50), f2(rp.Paced.Latency.P99), late,
+				f2(rp.Paced.CPU.Machine), f2(rp.Paced.CPU.Steal), paged,
 				f0(rp.Load.PerSec), f2(rp.Load.Latency.P50), f2(rp.Load.Latency.P99), f0(rp.FillPerSec))
 		}
 		p("\n")
@@ -217,7 +245,7 @@ func Markdown(r *Results) string {
 			pr.Concurrency, pr.PerSec, pr.CoresUsed, pr.MicrosPerRequest, sharesLine(pr.Categories, 6))
 	}
 	if len(r.Bar) > 0 {
-		p("**The bar** (issue 8)\n\n| check | measured | bar | |\n| --- | ---: | ---: | --- |\n")
+		p("**The bar** (issue 8)\n\n| check | measured | bar | | conditions |\n| --- | ---: | ---: | --- | --- |\n")
 		for _, c := range r.Bar {
 			op := "≥"
 			if c.AtMost {
@@ -231,7 +259,7 @@ func Markdown(r *Results) string {
 			if c.Unit != "ratio" {
 				val = f2(c.Measured) + " " + c.Unit
 			}
-			p("| %s | %s | %s %g | %s |\n", c.Name, val, op, c.Bar, mark)
+			p("| %s | %s | %s %g | %s | %s |\n", c.Name, val, op, c.Bar, mark, c.Note)
 		}
 		p("\n")
 	}

@@ -96,6 +96,11 @@ type CPU struct {
 	// virtual machine's cores ready to run while the host ran other work.
 	// It is not in Machine; latencies grow with it.
 	Steal float64 `json:"steal_cores"`
+	// Pageout is the MiB a second that the kernel's proactive reclaim (its
+	// DAMON pageout schemes) paged out during the load, across the whole
+	// machine; absent when the kernel runs none or its figures cannot be
+	// had (refreshing them takes root). See docs/bench.md, Finding 14.
+	Pageout *float64 `json:"pageout_mib_per_s,omitempty"`
 }
 
 // CPUPerLabel is CPU microseconds per label, by party.
