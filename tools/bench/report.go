@@ -143,7 +143,7 @@ func Markdown(r *Results) string {
 	p("- Server: %s; synchronous_commit=%s, fsync=%s, wal_sync_method=%s, shared_buffers=%s.\n",
 		m.Server, m.Settings["synchronous_commit"], m.Settings["fsync"], m.Settings["wal_sync_method"], m.Settings["shared_buffers"])
 	if m.ProactiveReclaim != "" {
-		p("- The kernel reclaims memory on its own (DAMON): %s. It pages out parts of PostgreSQL's shared buffers that stay idle, and the replays' tail with 1 M keys follows it (docs/bench.md, Finding 14).\n", m.ProactiveReclaim)
+		p("- The kernel reclaims memory on its own (DAMON): %s. It pages out parts of PostgreSQL's shared buffers that stay idle, which stalls the backends that map them (docs/bench.md, Finding 14); what it paged out during each load is in the replay table and beside the bar's latency checks.\n", m.ProactiveReclaim)
 	}
 	p("- Load average (1 min) %.1f at the start, %.1f at the end: the machine's two cores are shared with whatever else runs.\n",
 		m.LoadAverageStart[0], m.LoadAverageEnd[0])
