@@ -22,10 +22,7 @@ func readTrim(path string) string {
 	return strings.TrimSpace(string(b))
 }
 
-func readNum(path string) float64 {
-	v, _ := strconv.ParseFloat(readTrim(path), 64)
-	return v
-}
+func readNum(path string) float64 { return atof(readTrim(path)) }
 
 // numbered returns dir's numbered subdirectories (kdamonds/0, …), in
 // os.ReadDir's order.

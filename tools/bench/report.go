@@ -30,6 +30,7 @@ func checkBar(r *Results) []Check {
 			for _, c := range r.Ceiling {
 				if c.Concurrency == 32 && c.Latency.P99 > 0 {
 					note = fmt.Sprintf("pgbench's own p99 %s ms; %s", f2(c.Latency.P99), note)
+					break
 				}
 			}
 			out = append(out, Check{Name: "accept p99 at concurrency 32", Measured: a.Latency.P99, Bar: barAcceptP99, Unit: "ms", AtMost: true,
