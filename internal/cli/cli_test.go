@@ -1,8 +1,12 @@
 package cli
 
 import (
+	"context"
+	"os"
 	"runtime/debug"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -48,5 +52,30 @@ func TestDatabaseURL(t *testing.T) {
 	} {
 		e := &Env{Getenv: func(k string) string { return tc.env[k] }}
 		require.Equal(t, tc.want, e.DatabaseURL(), "%v", tc.env)
+	}
+}
+
+// operations.md: on SIGTERM or SIGINT a binary stops taking new work. The
+// first of either cancels the context; a second calls onSecond. (Not
+// parallel: signals go to the whole test process.)
+func TestSignalContext(t *testing.T) {
+	for _, sigs := range [][2]syscall.Signal{{syscall.SIGINT, syscall.SIGTERM}, {syscall.SIGTERM, syscall.SIGINT}} {
+		parent, stopParent := context.WithCancel(context.Background())
+		second := make(chan struct{})
+		ctx, cancel := SignalContext(parent, func() { close(second) })
+		require.NoError(t, syscall.Kill(os.Getpid(), sigs[0]))
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%v did not cancel the context", sigs[0])
+		}
+		require.NoError(t, syscall.Kill(os.Getpid(), sigs[1]))
+		select {
+		case <-second:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("a second signal (%v) did not call onSecond", sigs[1])
+		}
+		cancel()
+		stopParent()
 	}
 }
