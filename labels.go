@@ -4,9 +4,12 @@
 //
 // The pipeline, in the order data flows (see README.md):
 //
-//	httpapi      validates, fingerprints and accepts (idempotency + outbox, one transaction)
+//	httpapi      parses, authenticates, maps decisions and errors to HTTP
+//	accept       fingerprints and accepts: key record + outbox intent, one transaction
+//	postgres     owns the pipeline's tables: every statement on them
 //	outbox       the relay turns accepted intents into River jobs
 //	jobs         the worker leases the key, calls the carrier, completes (label + key, one transaction)
+//	worker       wires River, the relay, the sweeper and the buy-label worker
 //	carrier      the client and the simulator
 //	reconcile    the nightly match of the carrier's invoice against our labels
 package labels
@@ -126,9 +129,19 @@ type Problem struct {
 // ProblemTypeBase prefixes every problem type URI.
 const ProblemTypeBase = "https://labelkit.dev/problems/"
 
-// NewProblem returns a problem with its type and title filled in from code.
-func NewProblem(status int, code, detail string) *Problem {
-	return &Problem{Type: ProblemTypeBase + code, Title: titles[code], Status: status, Code: code, Detail: detail}
+// NewProblem returns a problem of code, its status, type and title filled in
+// from the table of codes.
+func NewProblem(code, detail string) *Problem {
+	c := codes[code]
+	return &Problem{Type: ProblemTypeBase + code, Title: c.title, Status: c.status, Code: code, Detail: detail}
+}
+
+// StatusOf is the HTTP status of a problem code (500 for a code not in the table).
+func StatusOf(code string) int {
+	if c, ok := codes[code]; ok {
+		return c.status
+	}
+	return 500
 }
 
 // Body renders the problem as JSON.
@@ -143,20 +156,24 @@ func (p *Problem) Body() []byte {
 // Error makes a problem usable as an error.
 func (p *Problem) Error() string { return p.Code + ": " + p.Detail }
 
-var titles = map[string]string{
-	CodeIdempotencyKeyMissing: "Idempotency-Key header missing",
-	CodeIdempotencyKeyInvalid: "Idempotency-Key header invalid",
-	CodeIdempotencyKeyReused:  "Idempotency key reused with a different request",
-	CodeInvalidRequest:        "Invalid request",
-	CodePayloadTooLarge:       "Payload too large",
-	CodeUnauthenticated:       "Unauthenticated",
-	CodeNotFound:              "Not found",
-	CodeRequestInProgress:     "Request in progress",
-	CodeParcelAlreadyLabelled: "Parcel already labelled",
-	CodeStoreUnavailable:      "Store unavailable",
-	CodeCarrierRejected:       "Rejected by the carrier",
-	CodeCarrierUnavailable:    "Carrier unavailable",
-	CodeMethodNotAllowed:      "Method not allowed",
-	CodeUnsupportedMediaType:  "Unsupported media type",
-	CodeInternal:              "Internal error",
+// codes is the one table of problem codes: each code's HTTP status and title.
+var codes = map[string]struct {
+	status int
+	title  string
+}{
+	CodeIdempotencyKeyMissing: {400, "Idempotency-Key header missing"},
+	CodeIdempotencyKeyInvalid: {400, "Idempotency-Key header invalid"},
+	CodeIdempotencyKeyReused:  {422, "Idempotency key reused with a different request"},
+	CodeInvalidRequest:        {400, "Invalid request"},
+	CodePayloadTooLarge:       {413, "Payload too large"},
+	CodeUnauthenticated:       {401, "Unauthenticated"},
+	CodeNotFound:              {404, "Not found"},
+	CodeRequestInProgress:     {409, "Request in progress"},
+	CodeParcelAlreadyLabelled: {409, "Parcel already labelled"},
+	CodeStoreUnavailable:      {503, "Store unavailable"},
+	CodeCarrierRejected:       {422, "Rejected by the carrier"},
+	CodeCarrierUnavailable:    {502, "Carrier unavailable"},
+	CodeMethodNotAllowed:      {405, "Method not allowed"},
+	CodeUnsupportedMediaType:  {415, "Unsupported media type"},
+	CodeInternal:              {500, "Internal error"},
 }

@@ -83,7 +83,8 @@ func writeLabel(w http.ResponseWriter) {
 }
 
 func writeProblem(w http.ResponseWriter, status int, code string, headers ...string) {
-	p := labels.NewProblem(status, code, "detail of "+code)
+	p := labels.NewProblem(code, "detail of "+code)
+	p.Status = status
 	if code == labels.CodeCarrierRejected {
 		p.CarrierCode, p.CarrierMessage = "address_invalid", "no such postal code"
 	}
@@ -420,7 +421,7 @@ func TestPolling(t *testing.T) {
 				writePending(w, 202, "1")
 				return
 			}
-			p := labels.NewProblem(422, labels.CodeCarrierRejected, "rejected")
+			p := labels.NewProblem(labels.CodeCarrierRejected, "rejected")
 			p.CarrierCode = "address_invalid"
 			writeFinal(w, labels.LabelRequest{ID: "lr_1 x", Status: labels.StatusFailed, Error: p.Body()})
 		})

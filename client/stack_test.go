@@ -13,7 +13,7 @@ import (
 	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/carrier/sim"
 	"github.com/labelkit/labels/client"
-	"github.com/labelkit/labels/internal/stacktest"
+	"github.com/labelkit/labels/internal/testutil/stacktest"
 	"github.com/labelkit/labels/metrics"
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/carrier/sim"
 	"github.com/labelkit/labels/client"
-	"github.com/labelkit/labels/internal/stacktest"
+	"github.com/labelkit/labels/internal/testutil/stacktest"
 	"github.com/labelkit/labels/reconcile"
 )
 
@@ -73,8 +73,8 @@ func TestEffectAndRecordCommitTogether(t *testing.T) {
 			id := decodeID(t, r.Body)
 
 			// Two attempts bought the label (the second under the same carrier key
-			// gets it back) and died before their commit: each attempt crashes
-			// once per completion it tries (the shared statement, then alone).
+			// gets it back) and died before their commit, each crashing once in
+			// its completion.
 			require.Eventually(t, func() bool { return s.Carrier.Calls() >= 2 && crashes() >= 3 }, time.Minute, 10*time.Millisecond)
 			require.Equal(t, 0, scalar[int](t, s, `SELECT count(*) FROM labels`), "no label without its completed key")
 			require.Equal(t, "started", scalar[string](t, s, `SELECT state::text FROM idempotency_keys`), "no completed key without its label")

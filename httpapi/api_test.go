@@ -15,7 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/labelkit/labels/internal/stacktest"
+	"github.com/labelkit/labels/internal/testutil/stacktest"
 )
 
 type labelRequest struct {

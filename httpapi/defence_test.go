@@ -13,10 +13,11 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/labelkit/labels/httpapi"
-	"github.com/labelkit/labels/internal/stacktest"
+	"github.com/labelkit/labels/internal/testutil/stacktest"
 	"github.com/labelkit/labels/jobs"
-	"github.com/labelkit/labels/label"
 	"github.com/labelkit/labels/metrics"
 )
 
@@ -79,10 +80,15 @@ func TestLabelsNaturalKeyConstraint(t *testing.T) {
 	_, err = tx.Exec(ctx, `INSERT INTO label_intents (request_id, caller_id, idem_key, request_hash, fingerprint_version, order_id, parcel_no, label_version, payload, carrier_key, status, error, created_at, completed_at)
 		SELECT 'lr_other', caller_id, 'k2', request_hash, 1, order_id, parcel_no, label_version, payload, 'carrier:x', 'failed', '{}', now(), now() FROM label_intents`)
 	require.NoError(t, err)
-	rec, err := label.Get(ctx, tx, "fulfilment", scalarString(t, s, `SELECT label_id FROM labels`))
-	require.NoError(t, err)
-	rec.LabelID, rec.RequestID = "lbl_second", "lr_other"
-	require.ErrorIs(t, label.Insert(ctx, tx, rec), label.ErrParcelAlreadyLabelled)
+	_, err = tx.Exec(ctx, `INSERT INTO labels (label_id, caller_id, request_id, order_id, parcel_no, label_version, service,
+	        tracking_no, carrier_label_id, carrier_key, cost_cents, currency, created_by_key, created_at)
+	     SELECT 'lbl_second', caller_id, 'lr_other', order_id, parcel_no, label_version, service, tracking_no || '-2',
+	            carrier_label_id || '-2', 'carrier:x', cost_cents, currency, 'k2', now() FROM labels WHERE label_id = $1`,
+		scalarString(t, s, `SELECT label_id FROM labels`))
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "23505", pgErr.Code)
+	require.Equal(t, "labels_natural_key", pgErr.ConstraintName)
 }
 
 func scalarString(t *testing.T, s *stacktest.Stack, sql string) string {

@@ -90,7 +90,7 @@ func fingerprint(t *testing.T, p labels.Parcel) []byte {
 	t.Helper()
 	c, err := idempotency.Canonical(p)
 	require.NoError(t, err)
-	return idempotency.Fingerprint(http.MethodPost, createPath, c)
+	return idempotency.Fingerprint(http.MethodPost, "/v1/labels", c)
 }
 
 // whitespace a rendering puts between tokens, chosen by position and pick.

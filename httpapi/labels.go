@@ -12,17 +12,15 @@ import (
 	"time"
 
 	"github.com/labelkit/labels"
+	"github.com/labelkit/labels/accept"
 	"github.com/labelkit/labels/idempotency"
-	"github.com/labelkit/labels/label"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/notify"
-	"github.com/labelkit/labels/outbox"
+	"github.com/labelkit/labels/postgres"
 )
 
 // maxBody is the largest request body accepted (api.md: 64 KiB).
 const maxBody = 64 << 10
-
-const createPath = "/v1/labels"
 
 // handleCreateLabel is POST /v1/labels.
 func (s *Server) handleCreateLabel(w http.ResponseWriter, r *http.Request, callerID string) {
@@ -30,16 +28,16 @@ func (s *Server) handleCreateLabel(w http.ResponseWriter, r *http.Request, calle
 	key, err := idempotency.ParseKey(r.Header.Values("Idempotency-Key"))
 	switch {
 	case errors.Is(err, idempotency.ErrKeyMissing):
-		writeProblem(w, r, http.StatusBadRequest, labels.CodeIdempotencyKeyMissing, "POST /v1/labels requires an Idempotency-Key header, the same on every attempt")
+		writeProblem(w, r, labels.CodeIdempotencyKeyMissing, "POST /v1/labels requires an Idempotency-Key header, the same on every attempt")
 		return
 	case err != nil:
-		writeProblem(w, r, http.StatusBadRequest, labels.CodeIdempotencyKeyInvalid, "the Idempotency-Key is one field of 1 to 255 visible ASCII characters, bare or as a quoted string")
+		writeProblem(w, r, labels.CodeIdempotencyKeyInvalid, "the Idempotency-Key is one field of 1 to 255 visible ASCII characters, bare or as a quoted string")
 		return
 	}
 	info.key = key
 
 	if r.ContentLength > maxBody {
-		writeProblem(w, r, http.StatusRequestEntityTooLarge, labels.CodePayloadTooLarge, "the body is larger than 64 KiB")
+		writeProblem(w, r, labels.CodePayloadTooLarge, "the body is larger than 64 KiB")
 		return
 	}
 	if ferr := checkContentType(r.Header.Values("Content-Type")); ferr != nil {
@@ -49,7 +47,7 @@ func (s *Server) handleCreateLabel(w http.ResponseWriter, r *http.Request, calle
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
-		writeProblem(w, r, http.StatusRequestEntityTooLarge, labels.CodePayloadTooLarge, "the body is larger than 64 KiB")
+		writeProblem(w, r, labels.CodePayloadTooLarge, "the body is larger than 64 KiB")
 		return
 	}
 	if err != nil {
@@ -63,66 +61,56 @@ func (s *Server) handleCreateLabel(w http.ResponseWriter, r *http.Request, calle
 	}
 	wait, waitOK := parsePreferWait(r.Header.Values("Prefer"))
 
-	canonical, err := idempotency.Canonical(parcel)
-	if err != nil {
-		storeError(w, r, err)
-		return
-	}
-	hash := idempotency.Fingerprint(r.Method, createPath, canonical)
-
 	ctx, cancel := context.WithTimeout(r.Context(), s.deps.StoreTimeout)
-	d, err := s.accept(ctx, callerID, key, parcel, hash)
+	d, err := s.accepter.Accept(ctx, callerID, key, parcel)
 	cancel()
-	if errors.Is(err, errClaimBusy) {
+	if errors.Is(err, accept.ErrInProgress) {
 		s.deps.Metrics.IdempotencyOutcomes.WithLabelValues(metrics.OutcomeInProgress).Inc()
-		w.Header().Set("Retry-After", "1")
-		writeProblem(w, r, http.StatusConflict, labels.CodeRequestInProgress, "a request with this key is being accepted right now; retry with the same key")
-		return
 	}
 	if err != nil {
-		storeError(w, r, err)
+		writeError(w, r, err)
 		return
 	}
-	s.deps.Metrics.IdempotencyOutcomes.WithLabelValues(d.outcome).Inc()
-	info.outcome = d.outcome
+	s.deps.Metrics.IdempotencyOutcomes.WithLabelValues(string(d.Outcome)).Inc()
+	info.outcome = string(d.Outcome)
 	switch {
-	case d.intent != nil:
-		info.requestID = d.intent.RequestID
-	case d.record != nil && d.outcome == metrics.OutcomeReplayed:
-		info.requestID = d.record.RequestID
+	case d.Intent != nil:
+		info.requestID = d.Intent.RequestID
+	case d.Key != nil && d.Outcome == accept.Replayed:
+		info.requestID = d.Key.RequestID
 	}
-	if d.purgedKey {
+	if d.PurgedKey {
 		s.deps.Metrics.IdempotencyOutcomes.WithLabelValues(metrics.OutcomePurgedKeyReused).Inc()
-		s.deps.Log.Warn().Str("caller", callerID).Str("key", key).Str("outcome", d.outcome).
+		s.deps.Log.Warn().Str("caller", callerID).Str("key", key).Str("outcome", string(d.Outcome)).
 			Msg("a request arrived with a key that was already purged: a possible duplicate; retention may be shorter than the retry horizon")
 	}
-	if d.outcome == metrics.OutcomeDuplicate {
-		s.deps.Log.Warn().Str("caller", callerID).Str("key", key).Str("request_id", d.intent.RequestID).
-			Str("existing_key", d.intent.Key).Msg("a new key for a parcel that already has an intent: the client may be minting a key per attempt")
+	if d.Outcome == accept.Duplicate {
+		s.deps.Log.Warn().Str("caller", callerID).Str("key", key).Str("request_id", d.Intent.RequestID).
+			Str("existing_key", d.Intent.Key).Msg("a new key for a parcel that already has an intent: the client may be minting a key per attempt")
 	}
 
-	switch d.outcome {
-	case metrics.OutcomeKeyReused:
-		writeProblem(w, r, http.StatusUnprocessableEntity, labels.CodeIdempotencyKeyReused, "this key was used with a different request; a new intent needs a new key")
+	switch d.Outcome {
+	case accept.KeyReused:
+		writeProblem(w, r, labels.CodeIdempotencyKeyReused, "this key was used with a different request; a new intent needs a new key")
 		return
-	case metrics.OutcomeParcelLabelled:
-		w.Header().Set("Location", "/v1/label-requests/"+d.intent.RequestID)
-		writeProblem(w, r, http.StatusConflict, labels.CodeParcelAlreadyLabelled, "this parcel and label version already have a label request under another key; a reprint needs a new label_version")
+	case accept.ParcelLabelled:
+		w.Header().Set("Location", "/v1/label-requests/"+d.Intent.RequestID)
+		writeProblem(w, r, labels.CodeParcelAlreadyLabelled, "this parcel and label version already have a label request under another key; a reprint needs a new label_version")
 		return
 	}
 
-	replayed := d.outcome != metrics.OutcomeNew
+	replayed := d.Outcome != accept.Accepted
 	// A completed key answers with the response saved under it, byte for byte.
-	if d.record != nil && d.record.State == idempotency.StateCompleted {
-		writeSaved(w, d.record.ResponseStatus, d.record.ResponseBody, replayed)
+	if d.Completed() {
+		writeSaved(w, d.Key.ResponseStatus, d.Key.ResponseBody, replayed)
 		return
 	}
-	in := d.intent
+	in := d.Intent
 	if in.Status == labels.StatusPending && waitOK && wait > 0 {
 		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
 		final, err := s.waitFinal(r.Context(), callerID, in.RequestID, wait)
 		if err != nil {
-			storeError(w, r, err)
+			writeError(w, r, err)
 			return
 		}
 		in = final
@@ -133,14 +121,14 @@ func (s *Server) handleCreateLabel(w http.ResponseWriter, r *http.Request, calle
 	}
 	status, body, err := s.finalAnswer(r.Context(), in)
 	if err != nil {
-		storeError(w, r, err)
+		writeError(w, r, err)
 		return
 	}
 	writeSaved(w, status, body, replayed)
 }
 
 // writePending answers 202 with the label request to poll.
-func (s *Server) writePending(w http.ResponseWriter, r *http.Request, in *outbox.Intent, replayed bool) {
+func (s *Server) writePending(w http.ResponseWriter, r *http.Request, in *postgres.Intent, replayed bool) {
 	lr := labels.LabelRequest{ID: in.RequestID, IdempotencyKey: in.Key, Status: labels.StatusPending, CreatedAt: in.CreatedAt.UTC()}
 	body, _ := json.Marshal(lr)
 	w.Header().Set("Location", "/v1/label-requests/"+in.RequestID)
@@ -171,11 +159,11 @@ func writeSaved(w http.ResponseWriter, status int, body []byte, replayed bool) {
 
 // finalAnswer renders the outcome of a final intent as a completed key would
 // replay it: the label renders to the same bytes as the body saved with it.
-func (s *Server) finalAnswer(ctx context.Context, in *outbox.Intent) (int, []byte, error) {
+func (s *Server) finalAnswer(ctx context.Context, in *postgres.Intent) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.deps.StoreTimeout)
 	defer cancel()
 	if in.Status == labels.StatusSucceeded {
-		l, err := label.Get(ctx, s.deps.Pool, in.CallerID, in.LabelID)
+		l, err := postgres.GetLabel(ctx, s.deps.Pool, in.CallerID, in.LabelID)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -191,7 +179,7 @@ func (s *Server) finalAnswer(ctx context.Context, in *outbox.Intent) (int, []byt
 // waitFinal waits up to d for the intent to become final, without holding a
 // database connection: it sleeps on the notification listener and reads the
 // intent again when woken, or once a second as a fallback.
-func (s *Server) waitFinal(ctx context.Context, callerID, requestID string, d time.Duration) (*outbox.Intent, error) {
+func (s *Server) waitFinal(ctx context.Context, callerID, requestID string, d time.Duration) (*postgres.Intent, error) {
 	var wake <-chan struct{}
 	if s.deps.Listener != nil {
 		ch, cancel := s.deps.Listener.Subscribe(notify.ChannelFinal, requestID)
@@ -204,7 +192,7 @@ func (s *Server) waitFinal(ctx context.Context, callerID, requestID string, d ti
 	defer tick.Stop()
 	for {
 		qctx, cancel := context.WithTimeout(ctx, s.deps.StoreTimeout)
-		in, err := outbox.Get(qctx, s.deps.Pool, callerID, requestID)
+		in, err := postgres.GetIntent(qctx, s.deps.Pool, callerID, requestID)
 		cancel()
 		if err != nil {
 			return nil, err
@@ -263,8 +251,8 @@ func checkContentType(values []string) *labels.FieldError {
 }
 
 func writeInvalid(w http.ResponseWriter, r *http.Request, errs []labels.FieldError) {
-	p := labels.NewProblem(http.StatusBadRequest, labels.CodeInvalidRequest, "the request body is invalid: see errors")
+	p := labels.NewProblem(labels.CodeInvalidRequest, "the request body is invalid: see errors")
 	p.Errors = errs
 	noteOutcome(r, labels.CodeInvalidRequest)
-	writeProblemBody(w, http.StatusBadRequest, p.Body())
+	writeProblemBody(w, p.Status, p.Body())
 }

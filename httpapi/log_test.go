@@ -13,10 +13,10 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/labelkit/labels/caller"
 	"github.com/labelkit/labels/httpapi"
-	"github.com/labelkit/labels/internal/dbtest"
-	"github.com/labelkit/labels/internal/stacktest"
+	"github.com/labelkit/labels/internal/testutil/dbtest"
+	"github.com/labelkit/labels/internal/testutil/stacktest"
+	"github.com/labelkit/labels/postgres"
 )
 
 // logBuffer collects log lines written from the server's goroutines.
@@ -71,7 +71,7 @@ func TestRequestLogLine(t *testing.T) {
 	var buf logBuffer
 	h := httpapi.NewServer(httpapi.Deps{Pool: pool, Log: zerolog.New(&buf)})
 	s := &stacktest.Stack{T: t, URL: serve(t, h)}
-	tok, err := caller.Add(context.Background(), pool, "fulfilment")
+	tok, err := postgres.AddCaller(context.Background(), pool, "fulfilment")
 	require.NoError(t, err)
 	bogus := "lk_" + strings.Repeat("Nope", 10)
 

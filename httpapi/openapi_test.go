@@ -30,7 +30,7 @@ import (
 	"github.com/labelkit/labels/api"
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/httpapi"
-	"github.com/labelkit/labels/internal/stacktest"
+	"github.com/labelkit/labels/internal/testutil/stacktest"
 )
 
 // TestOpenAPI sends the API requests that produce every status of every

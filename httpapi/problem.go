@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/labelkit/labels"
+	"github.com/labelkit/labels/accept"
 )
 
 // writeJSON writes a JSON body with its status.
@@ -28,28 +29,35 @@ func writeProblemBody(w http.ResponseWriter, status int, body []byte) {
 	_, _ = w.Write(body)
 }
 
-// writeProblem answers with a problem of code.
-func writeProblem(w http.ResponseWriter, r *http.Request, status int, code, detail string) {
-	p := labels.NewProblem(status, code, detail)
+// writeProblem answers with a problem of code, with the code's status.
+func writeProblem(w http.ResponseWriter, r *http.Request, code, detail string) {
+	p := labels.NewProblem(code, detail)
 	noteOutcome(r, code)
-	writeProblemBody(w, status, p.Body())
+	switch code {
+	case labels.CodeRequestInProgress, labels.CodeStoreUnavailable:
+		w.Header().Set("Retry-After", "1")
+	}
+	writeProblemBody(w, p.Status, p.Body())
 }
 
-// storeError answers for an error of the store: 503 store_unavailable with
-// Retry-After when the database cannot be reached or is overloaded (the caller
-// should retry with the same key: fail closed, nothing was carried out), 500
-// otherwise. It logs the cause; the answer never carries it.
-func storeError(w http.ResponseWriter, r *http.Request, err error) {
+// writeError answers for an error below the handlers: 409
+// request_in_progress for a concurrent claim, 503 store_unavailable when the
+// database cannot be reached or is overloaded (the caller should retry with
+// the same key: fail closed, nothing was carried out), 500 otherwise. Both
+// carry Retry-After. It logs the cause; the answer never carries it.
+func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	info := infoFrom(r)
-	if unavailable(err) {
-		info.err = err
-		w.Header().Set("Retry-After", "1")
-		writeProblem(w, r, http.StatusServiceUnavailable, labels.CodeStoreUnavailable, "the key store cannot be reached; retry with the same key")
-		return
-	}
 	info.err = err
-	info.internal = true
-	writeProblem(w, r, http.StatusInternalServerError, labels.CodeInternal, "an internal error occurred; retry with the same key")
+	switch {
+	case errors.Is(err, accept.ErrInProgress):
+		info.err = nil
+		writeProblem(w, r, labels.CodeRequestInProgress, "a request with this key is being accepted right now; retry with the same key")
+	case unavailable(err):
+		writeProblem(w, r, labels.CodeStoreUnavailable, "the key store cannot be reached; retry with the same key")
+	default:
+		info.internal = true
+		writeProblem(w, r, labels.CodeInternal, "an internal error occurred; retry with the same key")
+	}
 }
 
 // unavailable tells errors of reaching or loading the database from errors of

@@ -9,15 +9,14 @@ import (
 
 	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/idempotency"
-	"github.com/labelkit/labels/label"
-	"github.com/labelkit/labels/outbox"
+	"github.com/labelkit/labels/postgres"
 )
 
 // handleGetLabelRequest is GET /v1/label-requests/{id}.
 func (s *Server) handleGetLabelRequest(w http.ResponseWriter, r *http.Request, callerID string) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.deps.StoreTimeout)
 	defer cancel()
-	in, err := outbox.Get(ctx, s.deps.Pool, callerID, r.PathValue("id"))
+	in, err := postgres.GetIntent(ctx, s.deps.Pool, callerID, r.PathValue("id"))
 	s.writeLabelRequest(ctx, w, r, in, err)
 }
 
@@ -31,23 +30,23 @@ func (s *Server) handleFindLabelRequest(w http.ResponseWriter, r *http.Request, 
 	infoFrom(r).key = key
 	ctx, cancel := context.WithTimeout(r.Context(), s.deps.StoreTimeout)
 	defer cancel()
-	in, err := outbox.GetByKey(ctx, s.deps.Pool, callerID, key)
+	in, err := postgres.GetIntentByKey(ctx, s.deps.Pool, callerID, key)
 	s.writeLabelRequest(ctx, w, r, in, err)
 }
 
-func (s *Server) writeLabelRequest(ctx context.Context, w http.ResponseWriter, r *http.Request, in *outbox.Intent, err error) {
-	if errors.Is(err, outbox.ErrNotFound) {
-		writeProblem(w, r, http.StatusNotFound, labels.CodeNotFound, "no such label request")
+func (s *Server) writeLabelRequest(ctx context.Context, w http.ResponseWriter, r *http.Request, in *postgres.Intent, err error) {
+	if errors.Is(err, postgres.ErrNotFound) {
+		writeProblem(w, r, labels.CodeNotFound, "no such label request")
 		return
 	}
 	if err != nil {
-		storeError(w, r, err)
+		writeError(w, r, err)
 		return
 	}
 	infoFrom(r).requestID = in.RequestID
 	lr, err := s.labelRequest(ctx, in)
 	if err != nil {
-		storeError(w, r, err)
+		writeError(w, r, err)
 		return
 	}
 	body, _ := json.Marshal(lr)
@@ -58,7 +57,7 @@ func (s *Server) writeLabelRequest(ctx context.Context, w http.ResponseWriter, r
 }
 
 // labelRequest renders an intent as a LabelRequest.
-func (s *Server) labelRequest(ctx context.Context, in *outbox.Intent) (*labels.LabelRequest, error) {
+func (s *Server) labelRequest(ctx context.Context, in *postgres.Intent) (*labels.LabelRequest, error) {
 	lr := &labels.LabelRequest{ID: in.RequestID, IdempotencyKey: in.Key, Status: in.Status, CreatedAt: in.CreatedAt.UTC()}
 	if in.CompletedAt != nil {
 		t := in.CompletedAt.UTC()
@@ -66,7 +65,7 @@ func (s *Server) labelRequest(ctx context.Context, in *outbox.Intent) (*labels.L
 	}
 	switch in.Status {
 	case labels.StatusSucceeded:
-		l, err := label.Get(ctx, s.deps.Pool, in.CallerID, in.LabelID)
+		l, err := postgres.GetLabel(ctx, s.deps.Pool, in.CallerID, in.LabelID)
 		if err != nil {
 			return nil, err
 		}
@@ -81,13 +80,13 @@ func (s *Server) labelRequest(ctx context.Context, in *outbox.Intent) (*labels.L
 func (s *Server) handleGetLabel(w http.ResponseWriter, r *http.Request, callerID string) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.deps.StoreTimeout)
 	defer cancel()
-	l, err := label.Get(ctx, s.deps.Pool, callerID, r.PathValue("label_id"))
-	if errors.Is(err, label.ErrNotFound) {
-		writeProblem(w, r, http.StatusNotFound, labels.CodeNotFound, "no such label")
+	l, err := postgres.GetLabel(ctx, s.deps.Pool, callerID, r.PathValue("label_id"))
+	if errors.Is(err, postgres.ErrNotFound) {
+		writeProblem(w, r, labels.CodeNotFound, "no such label")
 		return
 	}
 	if err != nil {
-		storeError(w, r, err)
+		writeError(w, r, err)
 		return
 	}
 	infoFrom(r).requestID = l.RequestID
@@ -104,7 +103,7 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if err := s.deps.Pool.Ping(ctx); err != nil {
 		w.Header().Set("Retry-After", "1")
-		writeProblem(w, r, http.StatusServiceUnavailable, labels.CodeStoreUnavailable, "the database does not answer")
+		writeProblem(w, r, labels.CodeStoreUnavailable, "the database does not answer")
 		return
 	}
 	writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`))

@@ -53,8 +53,8 @@ func (s *Server) handleUnknown(w http.ResponseWriter, r *http.Request) {
 	}
 	if allow != "" {
 		w.Header().Set("Allow", allow)
-		writeProblem(w, r, http.StatusMethodNotAllowed, labels.CodeMethodNotAllowed, "method "+r.Method+" is not allowed here")
+		writeProblem(w, r, labels.CodeMethodNotAllowed, "method "+r.Method+" is not allowed here")
 		return
 	}
-	writeProblem(w, r, http.StatusNotFound, labels.CodeNotFound, "no such resource")
+	writeProblem(w, r, labels.CodeNotFound, "no such resource")
 }

@@ -13,14 +13,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/labelkit/labels"
-	"github.com/labelkit/labels/caller"
-	"github.com/labelkit/labels/internal/group"
+	"github.com/labelkit/labels/accept"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/notify"
+	"github.com/labelkit/labels/postgres"
 )
 
 // Deps are what the API needs.
@@ -37,36 +36,24 @@ type Deps struct {
 	// ClaimWait bounds how long a request waits for a concurrent request with
 	// the same key to commit its claim before answering 409 (default 2s).
 	ClaimWait time.Duration
-	// AfterKeyInsertFunc, when set, runs inside the accept transaction right
-	// after the key record is written; an error aborts the transaction. For
-	// fault-injection tests of the one-transaction accept.
+	// AfterKeyInsertFunc, when set, runs inside the accept transaction after
+	// the key record and the intent are written; an error aborts the
+	// transaction. For fault-injection tests of the one-transaction accept.
 	AfterKeyInsertFunc func(ctx context.Context) error
 	// OpenAPI is served at /openapi.yaml when set.
 	OpenAPI []byte
 	// AcceptBatch bounds how many accepts share one transaction (group
-	// commit, see acceptmany.go); 0 means 64, and a negative value turns the
-	// sharing off. It is off when AfterKeyInsertFunc is set.
+	// commit, package accept); 0 means 64, and a negative value gives each
+	// accept a transaction of its own. Each accept has its own when
+	// AfterKeyInsertFunc is set.
 	AcceptBatch int
-	// ReadFirst says which creates read their key record before the shared
-	// accept transaction (readfirst.go); the zero value is ReadFirstAdaptive.
-	// Without the shared transaction every create reads first.
-	ReadFirst ReadFirst
 }
-
-// acceptFlushers is how many shared accept transactions may be in flight at
-// once. Fewer make larger batches and fewer concurrent WAL flushes: on the
-// 2-core bench machine one beat two, four and eight at concurrency 8 and 32,
-// and matched two at 128 (docs/bench.md).
-const acceptFlushers = 1
 
 // Server is the HTTP API.
 type Server struct {
-	deps    Deps
-	tokens  *tokenCache
-	accepts *group.Group[acceptIn, acceptOut] // nil: every accept alone
-	// readFirst decides which creates read first (with accepts only).
-	readFirst                      *readFirstPolicy
-	pathReadFirst, pathInsertFirst prometheus.Counter
+	deps     Deps
+	tokens   *tokenCache
+	accepter *accept.Accepter
 }
 
 // NewServer returns the API as an http.Handler.
@@ -77,23 +64,16 @@ func NewServer(deps Deps) http.Handler {
 	if deps.StoreTimeout <= 0 {
 		deps.StoreTimeout = 5 * time.Second
 	}
-	if deps.ClaimWait <= 0 {
-		deps.ClaimWait = 2 * time.Second
-	}
-	if deps.KeyRetention <= 0 {
-		deps.KeyRetention = 24 * time.Hour
+	batch := deps.AcceptBatch
+	switch {
+	case batch == 0:
+		batch = 64
+	case batch < 0:
+		batch = 1
 	}
 	s := &Server{deps: deps, tokens: &tokenCache{ttl: time.Minute, m: map[string]tokenEntry{}}}
-	if deps.AcceptBatch >= 0 && deps.AfterKeyInsertFunc == nil {
-		n := deps.AcceptBatch
-		if n == 0 {
-			n = 64
-		}
-		s.accepts = &group.Group[acceptIn, acceptOut]{Max: n, Flushers: acceptFlushers, Timeout: deps.StoreTimeout, Run: s.acceptMany}
-		s.readFirst = newReadFirstPolicy(deps.ReadFirst, deps.Metrics.AcceptReadAll)
-		s.pathReadFirst = deps.Metrics.AcceptPaths.WithLabelValues(metrics.PathReadFirst)
-		s.pathInsertFirst = deps.Metrics.AcceptPaths.WithLabelValues(metrics.PathInsertFirst)
-	}
+	s.accepter = accept.New(accept.Opts{Pool: deps.Pool, Notifier: deps.Notifier, KeyRetention: deps.KeyRetention,
+		ClaimWait: deps.ClaimWait, Batch: batch, Timeout: deps.StoreTimeout, BeforeCommitFunc: deps.AfterKeyInsertFunc})
 	return s.routes()
 }
 
@@ -170,7 +150,7 @@ func (s *Server) observe(route string, h http.HandlerFunc) http.HandlerFunc {
 				info.err = errors.New("panic")
 				s.deps.Log.Error().Interface("panic", p).Str("http_request_id", rid).Msg("handler panicked")
 				if sw.status == 0 {
-					writeProblem(sw, r, http.StatusInternalServerError, labels.CodeInternal, "an internal error occurred")
+					writeProblem(sw, r, labels.CodeInternal, "an internal error occurred")
 				}
 			}
 			d := time.Since(start)
@@ -207,22 +187,22 @@ func (s *Server) authenticate(h func(w http.ResponseWriter, r *http.Request, cal
 		}
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="labels"`)
-			writeProblem(w, r, http.StatusUnauthorized, labels.CodeUnauthenticated, "a valid bearer token is required")
+			writeProblem(w, r, labels.CodeUnauthenticated, "a valid bearer token is required")
 			return
 		}
 		id, cached := s.tokens.get(token)
 		if !cached {
 			ctx, cancel := context.WithTimeout(r.Context(), s.deps.StoreTimeout)
 			var err error
-			id, err = caller.Authenticate(ctx, s.deps.Pool, token)
+			id, err = postgres.Authenticate(ctx, s.deps.Pool, token)
 			cancel()
-			if errors.Is(err, caller.ErrUnknownToken) {
+			if errors.Is(err, postgres.ErrUnknownToken) {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="labels", error="invalid_token"`)
-				writeProblem(w, r, http.StatusUnauthorized, labels.CodeUnauthenticated, "a valid bearer token is required")
+				writeProblem(w, r, labels.CodeUnauthenticated, "a valid bearer token is required")
 				return
 			}
 			if err != nil {
-				storeError(w, r, err)
+				writeError(w, r, err)
 				return
 			}
 			s.tokens.put(token, id)

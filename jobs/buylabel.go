@@ -11,18 +11,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/oklog/ulid/v2"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivertype"
 	"github.com/rs/zerolog"
 
 	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/carrier"
-	"github.com/labelkit/labels/idempotency"
 	"github.com/labelkit/labels/internal/group"
-	"github.com/labelkit/labels/label"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/notify"
-	"github.com/labelkit/labels/outbox"
+	"github.com/labelkit/labels/postgres"
 )
 
 // QueueLabels is the queue of label purchases.
@@ -44,7 +40,7 @@ func (BuyLabelArgs) InsertOpts() river.InsertOpts {
 
 // DispatchBuyLabels returns the relay's dispatch function: one unique
 // buy_label job per request id, inserted in the relay's transaction.
-func DispatchBuyLabels(client *river.Client[pgx.Tx]) outbox.DispatchFunc {
+func DispatchBuyLabels(client *river.Client[pgx.Tx]) postgres.DispatchFunc {
 	return func(ctx context.Context, tx pgx.Tx, requestIDs []string) error {
 		params := make([]river.InsertManyParams, len(requestIDs))
 		for i, id := range requestIDs {
@@ -74,8 +70,8 @@ type BuyLabelConfig struct {
 	Notifier *notify.Notifier
 
 	// BatchMax bounds how many jobs share one lease statement and one
-	// completion statement (see batch.go); 0 means 64, and a negative value
-	// turns the sharing off (every job runs its own transactions).
+	// completion statement; 0 means 64, and a negative value turns the
+	// sharing off (every job runs the statements alone).
 	BatchMax int
 
 	// AfterCarrierFunc, when set, runs between the carrier's answer and the
@@ -86,13 +82,20 @@ type BuyLabelConfig struct {
 
 // BuyLabelWorker buys the label of one intent: it leases the key (committed
 // before the carrier call), calls the carrier with the intent's derived key,
-// and saves the outcome together with the label, only if the lease is still its own.
+// and saves the outcome together with the label, only if the lease is still
+// its own. The jobs that run at the same time share their lease statement and
+// their completion statement (group commit): one round trip and one commit
+// per batch instead of per job, each job with the outcome it would have had
+// alone.
 type BuyLabelWorker struct {
 	river.WorkerDefaults[BuyLabelArgs]
 	cfg         BuyLabelConfig
-	leases      *group.Group[leaseIn, leaseOut] // nil: no batching
-	completions *group.Group[completion, bool]
+	leases      *group.Group[postgres.LeaseRow, postgres.LeaseOutcome]     // nil: each job alone
+	completions *group.Group[postgres.Completion, postgres.CompleteResult] // nil: each job alone
 }
+
+// batchMax bounds the jobs of one shared statement.
+const batchMax = 64
 
 // NewBuyLabelWorker returns a worker.
 func NewBuyLabelWorker(cfg BuyLabelConfig) *BuyLabelWorker {
@@ -105,8 +108,14 @@ func NewBuyLabelWorker(cfg BuyLabelConfig) *BuyLabelWorker {
 		if n == 0 {
 			n = batchMax
 		}
-		w.leases = &group.Group[leaseIn, leaseOut]{Max: n, Flushers: batchFlushers, Timeout: cfg.LeaseDuration, Run: leaseMany(cfg.Pool, cfg.LeaseDuration)}
-		w.completions = &group.Group[completion, bool]{Max: n, Flushers: batchFlushers, Timeout: cfg.CarrierTimeout, Run: completeMany(cfg.Pool, cfg.KeyRetention)}
+		w.leases = &group.Group[postgres.LeaseRow, postgres.LeaseOutcome]{Max: n, Flushers: 1, Timeout: cfg.LeaseDuration,
+			Run: func(ctx context.Context, rows []postgres.LeaseRow) ([]postgres.LeaseOutcome, error) {
+				return postgres.TakeLeases(ctx, cfg.Pool, rows, cfg.LeaseDuration)
+			}}
+		w.completions = &group.Group[postgres.Completion, postgres.CompleteResult]{Max: n, Flushers: 1, Timeout: cfg.CarrierTimeout,
+			Run: func(ctx context.Context, cs []postgres.Completion) ([]postgres.CompleteResult, error) {
+				return postgres.Complete(ctx, cfg.Pool, cs, cfg.KeyRetention)
+			}}
 	}
 	return w
 }
@@ -116,10 +125,9 @@ func NewBuyLabelWorker(cfg BuyLabelConfig) *BuyLabelWorker {
 // never abandoned), bounded by CarrierTimeout instead.
 func (w *BuyLabelWorker) Timeout(*river.Job[BuyLabelArgs]) time.Duration { return w.cfg.LeaseDuration }
 
-// outcome is what an attempt saves.
+// outcome is what an attempt saves: the label bought, or the problem.
 type outcome struct {
-	bought  *carrier.Label
-	label   *label.Record // what is saved of bought (made once, by complete)
+	label   *postgres.Label
 	problem *labels.Problem
 }
 
@@ -140,12 +148,29 @@ func (w *BuyLabelWorker) Work(ctx context.Context, job *river.Job[BuyLabelArgs])
 func (w *BuyLabelWorker) work(ctx context.Context, job *river.Job[BuyLabelArgs], log *zerolog.Logger) (string, error) {
 	cfg := w.cfg
 	// Transaction 1: take the lease and count the attempt (one update of the key), committed before the carrier call.
-	in, token, takeover, attempt, result, err := w.lease(ctx, job, log)
-	if in == nil {
-		return result, err
+	token := uuid.New()
+	lease, err := w.lease(ctx, postgres.LeaseRow{RequestID: job.Args.RequestID, Token: token})
+	if err != nil {
+		return "error", err
 	}
+	if lease.Key != "" {
+		*log = log.With().Str("caller", lease.CallerID).Str("key", lease.Key).Logger()
+	}
+	switch lease.Result {
+	case postgres.LeaseGone:
+		return "cancelled", river.JobCancel(postgres.ErrNotFound)
+	case postgres.LeaseFinal:
+		return "already_final", nil
+	case postgres.LeaseHeld:
+		// Another attempt runs; come back when its lease ends. Snoozing does not use up an attempt.
+		return "snoozed", river.JobSnooze(clamp(time.Until(lease.HeldUntil)+100*time.Millisecond, time.Second, cfg.LeaseDuration))
+	case postgres.LeaseBusy:
+		// Another session holds the key's row: this job alone tries again shortly.
+		return "snoozed", river.JobSnooze(time.Second)
+	}
+	in, attempt := lease.Intent, lease.Attempt
 	*log = log.With().Int("carrier_attempt", attempt).Logger()
-	if takeover {
+	if lease.Takeover {
 		cfg.Metrics.LeaseTakeovers.Inc()
 		log.Warn().Msg("took over an expired lease")
 	}
@@ -170,17 +195,20 @@ func (w *BuyLabelWorker) work(ctx context.Context, job *river.Job[BuyLabelArgs],
 	var rejected *carrier.RejectedError
 	switch {
 	case cerr == nil:
-		out.bought = bought
+		out.label = newLabel(in, bought)
 	case errors.As(cerr, &rejected):
-		p := labels.NewProblem(422, labels.CodeCarrierRejected, "the carrier rejected the parcel for good")
+		p := labels.NewProblem(labels.CodeCarrierRejected, "the carrier rejected the parcel for good")
 		p.CarrierCode, p.CarrierMessage = rejected.Code, rejected.Message
 		out.problem = p
 	case attempt >= cfg.MaxAttempts:
-		out.problem = labels.NewProblem(502, labels.CodeCarrierUnavailable,
+		out.problem = labels.NewProblem(labels.CodeCarrierUnavailable,
 			fmt.Sprintf("the carrier's outcome stayed unknown through %d attempts", attempt))
 	default:
 		// Outcome unknown: give the lease back and let River retry with the same carrier key.
-		if err := idempotency.Release(context.WithoutCancel(ctx), cfg.Pool, in.CallerID, in.Key, token); err != nil {
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.CarrierTimeout)
+		err := postgres.Release(rctx, cfg.Pool, []postgres.Lease{{CallerID: in.CallerID, Key: in.Key, Token: token}}, cfg.CarrierTimeout/4)
+		rcancel()
+		if err != nil {
 			log.Warn().Err(err).Msg("could not release the lease; the next attempt waits for it to expire")
 		}
 		return "carrier_" + callOutcome, cerr
@@ -189,104 +217,76 @@ func (w *BuyLabelWorker) work(ctx context.Context, job *river.Job[BuyLabelArgs],
 	// Transaction 2: the outcome commits with the label, only if the lease is still ours.
 	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.CarrierTimeout)
 	defer dcancel()
-	err = w.complete(dctx, job, in, token, out)
-	if err == nil {
-		cfg.Notifier.Notify(notify.ChannelFinal, in.RequestID)
-	}
-	if errors.Is(err, label.ErrParcelAlreadyLabelled) {
+	result, err := w.complete(dctx, completionOf(in, token, out))
+	if result == postgres.CompleteParcelLabelled {
 		// Unreachable while the intents' natural key holds; if it happens the
 		// purchase just made is an orphan that reconciliation reports.
 		log.Error().Msg("the parcel already has a label: saving parcel_already_labelled")
-		out = outcome{problem: labels.NewProblem(409, labels.CodeParcelAlreadyLabelled, "the parcel and version already have a label")}
-		err = w.complete(dctx, job, in, token, out)
-		if err == nil {
-			cfg.Notifier.Notify(notify.ChannelFinal, in.RequestID)
-		}
+		out = outcome{problem: labels.NewProblem(labels.CodeParcelAlreadyLabelled, "the parcel and version already have a label")}
+		result, err = w.complete(dctx, completionOf(in, token, out))
 	}
 	switch {
-	case errors.Is(err, idempotency.ErrFenced):
+	case err != nil:
+		return "error", err
+	case result == postgres.CompleteFenced:
 		cfg.Metrics.FencingRejections.Inc()
 		log.Warn().Msg("lost the lease before completing: wrote nothing")
 		// The attempt that took over finishes the intent; come back to check.
 		return "fenced", river.JobSnooze(cfg.LeaseDuration)
-	case err != nil:
-		return "error", err
-	case out.bought != nil:
+	case result != postgres.Completed:
+		return "error", fmt.Errorf("completion not saved (outcome %d)", result)
+	}
+	cfg.Notifier.Notify(notify.ChannelFinal, in.RequestID)
+	if out.label != nil {
 		return "succeeded", nil
-	default:
-		return "failed_" + out.problem.Code, nil
 	}
+	return "failed_" + out.problem.Code, nil
 }
 
-// lease leases the intent's key for this attempt: with other jobs in one
-// statement, or alone when that statement did not lease it. A nil intent
-// means the attempt ends here with result and err.
-func (w *BuyLabelWorker) lease(ctx context.Context, job *river.Job[BuyLabelArgs], log *zerolog.Logger) (
-	in *outbox.Intent, token uuid.UUID, takeover bool, attempt int, result string, err error,
-) {
-	cfg := w.cfg
+// lease takes the lease of one job, in the statement it shares with the
+// jobs leasing at the same time.
+func (w *BuyLabelWorker) lease(ctx context.Context, row postgres.LeaseRow) (postgres.LeaseOutcome, error) {
 	if w.leases != nil {
-		token = uuid.New()
-		out, err := w.leases.Do(leaseIn{requestID: job.Args.RequestID, token: token})
-		if err != nil {
-			log.Debug().Err(err).Msg("the shared lease statement failed: leasing alone")
-		}
-		if err == nil && out.intent != nil {
-			*log = log.With().Str("caller", out.intent.CallerID).Str("key", out.intent.Key).Logger()
-			return out.intent, token, out.takeover, out.attempt, "", nil
-		}
+		return w.leases.Do(ctx, row)
 	}
-	in, err = outbox.Get(ctx, cfg.Pool, "", job.Args.RequestID)
-	if errors.Is(err, outbox.ErrNotFound) {
-		return nil, token, false, 0, "cancelled", river.JobCancel(err)
-	}
+	outs, err := postgres.TakeLeases(ctx, w.cfg.Pool, []postgres.LeaseRow{row}, w.cfg.LeaseDuration)
 	if err != nil {
-		return nil, token, false, 0, "error", err
+		return postgres.LeaseOutcome{}, err
 	}
-	*log = log.With().Str("caller", in.CallerID).Str("key", in.Key).Logger()
-	if in.Status != labels.StatusPending {
-		return nil, token, false, 0, "already_final", nil
-	}
-	err = pgx.BeginFunc(ctx, cfg.Pool, func(tx pgx.Tx) error {
-		var err error
-		token, takeover, attempt, err = idempotency.Lease(ctx, tx, in.CallerID, in.Key, cfg.LeaseDuration)
-		return err
-	})
-	var held *idempotency.LeaseHeldError
-	switch {
-	case errors.Is(err, idempotency.ErrCompleted):
-		return nil, token, false, 0, "already_final", nil
-	case errors.As(err, &held):
-		// Another attempt runs; come back when its lease ends. Snoozing does not use up an attempt.
-		return nil, token, false, 0, "snoozed", river.JobSnooze(clamp(time.Until(held.Until)+100*time.Millisecond, time.Second, cfg.LeaseDuration))
-	case err != nil:
-		return nil, token, false, 0, "error", err
-	}
-	return in, token, takeover, attempt, "", nil
+	return outs[0], nil
 }
 
-// complete saves the outcome, only if the lease is still the attempt's: with
-// other jobs in one statement (River then completes the job when Work
-// returns), or, when that statement did not save it, alone.
-func (w *BuyLabelWorker) complete(ctx context.Context, job *river.Job[BuyLabelArgs], in *outbox.Intent, token uuid.UUID, out outcome) error {
-	if out.bought != nil && out.label == nil {
-		out.label = newLabel(in, out.bought)
-	}
-	if w.completions != nil {
-		saved, err := w.completions.Do(completionOf(in, token, out))
-		if err == nil && saved {
-			return nil
+// complete saves one job's outcome, in the statement it shares with the jobs
+// completing at the same time. A row another session holds is tried again
+// until ctx ends: the purchase is made, and its outcome must be saved.
+func (w *BuyLabelWorker) complete(ctx context.Context, c postgres.Completion) (postgres.CompleteResult, error) {
+	wait := 50 * time.Millisecond
+	for {
+		var r postgres.CompleteResult
+		var err error
+		if w.completions != nil {
+			r, err = w.completions.Do(ctx, c)
+		} else {
+			var rs []postgres.CompleteResult
+			if rs, err = postgres.Complete(ctx, w.cfg.Pool, []postgres.Completion{c}, w.cfg.KeyRetention); err == nil {
+				r = rs[0]
+			}
 		}
-		if err != nil {
-			w.cfg.Log.Debug().Err(err).Str("request_id", in.RequestID).Msg("the shared completion statement failed: completing alone")
+		if err != nil || r != postgres.CompleteBusy {
+			return r, err
 		}
+		select {
+		case <-ctx.Done():
+			return r, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
 	}
-	return w.completeAlone(ctx, job, in, token, out)
 }
 
 // newLabel is the label an attempt saves for what the carrier sold.
-func newLabel(in *outbox.Intent, bought *carrier.Label) *label.Record {
-	rec := &label.Record{
+func newLabel(in *postgres.Intent, bought *carrier.Label) *postgres.Label {
+	rec := &postgres.Label{
 		Label: labels.Label{
 			LabelID:        "lbl_" + ulid.Make().String(),
 			OrderID:        in.Parcel.OrderID,
@@ -310,53 +310,18 @@ func newLabel(in *outbox.Intent, bought *carrier.Label) *label.Record {
 	return rec
 }
 
-func completionOf(in *outbox.Intent, token uuid.UUID, out outcome) completion {
-	c := completion{requestID: in.RequestID, callerID: in.CallerID, key: in.Key, token: token, label: out.label}
-	if rec := out.label; rec != nil {
-		c.status, c.body = 201, rec.Label.Body()
+// completionOf is what the completion statement saves for out.
+func completionOf(in *postgres.Intent, token uuid.UUID, out outcome) postgres.Completion {
+	c := postgres.Completion{RequestID: in.RequestID, CallerID: in.CallerID, Key: in.Key, Token: token, Label: out.label}
+	if out.label != nil {
+		c.Status, c.Body = 201, out.label.Label.Body()
 	} else {
-		c.status, c.body = out.problem.Status, out.problem.Body()
+		c.Status, c.Body = out.problem.Status, out.problem.Body()
 	}
 	return c
 }
 
-// completeAlone is the completion of one job in a transaction of its own.
-func (w *BuyLabelWorker) completeAlone(ctx context.Context, job *river.Job[BuyLabelArgs], in *outbox.Intent, token uuid.UUID, out outcome) error {
-	cfg := w.cfg
-	return pgx.BeginFunc(ctx, cfg.Pool, func(tx pgx.Tx) error {
-		if out.bought != nil {
-			rec := out.label
-			// The fenced update goes first: a stale attempt stops before writing anything else.
-			if err := idempotency.Complete(ctx, tx, in.CallerID, in.Key, token, 201, rec.Label.Body(), cfg.KeyRetention); err != nil {
-				return err
-			}
-			if err := label.Insert(ctx, tx, rec); err != nil {
-				return err
-			}
-			if err := outbox.MarkSucceeded(ctx, tx, in.RequestID, rec.LabelID); err != nil {
-				return err
-			}
-		} else {
-			body := out.problem.Body()
-			if err := idempotency.Complete(ctx, tx, in.CallerID, in.Key, token, out.problem.Status, body, cfg.KeyRetention); err != nil {
-				return err
-			}
-			if err := outbox.MarkFailed(ctx, tx, in.RequestID, body); err != nil {
-				return err
-			}
-		}
-		// Complete the job in the same commit. River only checks that the job is
-		// running, not that this attempt runs it; when a rescued attempt already
-		// moved the job on, there is nothing to complete, and the lease check
-		// above has already decided that this attempt may write.
-		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
-			return err
-		}
-		return nil
-	})
-}
-
-func purchaseRequest(in *outbox.Intent) carrier.PurchaseRequest {
+func purchaseRequest(in *postgres.Intent) carrier.PurchaseRequest {
 	p := in.Parcel
 	return carrier.PurchaseRequest{
 		Reference: in.RequestID,

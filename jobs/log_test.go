@@ -20,7 +20,7 @@ import (
 
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/carrier/sim"
-	"github.com/labelkit/labels/internal/stacktest"
+	"github.com/labelkit/labels/internal/testutil/stacktest"
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/metrics"
 )

@@ -9,8 +9,8 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/rs/zerolog"
 
-	"github.com/labelkit/labels/idempotency"
 	"github.com/labelkit/labels/metrics"
+	"github.com/labelkit/labels/postgres"
 )
 
 // SweepKeysArgs asks for one purge of expired key records.
@@ -77,7 +77,7 @@ func SweepTombstones(ctx context.Context, pool *pgxpool.Pool, before time.Time, 
 	}
 	var total int64
 	for {
-		n, err := idempotency.PurgeTombstones(ctx, pool, before, batch)
+		n, err := postgres.PurgeTombstones(ctx, pool, before, batch)
 		total += n
 		if err != nil || n < int64(batch) {
 			return total, err
@@ -93,7 +93,7 @@ func Sweep(ctx context.Context, pool *pgxpool.Pool, now time.Time, batch int, on
 	}
 	var total int64
 	for {
-		n, err := idempotency.Purge(ctx, pool, now, batch)
+		n, err := postgres.Purge(ctx, pool, now, batch)
 		if err != nil {
 			return total, err
 		}

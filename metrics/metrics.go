@@ -19,12 +19,6 @@ const (
 	OutcomePurgedKeyReused = "purged_key_reused"
 )
 
-// The values of AcceptPaths' path label.
-const (
-	PathReadFirst   = "read_first"
-	PathInsertFirst = "insert_first"
-)
-
 // outcomes are the values of IdempotencyOutcomes' outcome label, created at
 // zero so that an alert on their rate has a series before the first event.
 var outcomes = []string{OutcomeNew, OutcomeReplayed, OutcomeKeyReused, OutcomeInProgress,
@@ -43,11 +37,6 @@ type Metrics struct {
 	HTTPDuration        *prometheus.HistogramVec // route
 	IdempotencyOutcomes *prometheus.CounterVec   // outcome
 	WaitOutcomes        *prometheus.CounterVec   // final|timeout
-	// AcceptPaths counts the creates that read their key first and those
-	// sent straight to the shared insert; AcceptReadAll is 1 while every
-	// create reads first (httpapi/readfirst.go).
-	AcceptPaths   *prometheus.CounterVec // path
-	AcceptReadAll prometheus.Gauge
 
 	RelayDispatched   prometheus.Counter
 	CarrierCalls      *prometheus.CounterVec   // outcome
@@ -82,12 +71,6 @@ func New() *Metrics {
 		WaitOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "labels_prefer_wait_total", Help: "Prefer: wait requests, by whether the outcome became final in time.",
 		}, []string{"result"}),
-		AcceptPaths: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "labels_accept_paths_total", Help: "Creates by path with shared accepts: read_first (the key record read before the insert) or insert_first (sent straight to the insert, which finds a stored key itself).",
-		}, []string{"path"}),
-		AcceptReadAll: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "labels_accept_read_all", Help: "1 while every create reads its key first, because more than one in eight of the keys this process had not seen turned out stored; else 0.",
-		}),
 		RelayDispatched: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "labels_outbox_dispatched_total", Help: "Intents the relay turned into River jobs.",
 		}),
@@ -117,13 +100,10 @@ func New() *Metrics {
 	for _, o := range outcomes {
 		m.IdempotencyOutcomes.WithLabelValues(o)
 	}
-	for _, p := range []string{PathReadFirst, PathInsertFirst} {
-		m.AcceptPaths.WithLabelValues(p)
-	}
 	for _, c := range DiscrepancyCategories {
 		m.ReconcileDiscrepancies.WithLabelValues(c)
 	}
-	r.MustRegister(m.HTTPRequests, m.HTTPDuration, m.IdempotencyOutcomes, m.WaitOutcomes, m.AcceptPaths, m.AcceptReadAll, m.RelayDispatched,
+	r.MustRegister(m.HTTPRequests, m.HTTPDuration, m.IdempotencyOutcomes, m.WaitOutcomes, m.RelayDispatched,
 		m.CarrierCalls, m.CarrierDuration, m.LeaseTakeovers, m.FencingRejections, m.JobOutcomes, m.SweeperDeleted,
 		m.ReconcileDiscrepancies)
 	return m

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels/carrier"
-	"github.com/labelkit/labels/internal/stacktest"
+	"github.com/labelkit/labels/internal/testutil/stacktest"
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/metrics"
 )

@@ -11,14 +11,12 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 )
@@ -127,16 +125,4 @@ func Apply(ctx context.Context, pool *pgxpool.Pool) (Result, error) {
 		}
 	}
 	return res, nil
-}
-
-// RiverIndexesDropped are River's indexes that migration 005 drops.
-var RiverIndexesDropped = []string{"river_job_args_index", "river_job_metadata_index"}
-
-// RiverReindexed is River's default list of indexes its reindexer rebuilds,
-// less those this project drops: the value for river.Config's
-// ReindexerIndexNames.
-func RiverReindexed() []string {
-	return slices.DeleteFunc(river.ReindexerIndexNamesDefault(), func(name string) bool {
-		return slices.Contains(RiverIndexesDropped, name)
-	})
 }

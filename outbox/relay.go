@@ -4,16 +4,12 @@ import (
 	"context"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
 	"github.com/labelkit/labels/notify"
+	"github.com/labelkit/labels/postgres"
 )
-
-// DispatchFunc enqueues one job per request id inside tx, with a unique job id
-// per intent, so that the job and the intent's dispatched mark commit together.
-type DispatchFunc func(ctx context.Context, tx pgx.Tx, requestIDs []string) error
 
 // RelayOpts tunes a [Relay].
 type RelayOpts struct {
@@ -33,13 +29,13 @@ type RelayOpts struct {
 // that inserts their jobs, and the jobs are unique by request id besides.
 type Relay struct {
 	pool     *pgxpool.Pool
-	dispatch DispatchFunc
+	dispatch postgres.DispatchFunc
 	opts     RelayOpts
 	log      zerolog.Logger
 }
 
 // NewRelay returns a relay; call Run to start it.
-func NewRelay(pool *pgxpool.Pool, dispatch DispatchFunc, log zerolog.Logger, opts *RelayOpts) *Relay {
+func NewRelay(pool *pgxpool.Pool, dispatch postgres.DispatchFunc, log zerolog.Logger, opts *RelayOpts) *Relay {
 	o := RelayOpts{}
 	if opts != nil {
 		o = *opts
@@ -87,51 +83,10 @@ func (r *Relay) Run(ctx context.Context) {
 	}
 }
 
-// The relay's statements, exported for the plan test. SQLRelaySettings goes
-// first in the relay's transaction, in the same round trip as SQLRelayTake:
-// without it, the mark's plan made on an emptied intents table (a fresh
-// deployment's first minutes; every end-to-end run of tools/bench, whose
-// phases truncate the tables) read the whole table for each batch, comparing
-// every intent with every request id of the batch, for as long as the
-// connection lived: a sixth of the machine's CPU samples in an end-to-end
-// run at 50 ms (docs/bench.md, "The morning"). The take keeps to its partial
-// index either way; the setting covers the whole transaction.
-const (
-	SQLRelaySettings = `SELECT set_config('enable_seqscan', 'off', true)`
-	SQLRelayTake     = `
-SELECT request_id FROM label_intents
- WHERE dispatched_at IS NULL
- ORDER BY created_at
- LIMIT $1
-   FOR UPDATE SKIP LOCKED`
-	SQLRelayMark = `UPDATE label_intents SET dispatched_at = now() WHERE request_id = ANY($1)`
-)
-
 // DispatchBatch dispatches up to one batch of the oldest undispatched intents
 // and returns how many it dispatched.
 func (r *Relay) DispatchBatch(ctx context.Context) (int, error) {
-	var n int
-	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		var ids []string
-		b := &pgx.Batch{}
-		b.Queue(SQLRelaySettings)
-		b.Queue(SQLRelayTake, r.opts.BatchSize).Query(func(rows pgx.Rows) error {
-			var err error
-			ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
-			return err
-		})
-		if err := tx.SendBatch(ctx, b).Close(); err != nil || len(ids) == 0 {
-			return err
-		}
-		if err := r.dispatch(ctx, tx, ids); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, SQLRelayMark, ids); err != nil {
-			return err
-		}
-		n = len(ids)
-		return nil
-	})
+	n, err := postgres.DispatchIntents(ctx, r.pool, r.opts.BatchSize, r.dispatch)
 	if err == nil && n > 0 && r.opts.OnDispatchFunc != nil {
 		r.opts.OnDispatchFunc(n)
 	}

@@ -14,9 +14,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/labelkit/labels/internal/dbtest"
-	"github.com/labelkit/labels/internal/fixture"
-	"github.com/labelkit/labels/internal/stacktest"
+	"github.com/labelkit/labels/internal/testutil/stacktest"
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/outbox"
 )
@@ -85,38 +83,4 @@ func TestTwoRelaysNeverDoubleDispatch(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'buy_label'`).Scan(&jobsN))
 	require.Equal(t, n, jobsN)
-}
-
-// The relay's plans, made on an emptied intents table whose statistics say
-// it is full of dispatched intents (every end-to-end run of tools/bench; a
-// store emptied or restored), take the undispatched intents through their
-// partial index and mark them through the primary key: the mark's plan made
-// so without the relay's settings read the whole table for every batch (the
-// "mark" subtest fails without them; "take" guards the partial index).
-func TestRelayPlansProbeOnEmptyTables(t *testing.T) {
-	t.Parallel()
-	pool, _ := dbtest.New(t)
-	ctx := context.Background()
-	conn := fixture.EmptiedFullStore(t, pool)
-	// A cached statement goes generic after five runs when the generic plan
-	// is no dearer; the test explains that plan.
-	settings := outbox.SQLRelaySettings + `, set_config('plan_cache_mode', 'force_generic_plan', true)`
-	t.Run("take", func(t *testing.T) {
-		// A walk, but of the partial index that holds only undispatched intents.
-		tx, err := conn.Begin(ctx)
-		require.NoError(t, err)
-		defer tx.Rollback(ctx) //nolint:errcheck // only explains
-		_, err = tx.Exec(ctx, settings)
-		require.NoError(t, err)
-		_, err = tx.Exec(ctx, `PREPARE relay_take(int) AS `+outbox.SQLRelayTake)
-		require.NoError(t, err)
-		defer conn.Exec(ctx, `DEALLOCATE relay_take`) //nolint:errcheck // absent when PREPARE failed
-		var plan string
-		require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (FORMAT JSON) EXECUTE relay_take(500)`).Scan(&plan))
-		require.Contains(t, plan, `"Index Name": "label_intents_undispatched"`)
-		require.NotContains(t, plan, `Seq Scan`)
-	})
-	t.Run("mark", func(t *testing.T) {
-		dbtest.RequireProbes(t, conn, settings, nil, outbox.SQLRelayMark, []string{"text[]"}, []string{"'{lr_1,lr_2}'"}, "label_intents")
-	})
 }

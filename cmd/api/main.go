@@ -1,6 +1,6 @@
 // Command api serves the label service's HTTP API, applies the migrations
 // (api migrate) and manages callers (api caller add NAME). See
-// shared/spec/operations.md for the configuration.
+// docs/operations.md for the configuration.
 package main
 
 import (
@@ -16,15 +16,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
-	"github.com/labelkit/labels/caller"
 	"github.com/labelkit/labels/httpapi"
 	"github.com/labelkit/labels/internal/apiserve"
 	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/migrations"
+	"github.com/labelkit/labels/postgres"
 )
 
 func main() {
-	cli.TuneGC(os.Getenv)
 	os.Exit(run(context.Background(), os.Args, os.Getenv, os.Stdout, os.Stderr))
 }
 
@@ -91,7 +90,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "api: %v\n", err)
 		return 2
 	}
-	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	poolCfg, err := postgres.PoolConfig(cfg.DatabaseURL)
 	if err != nil {
 		fmt.Fprintf(stderr, "api: DATABASE_URL: %v\n", err)
 		return 2
@@ -179,8 +178,8 @@ func addCaller(ctx context.Context, poolCfg *pgxpool.Config, name string, stdout
 		return 1
 	}
 	defer pool.Close()
-	token, err := caller.Add(ctx, pool, name)
-	if errors.Is(err, caller.ErrInvalidName) {
+	token, err := postgres.AddCaller(ctx, pool, name)
+	if errors.Is(err, postgres.ErrInvalidCallerName) {
 		fmt.Fprintf(stderr, "api caller add: %v\n", err)
 		return 2
 	}

@@ -32,6 +32,7 @@ import (
 
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/internal/cli"
+	"github.com/labelkit/labels/postgres"
 	"github.com/labelkit/labels/reconcile"
 )
 
@@ -252,7 +253,7 @@ func reconcileOnce(ctx context.Context, cfg Config, stdout, stderr io.Writer, lo
 		defer p.end()
 	}
 
-	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	poolCfg, err := postgres.PoolConfig(cfg.DatabaseURL)
 	if err != nil {
 		return 0, err
 	}

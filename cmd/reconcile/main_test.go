@@ -21,7 +21,7 @@ import (
 
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/carrier/sim"
-	"github.com/labelkit/labels/internal/dbtest"
+	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/reconcile"
 )
 

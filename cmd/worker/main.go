@@ -1,6 +1,6 @@
 // Command worker runs the outbox relay, the River workers that buy labels and
 // the key sweeper. Many can run at once against one database (a fleet). See
-// shared/spec/operations.md for the configuration.
+// docs/operations.md for the configuration.
 package main
 
 import (
@@ -9,31 +9,26 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/rs/zerolog"
 
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/internal/cli"
-	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/metrics"
-	"github.com/labelkit/labels/migrations"
 	"github.com/labelkit/labels/notify"
-	"github.com/labelkit/labels/outbox"
+	"github.com/labelkit/labels/postgres"
+	"github.com/labelkit/labels/worker"
 )
 
 func main() {
-	cli.TuneGC(os.Getenv)
 	os.Exit(run(context.Background(), os.Args, os.Getenv, os.Stdout, os.Stderr))
 }
 
@@ -163,7 +158,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "worker: %v\n", err)
 		return 2
 	}
-	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	poolCfg, err := postgres.PoolConfig(cfg.DatabaseURL)
 	if err != nil {
 		fmt.Fprintf(stderr, "worker: DATABASE_URL: %v\n", err)
 		return 2
@@ -197,24 +192,42 @@ func work(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, periodic []*
 	m := metrics.New()
 
 	notifier := notify.NewNotifier(pool, 0, log)
-	client, err := newRiverClient(cfg, pool, m, notifier, periodic, log)
+	listener := notify.NewListener(poolCfg.ConnConfig.Copy(), log, notify.ChannelIntents)
+	w, err := worker.New(worker.Config{
+		Pool:               pool,
+		Carrier:            carrier.NewClient(cfg.CarrierURL, &carrier.ClientOpts{Token: cfg.CarrierToken, InFlight: cfg.Concurrency}),
+		CarrierTimeout:     cfg.CarrierTimeout,
+		LeaseDuration:      cfg.LeaseDuration,
+		KeyRetention:       cfg.KeyRetention,
+		Concurrency:        cfg.Concurrency,
+		Batch:              cli.Batch(cfg.Batch),
+		MaxAttempts:        cfg.MaxAttempts,
+		RetryBase:          cfg.RetryBase,
+		RetryMax:           cfg.RetryMax,
+		SweepInterval:      cfg.SweepInterval,
+		SweepBatch:         cfg.SweepBatch,
+		TombstoneRetention: cfg.TombstoneRetention,
+		Metrics:            m,
+		Log:                log,
+		Notifier:           notifier,
+		Listener:           listener,
+		PeriodicJobs:       periodic,
+		AddWorkersFunc: func(workers *river.Workers) error {
+			return addReconcileWorker(workers, pool, cfg, m, log)
+		},
+	})
 	if err != nil {
 		log.Error().Err(err).Msg("river client")
 		return 1
 	}
+	client := w.River
 
-	// Background parts run until the first signal; River is stopped after
-	// them, gracefully, so that every started carrier call is recorded.
+	// The listener runs until the first signal; River is stopped after the
+	// relay, gracefully, so that every started carrier call is recorded.
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
 	var wg sync.WaitGroup
-	listener := notify.NewListener(poolCfg.ConnConfig.Copy(), log, notify.ChannelIntents)
-	relay := outbox.NewRelay(pool, jobs.DispatchBuyLabels(client), log, &outbox.RelayOpts{
-		Listener:       listener,
-		OnDispatchFunc: func(n int) { m.RelayDispatched.Add(float64(n)) },
-	})
 	wg.Go(func() { listener.Run(bg) })
-	wg.Go(func() { relay.Run(bg) })
 	// The notifier outlives the relay and River: completions during shutdown still wake their waiters.
 	nctx, stopNotifier := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopNotifier()
@@ -239,7 +252,7 @@ func work(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, periodic []*
 
 	// River retries its own start while the database is away.
 	for {
-		err := client.Start(bg)
+		err := w.Start(bg)
 		if err == nil {
 			break
 		}
@@ -256,62 +269,17 @@ func work(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, periodic []*
 
 	<-ctx.Done()
 	log.Info().Msg("shutting down: no new jobs; waiting for carrier calls in flight")
-	stopBG()
-	wg.Wait()
 	// Stop waits for running jobs. Their carrier calls are detached from
 	// cancellation and bounded by CARRIER_TIMEOUT, and their outcome is saved.
-	sctx, scancel := context.WithTimeout(context.Background(), cfg.CarrierTimeout+cfg.LeaseDuration)
-	defer scancel()
-	if err := client.Stop(sctx); err != nil {
+	err = w.Stop(context.Background())
+	stopBG()
+	wg.Wait()
+	if err != nil {
 		log.Error().Err(err).Msg("river stop")
 		return 1
 	}
 	log.Info().Msg("stopped")
 	return 0
-}
-
-func newRiverClient(cfg Config, pool *pgxpool.Pool, m *metrics.Metrics, notifier *notify.Notifier, periodic []*river.PeriodicJob, log zerolog.Logger) (*river.Client[pgx.Tx], error) {
-	workers := river.NewWorkers()
-	river.AddWorker(workers, jobs.NewBuyLabelWorker(jobs.BuyLabelConfig{
-		Pool:           pool,
-		Carrier:        carrier.NewClient(cfg.CarrierURL, &carrier.ClientOpts{Token: cfg.CarrierToken, InFlight: cfg.Concurrency}),
-		CarrierTimeout: cfg.CarrierTimeout,
-		LeaseDuration:  cfg.LeaseDuration,
-		KeyRetention:   cfg.KeyRetention,
-		MaxAttempts:    cfg.MaxAttempts,
-		BatchMax:       cli.Batch(cfg.Batch),
-		Metrics:        m,
-		Log:            log,
-		Notifier:       notifier,
-	}))
-	river.AddWorker(workers, &jobs.SweepKeysWorker{Pool: pool, Batch: cfg.SweepBatch, TombstoneRetention: cfg.TombstoneRetention, Metrics: m, Log: log})
-	if err := addReconcileWorker(workers, pool, cfg, m, log); err != nil {
-		return nil, err
-	}
-	periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(cfg.SweepInterval),
-		func() (river.JobArgs, *river.InsertOpts) { return jobs.SweepKeysArgs{}, nil },
-		&river.PeriodicJobOpts{RunOnStart: true}))
-	jobTimeout, rescueAfter := jobs.RiverTimings(cfg.LeaseDuration)
-	return river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Queues: map[string]river.QueueConfig{
-			jobs.QueueLabels:   {MaxWorkers: cfg.Concurrency},
-			river.QueueDefault: {MaxWorkers: 2},
-		},
-		Workers:              workers,
-		PeriodicJobs:         periodic,
-		FetchPollInterval:    jobs.FetchPollInterval,
-		JobTimeout:           jobTimeout,
-		RescueStuckJobsAfter: rescueAfter,
-		// Room above MAX_ATTEMPTS for database errors: the carrier attempts are
-		// counted on the intent, and the last one saves 502 carrier_unavailable.
-		MaxAttempts: cfg.MaxAttempts + 10,
-		RetryPolicy: &jobs.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax},
-		// Finished jobs are kept as long as the keys they completed.
-		CompletedJobRetentionPeriod: cfg.KeyRetention,
-		// Migration 005 drops River's GIN indexes; the reindexer leaves them be.
-		ReindexerIndexNames: migrations.RiverReindexed(),
-		Logger:              slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
 }
 
 func serveMetrics(addr string, pool *pgxpool.Pool, m *metrics.Metrics, log zerolog.Logger) (*http.Server, error) {

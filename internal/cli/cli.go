@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -117,19 +116,6 @@ func SignalContext(parent context.Context, onSecond func()) (context.Context, co
 		signal.Stop(ch)
 	}()
 	return ctx, cancel
-}
-
-// GCPercent is the garbage collector's target for the services when GOGC is
-// not set: their live heap is a few megabytes, so Go's default of 100 runs
-// a collection every few megabytes of requests; 400 trades tens of
-// megabytes for a quarter of those collections (docs/bench.md).
-const GCPercent = 400
-
-// TuneGC sets [GCPercent] unless the environment's GOGC says otherwise.
-func TuneGC(getenv func(string) string) {
-	if getenv("GOGC") == "" {
-		debug.SetGCPercent(GCPercent)
-	}
 }
 
 // Batch maps a ACCEPT_BATCH or WORKER_BATCH setting, where 0 turns the shared

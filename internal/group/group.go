@@ -17,10 +17,16 @@ import (
 // load the calls that arrive while the flushers are busy form the next
 // batches. The flushers start on the first call and then idle on a channel for
 // the life of the process.
+//
+// A call is bounded by its own context: when it ends, [Group.Do] returns at
+// once, whether the call is still queued (it is then never run) or in a
+// batch that is running (the batch goes on for the others, and what it
+// stores stays stored).
 type Group[In, Out any] struct {
 	// Max bounds the calls of one batch; Flushers is how many batches may run
-	// at once; Timeout bounds one run; Run does a batch, returning one output
-	// per input, in order.
+	// at once; Timeout bounds one run (and no run outlives the latest
+	// deadline of its calls); Run does a batch, returning one output per
+	// input, in order.
 	Max      int
 	Flushers int
 	Timeout  time.Duration
@@ -31,25 +37,38 @@ type Group[In, Out any] struct {
 }
 
 type groupCall[In, Out any] struct {
+	ctx  context.Context
 	in   In
 	out  Out
 	err  error
 	done chan struct{}
 }
 
-// Do queues in and waits for its batch. A batch that fails fails each of its
-// calls with the same error; callers then fall back to doing theirs alone.
-func (g *Group[In, Out]) Do(in In) (Out, error) {
+// Do queues in and waits for its batch, or for ctx to end. A batch that
+// fails fails each of its calls with the same error.
+func (g *Group[In, Out]) Do(ctx context.Context, in In) (Out, error) {
 	g.once.Do(func() {
 		g.calls = make(chan *groupCall[In, Out], g.Max*g.Flushers)
 		for range g.Flushers {
 			go g.flush()
 		}
 	})
-	c := &groupCall[In, Out]{in: in, done: make(chan struct{})}
-	g.calls <- c
-	<-c.done
-	return c.out, c.err
+	var zero Out
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	c := &groupCall[In, Out]{ctx: ctx, in: in, done: make(chan struct{})}
+	select {
+	case g.calls <- c:
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+	select {
+	case <-c.done:
+		return c.out, c.err
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
 }
 
 func (g *Group[In, Out]) flush() {
@@ -66,13 +85,36 @@ func (g *Group[In, Out]) flush() {
 				break more
 			}
 		}
+		// Calls whose callers have left are not run.
+		live := batch[:0]
+		deadline, bounded := time.Time{}, true
+		for _, c := range batch {
+			if c.ctx.Err() != nil {
+				close(c.done)
+				continue
+			}
+			live = append(live, c)
+			if d, ok := c.ctx.Deadline(); !ok {
+				bounded = false
+			} else if d.After(deadline) {
+				deadline = d
+			}
+		}
+		batch = live
+		if len(batch) == 0 {
+			continue
+		}
 		ins = ins[:0]
 		for _, c := range batch {
 			ins = append(ins, c.in)
 		}
 		// A batch is never cancelled by one of its callers: none may be
-		// abandoned half-way by another's shutdown.
-		ctx, cancel := context.WithTimeout(context.Background(), g.Timeout)
+		// abandoned half-way by another's leaving.
+		end := time.Now().Add(g.Timeout)
+		if bounded && deadline.Before(end) {
+			end = deadline
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), end)
 		outs, err := g.Run(ctx, ins)
 		cancel()
 		for i, c := range batch {

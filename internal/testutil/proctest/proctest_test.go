@@ -15,7 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/labelkit/labels/internal/proctest"
+	"github.com/labelkit/labels/internal/testutil/proctest"
 )
 
 // The test binary doubles as the child process: with PROCTEST_HELPER set it
@@ -272,17 +272,17 @@ func TestListenAddr(t *testing.T) {
 func TestBuild(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	b := proctest.BuildT(t, "./internal/proctest/testdata/hello")
+	b := proctest.BuildT(t, "./internal/testutil/proctest/testdata/hello")
 	require.True(t, b.Has("hello"))
 	require.False(t, b.Has("api"))
 	res, err := proctest.Run(ctx, b.Path("hello"), nil)
 	require.NoError(t, err)
 	require.Equal(t, "hello from "+b.Path("hello"), res.LastLine())
 
-	_, err = proctest.Build(ctx, &proctest.BuildOpts{Packages: []string{"./internal/proctest/testdata/nosuch"}})
+	_, err = proctest.Build(ctx, &proctest.BuildOpts{Packages: []string{"./internal/testutil/proctest/testdata/nosuch"}})
 	require.Error(t, err)
 
-	tmp, err := proctest.Build(ctx, &proctest.BuildOpts{Packages: []string{"./internal/proctest/testdata/hello"}})
+	tmp, err := proctest.Build(ctx, &proctest.BuildOpts{Packages: []string{"./internal/testutil/proctest/testdata/hello"}})
 	require.NoError(t, err)
 	require.True(t, tmp.Has("hello"))
 	require.NoError(t, tmp.Remove())

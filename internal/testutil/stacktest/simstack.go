@@ -9,21 +9,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels"
-	"github.com/labelkit/labels/caller"
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/carrier/sim"
 	"github.com/labelkit/labels/httpapi"
-	"github.com/labelkit/labels/internal/dbtest"
-	"github.com/labelkit/labels/jobs"
+	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/notify"
+	"github.com/labelkit/labels/postgres"
+	"github.com/labelkit/labels/worker"
 )
 
 // SimOpts tunes a stack that buys from the carrier simulator.
@@ -97,22 +95,22 @@ func NewSim(t testing.TB, o SimOpts) *SimStack {
 	s.URL = "http://" + s.addr
 	s.serve(ln)
 
-	var riverClient *river.Client[pgx.Tx]
+	var w *worker.Worker
 	if !o.NoWorker {
-		riverClient, _ = startWorker(t, ctx, &wg, pool, jobs.BuyLabelConfig{
+		w = startWorker(t, ctx, worker.Config{
 			Pool: pool, Carrier: carrier.NewClient(simHTTP.URL, nil), CarrierTimeout: o.CarrierTimeout,
-			LeaseDuration: o.LeaseDuration, KeyRetention: 24 * time.Hour, MaxAttempts: o.MaxAttempts, Metrics: m, Log: log,
-			Notifier: notifier,
-		}, o.RetryBase, listener)
+			LeaseDuration: o.LeaseDuration, MaxAttempts: o.MaxAttempts, RetryBase: o.RetryBase,
+			Metrics: m, Log: log, Notifier: notifier, Listener: listener,
+		})
 	}
 	t.Cleanup(func() {
 		s.mu.Lock()
 		s.closed = true
 		_ = s.srv.Close()
 		s.mu.Unlock()
-		if riverClient != nil {
+		if w != nil {
 			sctx, scancel := context.WithTimeout(context.Background(), 20*time.Second)
-			_ = riverClient.Stop(sctx)
+			_ = w.Stop(sctx)
 			scancel()
 		}
 		cancel()
@@ -162,7 +160,7 @@ func (s *SimStack) Restarts() int {
 // Token creates a caller and returns a bearer token of it.
 func (s *SimStack) Token(name string) string {
 	s.T.Helper()
-	tok, err := caller.Add(context.Background(), s.Pool, name)
+	tok, err := postgres.AddCaller(context.Background(), s.Pool, name)
 	require.NoError(s.T, err)
 	return tok
 }
@@ -283,9 +281,9 @@ func (f *Faults) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		next.ServeHTTP(w, r)
 	case Fault503:
 		w.Header().Set("Retry-After", f.RetryAfter)
-		writeMadeUpProblem(w, labels.NewProblem(http.StatusServiceUnavailable, labels.CodeStoreUnavailable, "the key store cannot be reached; retry with the same key"))
+		writeMadeUpProblem(w, labels.NewProblem(labels.CodeStoreUnavailable, "the key store cannot be reached; retry with the same key"))
 	case Fault500:
-		writeMadeUpProblem(w, labels.NewProblem(http.StatusInternalServerError, labels.CodeInternal, "an internal error occurred; retry with the same key"))
+		writeMadeUpProblem(w, labels.NewProblem(labels.CodeInternal, "an internal error occurred; retry with the same key"))
 	case FaultGateway502, Fault504:
 		status := http.StatusBadGateway
 		if fault == Fault504 {

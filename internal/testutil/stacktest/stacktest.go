@@ -20,14 +20,14 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/labelkit/labels/caller"
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/httpapi"
-	"github.com/labelkit/labels/internal/dbtest"
-	"github.com/labelkit/labels/jobs"
+	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/notify"
 	"github.com/labelkit/labels/outbox"
+	"github.com/labelkit/labels/postgres"
+	"github.com/labelkit/labels/worker"
 )
 
 // Opts tunes a stack.
@@ -39,10 +39,9 @@ type Opts struct {
 	RetryBase        time.Duration // default 10ms
 	AfterCarrierFunc func(ctx context.Context, requestID string) error
 	AfterKeyInsert   func(ctx context.Context) error
-	ClaimWait        time.Duration     // default: the API's
-	BatchMax         int               // the worker's BuyLabelConfig.BatchMax (0: shared statements of 64; -1: none)
-	AcceptBatch      int               // the API's Deps.AcceptBatch (0: shared transactions of 64; -1: none)
-	ReadFirst        httpapi.ReadFirst // the API's Deps.ReadFirst (0: adaptive)
+	ClaimWait        time.Duration // default: the API's
+	BatchMax         int           // the worker's Batch (0: shared statements of 64; -1: none)
+	AcceptBatch      int           // the API's Deps.AcceptBatch (0: shared transactions of 64; -1: none)
 	// Pool, when set, is used instead of a fresh database (it must be migrated).
 	Pool *pgxpool.Pool
 }
@@ -56,6 +55,8 @@ type Stack struct {
 	Metrics *metrics.Metrics
 	River   *river.Client[pgx.Tx]
 	Relay   *outbox.Relay
+
+	worker *worker.Worker
 }
 
 // New starts a stack; everything stops when the test ends.
@@ -79,22 +80,23 @@ func New(t testing.TB, o Opts) *Stack {
 
 	api := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
 		Pool: pool, Listener: listener, Notifier: notifier, Metrics: m, Log: log, AfterKeyInsertFunc: o.AfterKeyInsert, ClaimWait: o.ClaimWait,
-		AcceptBatch: o.AcceptBatch, ReadFirst: o.ReadFirst,
+		AcceptBatch: o.AcceptBatch,
 	}))
 	s.URL = api.URL
 
 	if !o.NoWorker {
-		s.River, s.Relay = startWorker(t, ctx, &wg, pool, jobs.BuyLabelConfig{
+		w := startWorker(t, ctx, worker.Config{
 			Pool: pool, Carrier: s.Carrier, CarrierTimeout: o.CarrierTimeout, LeaseDuration: o.LeaseDuration,
-			KeyRetention: 24 * time.Hour, MaxAttempts: o.MaxAttempts, Metrics: m, Log: log,
-			AfterCarrierFunc: o.AfterCarrierFunc, Notifier: notifier, BatchMax: o.BatchMax,
-		}, o.RetryBase, listener)
+			MaxAttempts: o.MaxAttempts, Batch: o.BatchMax, RetryBase: o.RetryBase,
+			Metrics: m, Log: log, Notifier: notifier, Listener: listener, AfterCarrierFunc: o.AfterCarrierFunc,
+		})
+		s.River, s.Relay, s.worker = w.River, w.Relay, w
 	}
 	t.Cleanup(func() {
 		api.Close()
-		if s.River != nil {
+		if s.worker != nil {
 			sctx, scancel := context.WithTimeout(context.Background(), 20*time.Second)
-			_ = s.River.Stop(sctx)
+			_ = s.worker.Stop(sctx)
 			scancel()
 		}
 		cancel()
@@ -106,7 +108,7 @@ func New(t testing.TB, o Opts) *Stack {
 // Token creates a caller and returns a bearer token of it.
 func (s *Stack) Token(name string) string {
 	s.T.Helper()
-	tok, err := caller.Add(context.Background(), s.Pool, name)
+	tok, err := postgres.AddCaller(context.Background(), s.Pool, name)
 	require.NoError(s.T, err)
 	return tok
 }

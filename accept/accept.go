@@ -1,0 +1,305 @@
+// Package accept is the seed's accept algorithm, with the purchase left to a
+// worker: for one POST /v1/labels it fingerprints the validated parcel,
+// answers a repeat of the key from its stored record, and otherwise derives
+// the carrier key and in one transaction stores the key record and the
+// label-intent outbox row, or finds what already answers the request (the
+// key stored meanwhile by a concurrent request, or another key's intent for
+// the same parcel). Accepts
+// that arrive together share that transaction (group commit); each gets the
+// decision it would have had alone.
+//
+// It decides; it does not render. Package httpapi maps a [Decision] to a
+// status and a body.
+package accept
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/labelkit/labels"
+	"github.com/labelkit/labels/carrier"
+	"github.com/labelkit/labels/idempotency"
+	"github.com/labelkit/labels/internal/group"
+	"github.com/labelkit/labels/notify"
+	"github.com/labelkit/labels/postgres"
+)
+
+// Outcome names what the accept found or did. The values are those of the
+// metric labels_idempotency_outcomes_total.
+type Outcome string
+
+// The outcomes of an accept.
+const (
+	// Accepted: the key record and the intent are stored; a worker will buy the label.
+	Accepted Outcome = "new"
+	// Replayed: the key exists with the same fingerprint; its answer is replayed.
+	Replayed Outcome = "replayed"
+	// KeyReused: the key exists with another fingerprint (422).
+	KeyReused Outcome = "key_reused"
+	// Duplicate: a new key for a parcel and version that already have an
+	// intent with the same fingerprint: answered as a repeat of that intent,
+	// nothing stored under the new key.
+	Duplicate Outcome = "duplicate_intent"
+	// ParcelLabelled: a new key for a parcel and version that already have an
+	// intent with another fingerprint (409 parcel_already_labelled).
+	ParcelLabelled Outcome = "parcel_already_labelled"
+)
+
+// Decision is what an accept found or did.
+type Decision struct {
+	Outcome Outcome
+	// Intent is the intent the answer is about: the new one, the key's, or
+	// the one holding the parcel. Nil for KeyReused and for the replay of a
+	// completed key.
+	Intent *postgres.Intent
+	// Key is the stored key record, for Replayed and KeyReused.
+	Key *postgres.Key
+	// PurgedKey says the key matched a tombstone: it was completed and
+	// purged before, and arrives again (a possible duplicate: retention may
+	// be shorter than the retry horizon). The parcel is still protected by
+	// the natural key.
+	PurgedKey bool
+}
+
+// Completed says the decision replays a completed key's saved response.
+func (d *Decision) Completed() bool {
+	return d.Key != nil && d.Key.State == postgres.StateCompleted && d.Outcome == Replayed
+}
+
+// ErrInProgress says a concurrent request with the same key held its claim
+// longer than the claim wait, or the parcel's intent changed under the
+// request: the caller should retry with the same key (409 request_in_progress).
+var ErrInProgress = errors.New("accept: a concurrent request with the same key holds its claim")
+
+// Opts configures an [Accepter].
+type Opts struct {
+	Pool *pgxpool.Pool
+	// Notifier wakes the relays after a commit; nil means they poll.
+	Notifier *notify.Notifier
+	// KeyRetention sets expires_at of a started record (default 24h); the
+	// completion sets it again.
+	KeyRetention time.Duration
+	// ClaimWait bounds the wait for a concurrent request with the same key
+	// to commit its claim (default 2s).
+	ClaimWait time.Duration
+	// Batch bounds how many accepts share one transaction (default 64); 1
+	// gives each accept a transaction of its own.
+	Batch int
+	// Timeout bounds one shared transaction (default 5s).
+	Timeout time.Duration
+	// BeforeCommitFunc, when set, runs inside each accept's transaction
+	// after its rows are written; an error aborts it. Accepts then do not
+	// share transactions. For fault-injection tests.
+	BeforeCommitFunc func(ctx context.Context) error
+}
+
+// Accepter accepts label requests.
+type Accepter struct {
+	opts   Opts
+	shared *group.Group[postgres.AcceptRow, rowResult] // nil: every accept alone
+}
+
+// New returns an Accepter.
+func New(opts Opts) *Accepter {
+	if opts.KeyRetention <= 0 {
+		opts.KeyRetention = 24 * time.Hour
+	}
+	if opts.ClaimWait <= 0 {
+		opts.ClaimWait = 2 * time.Second
+	}
+	if opts.Batch <= 0 {
+		opts.Batch = 64
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 5 * time.Second
+	}
+	a := &Accepter{opts: opts}
+	if opts.Batch > 1 && opts.BeforeCommitFunc == nil {
+		// One flusher: fewer, larger batches and fewer concurrent WAL
+		// flushes; a batch is one round trip (see docs/benchmarks.md).
+		a.shared = &group.Group[postgres.AcceptRow, rowResult]{Max: opts.Batch, Flushers: 1, Timeout: opts.Timeout, Run: a.acceptMany}
+	}
+	return a
+}
+
+// Fingerprint is the request fingerprint of a create: SHA-256 over the
+// method, the route and the canonical body (defaults applied).
+func Fingerprint(parcel labels.Parcel) ([]byte, error) {
+	canonical, err := idempotency.Canonical(parcel)
+	if err != nil {
+		return nil, err
+	}
+	return idempotency.Fingerprint("POST", "/v1/labels", canonical), nil
+}
+
+// Accept runs the algorithm for one validated request of callerID under key.
+// An error is the store's (the request was not carried out, unless a retry
+// finds it stored), or [ErrInProgress].
+func (a *Accepter) Accept(ctx context.Context, callerID, key string, parcel labels.Parcel) (*Decision, error) {
+	hash, err := Fingerprint(parcel)
+	if err != nil {
+		return nil, err
+	}
+	// A repeat is answered from what is stored, read outside any
+	// transaction: it waits for no commit and writes nothing, so it is
+	// answered even while writes wait (a lock, a failover). A key that is
+	// not there goes on to be inserted; should it be there after all (a
+	// concurrent request stored it first), the insert finds it by itself.
+	if d, err := a.repeat(ctx, callerID, key, hash); d != nil || err != nil {
+		return d, err
+	}
+	// A key found existing but gone before it could be read was purged in
+	// between: the accept starts over, once.
+	for range 2 {
+		row := a.row(callerID, key, parcel, hash)
+		out, err := a.store(ctx, row)
+		if err != nil {
+			return nil, err
+		}
+		var d *Decision
+		switch out.Result {
+		case postgres.AcceptStored:
+			a.opts.Notifier.Notify(notify.ChannelIntents, "")
+			d = &Decision{Outcome: Accepted, Intent: row.Intent}
+		case postgres.AcceptKeyExists:
+			if d, err = a.repeat(ctx, callerID, key, hash); err != nil {
+				return nil, err
+			}
+		default:
+			if d, err = a.parcelTaken(ctx, callerID, parcel, hash); err != nil {
+				return nil, err
+			}
+		}
+		if d != nil {
+			d.PurgedKey = out.PurgedBefore
+			return d, nil
+		}
+	}
+	return nil, ErrInProgress
+}
+
+// row is what an accept stores.
+func (a *Accepter) row(callerID, key string, parcel labels.Parcel, hash []byte) postgres.AcceptRow {
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	id := "lr_" + ulid.Make().String()
+	return postgres.AcceptRow{
+		Key: &postgres.Key{CallerID: callerID, Key: key, RequestHash: hash, FingerprintVersion: idempotency.FingerprintVersion,
+			RequestID: id, State: postgres.StateStarted, CreatedAt: now, ExpiresAt: now.Add(a.opts.KeyRetention)},
+		Intent: &postgres.Intent{RequestID: id, CallerID: callerID, Key: key, RequestHash: hash,
+			FingerprintVersion: idempotency.FingerprintVersion, Parcel: parcel,
+			CarrierKey: carrier.DeriveKey(callerID, key), Status: labels.StatusPending, CreatedAt: now},
+	}
+}
+
+// rowResult is one row's outcome of a shared transaction, or the error that
+// row alone met.
+type rowResult struct {
+	out postgres.AcceptOutcome
+	err error
+}
+
+// store writes one accept, shared with the accepts waiting with it.
+func (a *Accepter) store(ctx context.Context, row postgres.AcceptRow) (postgres.AcceptOutcome, error) {
+	if a.shared == nil {
+		outs, err := a.acceptAlone(ctx, row)
+		if err != nil {
+			return postgres.AcceptOutcome{}, err
+		}
+		return outs, nil
+	}
+	r, err := a.shared.Do(ctx, row)
+	if err == nil {
+		err = r.err
+	}
+	return r.out, err
+}
+
+// acceptMany is the shared transaction. A concurrent request that holds one
+// row's key past the claim wait fails the whole statement; the rows are then
+// stored one by one, so that only that row answers 409.
+func (a *Accepter) acceptMany(ctx context.Context, rows []postgres.AcceptRow) ([]rowResult, error) {
+	res := make([]rowResult, len(rows))
+	outs, err := postgres.Accept(ctx, a.opts.Pool, rows, postgres.AcceptOpts{LockTimeout: a.opts.ClaimWait})
+	switch {
+	case err == nil:
+		for i, o := range outs {
+			res[i].out = o
+		}
+	case postgres.IsLockTimeout(err) && len(rows) > 1:
+		for i, row := range rows {
+			res[i].out, res[i].err = a.acceptAlone(ctx, row)
+		}
+	default:
+		return nil, claimBusy(err)
+	}
+	return res, nil
+}
+
+func (a *Accepter) acceptAlone(ctx context.Context, row postgres.AcceptRow) (postgres.AcceptOutcome, error) {
+	outs, err := postgres.Accept(ctx, a.opts.Pool, []postgres.AcceptRow{row},
+		postgres.AcceptOpts{LockTimeout: a.opts.ClaimWait, BeforeCommitFunc: a.opts.BeforeCommitFunc})
+	if err != nil {
+		return postgres.AcceptOutcome{}, claimBusy(err)
+	}
+	return outs[0], nil
+}
+
+func claimBusy(err error) error {
+	if postgres.IsLockTimeout(err) {
+		return ErrInProgress
+	}
+	return err
+}
+
+// repeat answers a request whose key exists, from its record: nil, nil when
+// the record is gone (purged since).
+func (a *Accepter) repeat(ctx context.Context, callerID, key string, hash []byte) (*Decision, error) {
+	rec, err := postgres.GetKey(ctx, a.opts.Pool, callerID, key)
+	switch {
+	case errors.Is(err, postgres.ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	if !sameFingerprint(rec.FingerprintVersion, rec.RequestHash, hash) {
+		return &Decision{Outcome: KeyReused, Key: rec}, nil
+	}
+	if rec.State == postgres.StateCompleted {
+		return &Decision{Outcome: Replayed, Key: rec}, nil
+	}
+	in, err := postgres.GetIntent(ctx, a.opts.Pool, rec.CallerID, rec.RequestID)
+	if err != nil {
+		return nil, err
+	}
+	return &Decision{Outcome: Replayed, Intent: in, Key: rec}, nil
+}
+
+// parcelTaken answers a new key for a parcel and version that already have a
+// pending or succeeded intent: a repeat of that intent if the request is the
+// same, parcel_already_labelled if not. When that intent has failed for good
+// since (the parcel is free again), the caller's retry will be accepted:
+// [ErrInProgress].
+func (a *Accepter) parcelTaken(ctx context.Context, callerID string, parcel labels.Parcel, hash []byte) (*Decision, error) {
+	in, err := postgres.GetIntentByParcel(ctx, a.opts.Pool, callerID, parcel.OrderID, parcel.ParcelNo, parcel.LabelVersion)
+	if errors.Is(err, postgres.ErrNotFound) {
+		return nil, ErrInProgress
+	}
+	if err != nil {
+		return nil, err
+	}
+	if sameFingerprint(in.FingerprintVersion, in.RequestHash, hash) {
+		return &Decision{Outcome: Duplicate, Intent: in}, nil
+	}
+	return &Decision{Outcome: ParcelLabelled, Intent: in}, nil
+}
+
+// sameFingerprint compares a stored fingerprint with one made by the current
+// version. When the algorithm changes, older versions are recomputed here.
+func sameFingerprint(version int, stored, current []byte) bool {
+	return version == idempotency.FingerprintVersion && bytes.Equal(stored, current)
+}

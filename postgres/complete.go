@@ -1,0 +1,157 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Completion is one attempt's final outcome: the response saved under the
+// key, and the label (on success) or the problem the intent failed with.
+type Completion struct {
+	RequestID string
+	CallerID  string
+	Key       string
+	Token     uuid.UUID // the attempt's lease
+	Status    int       // the saved response's status: 201, or the problem's
+	Body      []byte    // the saved response: the label, or the problem
+	Label     *Label    // nil for a problem
+}
+
+// CompleteResult is what [Complete] did with one completion.
+type CompleteResult int
+
+const (
+	// Completed: the key, the intent and the label (if any) are saved.
+	Completed CompleteResult = iota + 1
+	// CompleteFenced: the lease is no longer the attempt's (another attempt
+	// took over, or the key is completed): nothing was written.
+	CompleteFenced
+	// CompleteParcelLabelled: the parcel and version already have a label:
+	// nothing was written.
+	CompleteParcelLabelled
+	// CompleteBusy: another session holds the key's or the intent's row
+	// right now; nothing was written, and the completion may be tried again.
+	CompleteBusy
+)
+
+// sqlComplete saves the outcomes whose key is still started and leased with
+// the attempt's token and whose intent is still pending (both locked first,
+// in request id order, rows another session holds skipped), and returns an
+// outcome per row. A label that would break a unique constraint is not
+// inserted, and then nothing else of its row is written either.
+const sqlComplete = `
+WITH inp AS (
+       SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[], $5::int[], $6::text[],
+                            $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[],
+                            $13::bigint[], $14::bigint[], $15::int[], $16::int[], $17::timestamptz[], $18::timestamptz[])
+         AS t(request_id, caller_id, idem_key, token, status, body,
+              label_id, service, tracking_no, carrier_label_id, carrier_key, currency,
+              order_id, cost_cents, parcel_no, label_version, purchased_at, created_at)),
+     ok AS MATERIALIZED (
+       SELECT inp.*
+         FROM inp
+         JOIN idempotency_keys k ON k.caller_id = inp.caller_id AND k.idem_key = inp.idem_key
+         JOIN label_intents i ON i.request_id = inp.request_id
+        WHERE k.state = 'started' AND k.lease_token = inp.token
+          AND (i.status || '') = 'pending' -- as in sqlLease
+        ORDER BY inp.request_id -- the lease's order
+          FOR UPDATE OF k, i SKIP LOCKED),
+     lab AS (
+       INSERT INTO labels (label_id, caller_id, request_id, order_id, parcel_no, label_version, service,
+                           tracking_no, carrier_label_id, carrier_key, cost_cents, currency,
+                           created_by_key, purchased_at, created_at)
+       SELECT label_id, caller_id, request_id, order_id, parcel_no, label_version, service,
+              tracking_no, carrier_label_id, carrier_key, cost_cents, currency,
+              idem_key, purchased_at, created_at
+         FROM ok WHERE label_id IS NOT NULL
+       ON CONFLICT DO NOTHING
+       RETURNING request_id),
+     good AS MATERIALIZED (
+       SELECT * FROM ok WHERE label_id IS NULL OR request_id IN (SELECT request_id FROM lab)),
+     keys AS (
+       UPDATE idempotency_keys k
+          SET state = 'completed', locked_until = NULL, lease_token = NULL, attempts = NULL,
+              response_status = g.status, response_body = g.body::json,
+              expires_at = now() + make_interval(secs => $19)
+         FROM good g
+        WHERE k.caller_id = g.caller_id AND k.idem_key = g.idem_key
+       RETURNING g.request_id),
+     intents AS (
+       UPDATE label_intents i
+          SET status = CASE WHEN g.label_id IS NULL THEN 'failed' ELSE 'succeeded' END,
+              label_id = g.label_id,
+              error = CASE WHEN g.label_id IS NULL THEN g.body::json END,
+              completed_at = now()
+         FROM good g
+        WHERE i.request_id = g.request_id
+       RETURNING i.request_id)
+SELECT inp.request_id,
+       CASE WHEN inp.request_id IN (SELECT request_id FROM keys INTERSECT SELECT request_id FROM intents) THEN 1
+            WHEN inp.request_id IN (SELECT request_id FROM ok) THEN 3
+            WHEN EXISTS (SELECT 1 FROM idempotency_keys k
+                          WHERE k.caller_id = inp.caller_id AND k.idem_key = inp.idem_key
+                            AND k.state = 'started' AND k.lease_token = inp.token) THEN 4
+            ELSE 2 END
+  FROM inp`
+
+// Complete saves the completions, one statement in a transaction of its
+// own, keys kept for retention from now, and returns an outcome per
+// completion, in order. The fenced update is the whole guard: an attempt
+// whose lease was taken over writes nothing. Of two completions of one
+// intent, at most the first is saved.
+func Complete(ctx context.Context, pool *pgxpool.Pool, cs []Completion, retention time.Duration) ([]CompleteResult, error) {
+	n := len(cs)
+	var (
+		ids, callers, keys, bodies                      = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+		tokens                                          = make([]uuid.UUID, 0, n)
+		statuses, parcelNos, versions                   = make([]int, 0, n), make([]*int, 0, n), make([]*int, 0, n)
+		labelIDs, services, trackings, cls, ckeys, curs = make([]*string, 0, n), make([]*string, 0, n), make([]*string, 0, n), make([]*string, 0, n), make([]*string, 0, n), make([]*string, 0, n)
+		orderIDs, costs                                 = make([]*int64, 0, n), make([]*int64, 0, n)
+		purchased, created                              = make([]*time.Time, 0, n), make([]*time.Time, 0, n)
+		at                                              = make(map[string]int, n)
+	)
+	outs := make([]CompleteResult, n)
+	for i, c := range cs {
+		if _, dup := at[c.RequestID]; dup {
+			outs[i] = CompleteBusy // its twin holds the rows in this statement
+			continue
+		}
+		at[c.RequestID] = i
+		ids, callers, keys, tokens = append(ids, c.RequestID), append(callers, c.CallerID), append(keys, c.Key), append(tokens, c.Token)
+		statuses, bodies = append(statuses, c.Status), append(bodies, string(c.Body))
+		if l := c.Label; l != nil {
+			labelIDs, services, trackings = append(labelIDs, &l.LabelID), append(services, &l.Service), append(trackings, &l.TrackingNo)
+			cls, ckeys, curs = append(cls, &l.CarrierLabelID), append(ckeys, &l.CarrierKey), append(curs, &l.Currency)
+			orderIDs, costs = append(orderIDs, &l.OrderID), append(costs, &l.CostCents)
+			parcelNos, versions = append(parcelNos, &l.ParcelNo), append(versions, &l.LabelVersion)
+			purchased, created = append(purchased, l.PurchasedAt), append(created, &l.CreatedAt)
+		} else {
+			labelIDs, services, trackings = append(labelIDs, nil), append(services, nil), append(trackings, nil)
+			cls, ckeys, curs = append(cls, nil), append(ckeys, nil), append(curs, nil)
+			orderIDs, costs = append(orderIDs, nil), append(costs, nil)
+			parcelNos, versions = append(parcelNos, nil), append(versions, nil)
+			purchased, created = append(purchased, nil), append(created, nil)
+		}
+	}
+	err := sendShared(ctx, pool, workerLockTimeout, func(b *pgx.Batch) {
+		b.Queue(sqlComplete, ids, callers, keys, tokens, statuses, bodies,
+			labelIDs, services, trackings, cls, ckeys, curs, orderIDs, costs, parcelNos, versions,
+			purchased, created, retention.Seconds()).Query(func(rs pgx.Rows) error {
+			var id string
+			var r CompleteResult
+			_, err := pgx.ForEachRow(rs, []any{&id, &r}, func() error {
+				outs[at[id]] = r
+				return nil
+			})
+			return err
+		})
+	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return outs, nil
+}

@@ -1,0 +1,22 @@
+// Package postgres owns the pipeline's tables: callers, caller_tokens,
+// idempotency_keys, idempotency_tombstones, label_intents and labels. Every
+// statement that reads or writes them is here; no other package names them in
+// SQL (reconcile reads labels and keys for its report, and owns its own
+// tables).
+//
+// A state change is one statement over arrays (unnest) that returns an
+// outcome per row:
+//
+//	[Accept]    key record + pending intent, or why not (key exists, parcel taken)
+//	[TakeLeases] the key's lease for one attempt, or why not (final, held, busy, gone)
+//	[Complete]  label + completed key + final intent, only under the attempt's lease
+//	[Release]   the lease given back after an unknown carrier outcome
+//	[Purge]     completed keys past expires_at, leaving tombstones
+//
+// Callers with one row pass a slice of one; callers with many (the group
+// commit of package accept and of the buy-label worker) pass them all, and
+// each row gets the outcome it would have had alone. The statements that can
+// meet a row another session holds either skip it (SKIP LOCKED: the row's
+// outcome says busy) or wait at most a lock_timeout, so one stuck session
+// delays only the rows it holds.
+package postgres

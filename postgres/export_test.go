@@ -1,0 +1,11 @@
+package postgres
+
+// The statements and their settings, for the plan test.
+const (
+	PlanSettings          = planSettings
+	SQLAccept             = sqlAccept
+	SQLUnclaimParcelTaken = sqlUnclaimParcelTaken
+	SQLLease              = sqlLease
+	SQLComplete           = sqlComplete
+	SQLDispatch           = sqlDispatch
+)

@@ -1,0 +1,76 @@
+package postgres_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/labelkit/labels/internal/testutil/dbtest"
+	"github.com/labelkit/labels/internal/testutil/fixture"
+	"github.com/labelkit/labels/postgres"
+)
+
+// The statements over arrays, with their generic plans made on tables that
+// were emptied after being full (the statistics say almost every key
+// completed and every intent final, the tables hold nothing), probe the
+// tables through their indexes from the batch's rows: a plan that read a
+// table whole would be kept for the life of the connection while the table
+// grows.
+func TestPlansProbe(t *testing.T) {
+	pool, _ := dbtest.New(t)
+	conn := fixture.EmptiedFullStore(t, pool)
+	lock := []any{"1000ms"}
+	a, ts, uid := "'{a}'", "'{2026-12-02T00:00:00Z}'", "'{00000000-0000-0000-0000-000000000000}'"
+	t.Run("accept", func(t *testing.T) {
+		dbtest.RequireProbes(t, conn, postgres.PlanSettings, lock, postgres.SQLAccept,
+			[]string{"text[]", "text[]", "bytea[]", "int2[]", "text[]", "timestamptz[]", "timestamptz[]", "bigint[]", "int[]", "int[]", "jsonb[]", "text[]"},
+			[]string{a, a, `'{"\\x00"}'`, "'{1}'", a, ts, ts, "'{1}'", "'{1}'", "'{1}'", `'{"{}"}'`, a},
+			"idempotency_tombstones")
+	})
+	t.Run("parcel taken", func(t *testing.T) {
+		dbtest.RequireProbes(t, conn, postgres.PlanSettings, lock, postgres.SQLUnclaimParcelTaken,
+			[]string{"text[]", "text[]", "text[]"}, []string{"'{a}'", "'{b}'", "'{c}'"},
+			"idempotency_keys", "label_intents")
+	})
+	t.Run("lease", func(t *testing.T) {
+		dbtest.RequireProbes(t, conn, postgres.PlanSettings, lock, postgres.SQLLease,
+			[]string{"text[]", "uuid[]", "float8"}, []string{"'{lr_1}'", uid, "30"},
+			"idempotency_keys", "label_intents")
+	})
+	t.Run("completion", func(t *testing.T) {
+		num := "'{1}'"
+		dbtest.RequireProbes(t, conn, postgres.PlanSettings, lock, postgres.SQLComplete,
+			[]string{"text[]", "text[]", "text[]", "uuid[]", "int[]", "text[]", "text[]", "text[]", "text[]", "text[]", "text[]", "text[]",
+				"bigint[]", "bigint[]", "int[]", "int[]", "timestamptz[]", "timestamptz[]", "float8"},
+			[]string{a, a, a, uid, num, `'{"{}"}'`, a, a, a, a, a, a, num, num, num, num, ts, ts, "86400"},
+			"idempotency_keys", "label_intents")
+	})
+}
+
+// The relay's statement is planned on each run (it is sent unprepared), so
+// its plan follows the table: with intents in a table whose statistics were
+// taken while it was empty, it takes the undispatched ones through their
+// partial index and marks them through the primary key.
+func TestDispatchPlanFollowsTheTable(t *testing.T) {
+	pool, _ := dbtest.New(t)
+	ctx := context.Background()
+	conn := fixture.EmptiedFullStore(t, pool)
+	_, err := conn.Exec(ctx, `ANALYZE label_intents`) // statistics of an empty table
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `
+		INSERT INTO label_intents (request_id, caller_id, idem_key, request_hash, fingerprint_version, order_id, parcel_no,
+		                           label_version, payload, carrier_key, created_at, dispatched_at)
+		SELECT 'lr_' || g, 'bench', 'k' || g, sha256(int8send(g)), 1, g, 1, 1, '{}', 'ck' || g, now(),
+		       CASE WHEN g % 100 = 0 THEN NULL ELSE now() END
+		  FROM generate_series(1, 20000) g`)
+	require.NoError(t, err)
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // only explains
+	var plan string
+	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (FORMAT JSON) `+strings.Replace(postgres.SQLDispatch, "$1", "500", 1)).Scan(&plan))
+	require.Contains(t, plan, `"Index Name": "label_intents_undispatched"`)
+	require.NotContains(t, plan, `Seq Scan`)
+}

@@ -1,0 +1,204 @@
+// Package worker puts together what a worker process runs: the River client
+// with the buy-label and sweep workers, and the outbox relay that feeds it.
+// cmd/worker, the test stacks and the tools build it with [New], so what is
+// tested and measured is what is deployed.
+package worker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/rs/zerolog"
+
+	"github.com/labelkit/labels/jobs"
+	"github.com/labelkit/labels/metrics"
+	"github.com/labelkit/labels/notify"
+	"github.com/labelkit/labels/outbox"
+)
+
+// Config configures a [Worker]. Zero values take the defaults of
+// docs/operations.md.
+type Config struct {
+	Pool    *pgxpool.Pool
+	Carrier jobs.Carrier
+	// CarrierTimeout bounds one carrier call (default 20s); it must be below
+	// LeaseDuration (default 30s).
+	CarrierTimeout time.Duration
+	LeaseDuration  time.Duration
+	KeyRetention   time.Duration // default 24h
+	Concurrency    int           // carrier calls in flight (default 100)
+	// Batch bounds the jobs that share a lease or completion statement: 0
+	// means 64, a negative value one statement per job.
+	Batch       int
+	MaxAttempts int           // default 20
+	RetryBase   time.Duration // default 1s
+	RetryMax    time.Duration // default 1h
+	// SweepInterval is how often expired keys are purged (default 1m);
+	// negative: no periodic sweep.
+	SweepInterval      time.Duration
+	SweepBatch         int           // default 1000
+	TombstoneRetention time.Duration // default 720h
+
+	Metrics *metrics.Metrics // nil: a fresh set
+	Log     zerolog.Logger
+	// Notifier wakes Prefer: wait after a completion; Listener wakes the
+	// relay after an accept. Nil: both poll.
+	Notifier *notify.Notifier
+	Listener *notify.Listener
+
+	// PeriodicJobs are added to River's (the sweep is always there);
+	// AddWorkersFunc registers further workers (the reconcile job).
+	PeriodicJobs   []*river.PeriodicJob
+	AddWorkersFunc func(*river.Workers) error
+
+	// For tests: how often River and the relay poll (defaults: River's
+	// FetchPollInterval of jobs, 1s), River's fetch cooldown, River's
+	// TestOnly mode, and a hook between the carrier's answer and the
+	// completion (see jobs.BuyLabelConfig).
+	FetchPollInterval time.Duration
+	FetchCooldown     time.Duration
+	RelayPollInterval time.Duration
+	TestOnly          bool
+	AfterCarrierFunc  func(ctx context.Context, requestID string) error
+}
+
+func (c *Config) defaults() {
+	or := func(d *time.Duration, def time.Duration) {
+		if *d == 0 {
+			*d = def
+		}
+	}
+	or(&c.CarrierTimeout, 20*time.Second)
+	or(&c.LeaseDuration, 30*time.Second)
+	or(&c.KeyRetention, 24*time.Hour)
+	or(&c.RetryBase, time.Second)
+	or(&c.RetryMax, time.Hour)
+	or(&c.SweepInterval, time.Minute)
+	or(&c.TombstoneRetention, 30*24*time.Hour)
+	or(&c.FetchPollInterval, jobs.FetchPollInterval)
+	if c.Concurrency <= 0 {
+		c.Concurrency = 100
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 20
+	}
+	if c.SweepBatch <= 0 {
+		c.SweepBatch = 1000
+	}
+	if c.Metrics == nil {
+		c.Metrics = metrics.New()
+	}
+}
+
+// Worker is a River client with the project's workers, and the relay.
+type Worker struct {
+	// River is the client; Relay feeds it.
+	River *river.Client[pgx.Tx]
+	Relay *outbox.Relay
+
+	cfg       Config
+	stopRelay context.CancelFunc
+	relayDone sync.WaitGroup
+}
+
+// New builds a worker; [Worker.Start] starts it.
+func New(cfg Config) (*Worker, error) {
+	cfg.defaults()
+	if cfg.CarrierTimeout >= cfg.LeaseDuration {
+		return nil, errors.New("worker: the carrier timeout must be below the lease, or a slow carrier call outlives its lease")
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, jobs.NewBuyLabelWorker(jobs.BuyLabelConfig{
+		Pool:             cfg.Pool,
+		Carrier:          cfg.Carrier,
+		CarrierTimeout:   cfg.CarrierTimeout,
+		LeaseDuration:    cfg.LeaseDuration,
+		KeyRetention:     cfg.KeyRetention,
+		MaxAttempts:      cfg.MaxAttempts,
+		BatchMax:         cfg.Batch,
+		Metrics:          cfg.Metrics,
+		Log:              cfg.Log,
+		Notifier:         cfg.Notifier,
+		AfterCarrierFunc: cfg.AfterCarrierFunc,
+	}))
+	river.AddWorker(workers, &jobs.SweepKeysWorker{Pool: cfg.Pool, Batch: cfg.SweepBatch, TombstoneRetention: cfg.TombstoneRetention,
+		Metrics: cfg.Metrics, Log: cfg.Log})
+	if cfg.AddWorkersFunc != nil {
+		if err := cfg.AddWorkersFunc(workers); err != nil {
+			return nil, err
+		}
+	}
+	periodic := cfg.PeriodicJobs
+	if cfg.SweepInterval > 0 {
+		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(cfg.SweepInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return jobs.SweepKeysArgs{}, nil },
+			&river.PeriodicJobOpts{RunOnStart: true}))
+	}
+	jobTimeout, rescueAfter := jobs.RiverTimings(cfg.LeaseDuration)
+	client, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{
+		Queues: map[string]river.QueueConfig{
+			jobs.QueueLabels:   {MaxWorkers: cfg.Concurrency},
+			river.QueueDefault: {MaxWorkers: 2},
+		},
+		Workers:              workers,
+		PeriodicJobs:         periodic,
+		FetchPollInterval:    cfg.FetchPollInterval,
+		FetchCooldown:        cfg.FetchCooldown,
+		JobTimeout:           jobTimeout,
+		RescueStuckJobsAfter: rescueAfter,
+		// Room above MaxAttempts for database errors: the carrier attempts are
+		// counted on the key, and the last one saves 502 carrier_unavailable.
+		MaxAttempts: cfg.MaxAttempts + 10,
+		RetryPolicy: &jobs.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax},
+		// Finished jobs are kept as long as the keys they completed.
+		CompletedJobRetentionPeriod: cfg.KeyRetention,
+		Logger:                      slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		TestOnly:                    cfg.TestOnly,
+	})
+	if err != nil {
+		return nil, err
+	}
+	relay := outbox.NewRelay(cfg.Pool, jobs.DispatchBuyLabels(client), cfg.Log, &outbox.RelayOpts{
+		Listener:       cfg.Listener,
+		PollInterval:   cfg.RelayPollInterval,
+		OnDispatchFunc: func(n int) { cfg.Metrics.RelayDispatched.Add(float64(n)) },
+	})
+	return &Worker{River: client, Relay: relay, cfg: cfg}, nil
+}
+
+// Start starts River (an error when the database cannot be reached: call it
+// again) and then the relay, which runs until [Worker.Stop].
+func (w *Worker) Start(ctx context.Context) error {
+	if err := w.River.Start(ctx); err != nil {
+		return err
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	w.stopRelay = cancel
+	w.relayDone.Go(func() { w.Relay.Run(rctx) })
+	return nil
+}
+
+// Stop stops the relay, then River gracefully: it takes no new job and waits
+// for the running ones, whose carrier calls are detached from cancellation
+// and bounded by the carrier timeout, so every started purchase is recorded.
+// ctx bounds the wait; by default it is the carrier timeout plus the lease.
+func (w *Worker) Stop(ctx context.Context) error {
+	if w.stopRelay != nil {
+		w.stopRelay()
+		w.relayDone.Wait()
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, w.cfg.CarrierTimeout+w.cfg.LeaseDuration)
+		defer cancel()
+	}
+	return w.River.Stop(ctx)
+}
