@@ -6,8 +6,10 @@
 // # Where the data comes from
 //
 // The invoice is the carrier's CSV (shared/spec/carrier.md), read from a file
-// or fetched by day. The labels, the label intents and the key records are
-// read, never written: they belong to packages label, outbox and idempotency.
+// or fetched by day, a line at a time within the bounds of [BoundedInvoice]
+// (64 KiB a line, 255 bytes a field). The labels, the label intents and the
+// key records are read, never written: they belong to packages label, outbox
+// and idempotency.
 // This package owns the tables of migration 002: invoice_lines (every line
 // ever imported, once), reconcile_runs (one row per run, with its counts),
 // reconcile_items (the items of every run, one partition per run), the view
@@ -51,8 +53,10 @@
 //
 // A [Report] is a saved run. [Report.WriteText] is the summary a person reads;
 // [Report.WriteJSON] and [Report.WriteCSV] list every item with the ids to act
-// on, streamed from the database in report order. [Load] reads a past run.
-// [Report.ExitCode] is the exit status of operations.md.
+// on, streamed from the database in report order. The text and CSV reports
+// put a quote before any value a spreadsheet would run as a formula (OWASP's
+// rule against CSV injection); the JSON report is exact. [Load] reads a past
+// run. [Report.ExitCode] is the exit status of operations.md.
 //
 // See docs/reconcile.md for the rules in full, the scheduling, and the
 // measurements.

@@ -19,7 +19,7 @@ import (
 // count and amount of each category, and the first items of each.
 func (r *Report) WriteText(_ context.Context, w io.Writer) error {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "reconcile run %d: %s\n", r.RunID, r.Source)
+	fmt.Fprintf(&b, "reconcile run %d: %s\n", r.RunID, neutralise(r.Source))
 	period := strings.Join(r.Period, ", ")
 	if period == "" {
 		period = "none (the invoice has no lines)"
@@ -57,7 +57,7 @@ func (r *Report) WriteText(_ context.Context, w io.Writer) error {
 		tw := tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
 		for i := range items {
 			it := &items[i]
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", itemWhat(it), itemWho(it), amountOf(it), it.Detail)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", itemWhat(it), itemWho(it), amountOf(it), neutralise(it.Detail))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -75,45 +75,86 @@ func (r *Report) WriteText(_ context.Context, w io.Writer) error {
 	return bw.Flush()
 }
 
-// itemWhat names the line, label, key or intent an item is about.
+// itemWhat names the line, label, key or intent an item is about. Every
+// value in it is neutralised.
 func itemWhat(it *Item) string {
 	switch it.Subject {
 	case SubjectKey:
-		return "key record naming " + it.LabelID
+		return "key record naming " + neutralise(it.LabelID)
 	case SubjectIntent:
-		return "intent " + it.Reference
+		return "intent " + neutralise(it.Reference)
 	case SubjectLabel:
-		return "label " + it.LabelID
+		return "label " + neutralise(it.LabelID)
 	}
-	s := fmt.Sprintf("%s line %d", it.InvoiceNo, it.LineNo)
+	s := fmt.Sprintf("%s line %d", neutralise(it.InvoiceNo), it.LineNo)
 	if it.LabelID != "" {
-		s += " -> " + it.LabelID
+		s += " -> " + neutralise(it.LabelID)
 	}
 	if it.MatchedBy != "" {
-		s += " (by " + it.MatchedBy + ")"
+		s += " (by " + neutralise(it.MatchedBy) + ")"
 	}
 	return s
 }
 
-// itemWho names the caller, key and request an item leads to.
+// itemWho names the caller, key and request an item leads to. Every value in
+// it is neutralised.
 func itemWho(it *Item) string {
 	var parts []string
 	if it.CallerID != "" {
-		parts = append(parts, "caller "+it.CallerID)
+		parts = append(parts, "caller "+neutralise(it.CallerID))
 	}
 	if it.IdempotencyKey != "" {
-		parts = append(parts, "key "+it.IdempotencyKey)
+		parts = append(parts, "key "+neutralise(it.IdempotencyKey))
 	}
 	if it.Reference != "" && it.Subject != SubjectIntent {
-		parts = append(parts, "ref "+it.Reference)
+		parts = append(parts, "ref "+neutralise(it.Reference))
 	}
 	if len(parts) == 0 && it.CarrierLabelID != "" {
-		parts = append(parts, "carrier label "+it.CarrierLabelID)
+		parts = append(parts, "carrier label "+neutralise(it.CarrierLabelID))
 		if it.TrackingNo != "" {
-			parts = append(parts, "tracking "+it.TrackingNo)
+			parts = append(parts, "tracking "+neutralise(it.TrackingNo))
 		}
 	}
 	return strings.Join(parts, " ")
+}
+
+// neutralise is OWASP's rule against CSV injection, applied to every cell of
+// the CSV report and every value the text report prints: a value that begins
+// with =, +, -, @, a tab or a carriage return, which a spreadsheet would read
+// as a formula, gets a single quote in front, which makes it text. A number
+// (-612, -1.5) keeps its minus sign as it is. The JSON report is data, not a
+// spreadsheet, and carries every value exactly.
+func neutralise(s string) string {
+	if s == "" {
+		return s
+	}
+	switch s[0] {
+	case '-':
+		if isDecimal(s[1:]) {
+			return s
+		}
+	case '=', '+', '@', '\t', '\r':
+	default:
+		return s
+	}
+	return "'" + s
+}
+
+// isDecimal reports whether s is digits, with a fraction or none: 12, 1.5.
+func isDecimal(s string) bool {
+	digits := func(s string) bool {
+		if s == "" {
+			return false
+		}
+		for i := 0; i < len(s); i++ {
+			if s[i] < '0' || s[i] > '9' {
+				return false
+			}
+		}
+		return true
+	}
+	whole, frac, dot := strings.Cut(s, ".")
+	return digits(whole) && (!dot || digits(frac))
 }
 
 func amountOf(it *Item) string {
@@ -146,7 +187,7 @@ func cents(v int64, currency string) string {
 	if currency == "" {
 		return s
 	}
-	return currency + " " + s
+	return neutralise(currency) + " " + s
 }
 
 // thousands writes n with commas between groups of three digits.
@@ -216,7 +257,8 @@ func toJSONItem(it *Item) jsonItem {
 }
 
 // WriteJSON writes the run and every item, one item per line, streaming the
-// items from the database.
+// items from the database. Values are written exactly as they are, hostile
+// or not: JSON is data, not a spreadsheet (see neutralise).
 func (r *Report) WriteJSON(ctx context.Context, w io.Writer) error {
 	bw := bufio.NewWriterSize(w, 1<<16)
 	field := func(name string, v any) error {
@@ -294,7 +336,9 @@ var CSVHeader = []string{
 	"billed_cents", "cost_cents", "amount_cents", "currency", "matched_by", "detail",
 }
 
-// WriteCSV writes every item, one per row, under [CSVHeader].
+// WriteCSV writes every item, one per row, under [CSVHeader]. Every cell is
+// neutralised against formulas (see neutralise); the values are otherwise
+// those of [Report.WriteJSON].
 func (r *Report) WriteCSV(ctx context.Context, w io.Writer) error {
 	bw := bufio.NewWriterSize(w, 1<<16)
 	cw := csv.NewWriter(bw)
@@ -321,6 +365,9 @@ func (r *Report) WriteCSV(ctx context.Context, w io.Writer) error {
 			it.LabelID, it.CallerID, it.IdempotencyKey, it.CarrierKey, it.Reference, it.CarrierLabelID,
 			it.TrackingNo, num(it.BilledCents), num(it.CostCents), num(it.AmountCents), it.Currency,
 			it.MatchedBy, it.Detail)
+		for i, v := range rec {
+			rec[i] = neutralise(v)
+		}
 		return cw.Write(rec)
 	})
 	if err != nil {

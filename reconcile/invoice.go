@@ -65,8 +65,9 @@ type lineReader struct {
 
 // newLineReader reads the header of an invoice. Columns may come in any order
 // and extra columns are ignored; every column of carrier.md must be there.
+// Lines and fields are read within the bounds of [BoundedInvoice].
 func newLineReader(src io.Reader, source string) (*lineReader, error) {
-	r := csv.NewReader(src)
+	r := csv.NewReader(BoundedInvoice(src, source))
 	r.ReuseRecord = true
 	header, err := r.Read()
 	if errors.Is(err, io.EOF) {
@@ -76,6 +77,19 @@ func newLineReader(src io.Reader, source string) (*lineReader, error) {
 		return nil, csvError(source, err)
 	}
 	lr := &lineReader{source: source, r: r}
+	col, missing := headerColumns(header)
+	if len(missing) > 0 {
+		return nil, &ParseError{Source: source, Line: 1, Err: fmt.Errorf("header lacks %s (want %s)",
+			strings.Join(missing, ", "), strings.Join(invoiceColumns[:], ","))}
+	}
+	lr.col = col
+	r.FieldsPerRecord = len(header)
+	return lr, nil
+}
+
+// headerColumns finds the column of each field of carrier.md in a header
+// (-1 for one that is missing, which missing names).
+func headerColumns(header []string) (col [len(invoiceColumns)]int, missing []string) {
 	seen := map[string]int{}
 	for i, name := range header {
 		if i == 0 {
@@ -83,20 +97,14 @@ func newLineReader(src io.Reader, source string) (*lineReader, error) {
 		}
 		seen[strings.TrimSpace(name)] = i
 	}
-	var missing []string
 	for i, name := range invoiceColumns {
 		idx, ok := seen[name]
 		if !ok {
-			missing = append(missing, name)
+			missing, idx = append(missing, name), -1
 		}
-		lr.col[i] = idx
+		col[i] = idx
 	}
-	if len(missing) > 0 {
-		return nil, &ParseError{Source: source, Line: 1, Err: fmt.Errorf("header lacks %s (want %s)",
-			strings.Join(missing, ", "), strings.Join(invoiceColumns[:], ","))}
-	}
-	r.FieldsPerRecord = len(header)
-	return lr, nil
+	return col, missing
 }
 
 // next reads the next line into l; it returns io.EOF after the last one. The
@@ -183,6 +191,10 @@ func isCurrency(s string) bool {
 }
 
 func csvError(source string, err error) error {
+	var bound *ParseError // a bound of BoundedInvoice
+	if errors.As(err, &bound) {
+		return bound
+	}
 	var pe *csv.ParseError
 	if errors.As(err, &pe) {
 		return &ParseError{Source: source, Line: pe.Line, Err: pe.Err}

@@ -47,7 +47,8 @@ var sessionSettings = []string{
 type Opts struct {
 	// Invoice is the carrier's CSV (carrier.md). Required. An [io.ReadSeeker]
 	// (a file, a bytes.Reader) is read in place; anything else is read into
-	// memory first, because a file seen before is read twice.
+	// memory first, because a file seen before is read twice. Either way no
+	// line is read past the bounds of [BoundedInvoice].
 	Invoice io.Reader
 	// Source names the invoice in the report and in errors: the file name, or
 	// "carrier:YYYY-MM-DD" for a fetched one.
@@ -266,12 +267,18 @@ func newScope(rep *Report, days []time.Time, opts Opts, started time.Time, stage
 	}
 }
 
-// readSeeker returns the invoice as something that can be read twice.
+// readSeeker returns the invoice as something that can be read twice. What
+// is read into memory is read within the bounds of [BoundedInvoice]: a line
+// over them ends the reading there.
 func readSeeker(r io.Reader, source string) (io.ReadSeeker, error) {
 	if rs, ok := r.(io.ReadSeeker); ok {
 		return rs, nil
 	}
-	b, err := io.ReadAll(r)
+	b, err := io.ReadAll(BoundedInvoice(r, source))
+	var pe *ParseError
+	if errors.As(err, &pe) {
+		return nil, pe
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", source, err)
 	}

@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -236,15 +237,14 @@ func reconcileOnce(ctx context.Context, cfg Config, stdout, stderr io.Writer, lo
 		defer f.Close()
 		opts.Invoice, opts.Source = f, cfg.InvoicePath
 	} else {
-		client := carrier.NewClient(cfg.CarrierURL, &carrier.ClientOpts{Token: cfg.CarrierToken})
 		fctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 		defer cancel()
-		csv, err := client.Invoice(fctx, cfg.Date)
+		opts.Source = "carrier:" + cfg.Date.Format(time.DateOnly)
+		csv, err := fetchInvoice(fctx, cfg, opts.Source, maxInvoiceBytes)
 		if err != nil {
-			return 0, fmt.Errorf("fetching the invoice of %s from %s: %w", cfg.Date.Format(time.DateOnly), cfg.CarrierURL, err)
+			return 0, err
 		}
 		opts.Invoice = bytes.NewReader(csv)
-		opts.Source = "carrier:" + cfg.Date.Format(time.DateOnly)
 		opts.Day = cfg.Date
 	}
 	if isTerminal(stderr) {
@@ -284,6 +284,84 @@ func reconcileOnce(ctx context.Context, cfg Config, stdout, stderr io.Writer, lo
 		return 0, fmt.Errorf("run %d is saved, but writing its report failed: %w", rep.RunID, err)
 	}
 	return rep.ExitCode(), nil
+}
+
+// maxInvoiceBytes bounds the invoice fetched with --date, which is held in
+// memory: three times a night of a million lines (about 170 MB).
+const maxInvoiceBytes = 512 << 20
+
+// errInvoiceTooLarge is a fetched invoice over its bound.
+var errInvoiceTooLarge = errors.New("the invoice is larger than the limit")
+
+// fetchInvoice fetches the invoice of cfg.Date. What is read of it is bounded:
+// maxBytes in all, and each line as [reconcile.BoundedInvoice] bounds it, so
+// that a line over its bound is refused as soon as it is, with the
+// [*reconcile.ParseError] a run would give it.
+func fetchInvoice(ctx context.Context, cfg Config, source string, maxBytes int64) ([]byte, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	hc := &http.Client{
+		Transport: &boundedInvoice{rt: tr, source: source, maxBytes: maxBytes},
+		// A redirect is not part of the protocol (as for carrier's own client).
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	defer tr.CloseIdleConnections()
+	client := carrier.NewClient(cfg.CarrierURL, &carrier.ClientOpts{Token: cfg.CarrierToken, HTTPClient: hc})
+	csv, err := client.Invoice(ctx, cfg.Date)
+	var pe *reconcile.ParseError
+	switch {
+	case errors.As(err, &pe):
+		return nil, pe
+	case errors.Is(err, errInvoiceTooLarge):
+		return nil, fmt.Errorf("fetching the invoice of %s from %s: %w (%d bytes)",
+			cfg.Date.Format(time.DateOnly), cfg.CarrierURL, errInvoiceTooLarge, maxBytes)
+	case err != nil:
+		return nil, fmt.Errorf("fetching the invoice of %s from %s: %w", cfg.Date.Format(time.DateOnly), cfg.CarrierURL, err)
+	}
+	return csv, nil
+}
+
+// boundedInvoice bounds the body of every 200 answer: maxBytes in all, and
+// each line by [reconcile.BoundedInvoice].
+type boundedInvoice struct {
+	rt       http.RoundTripper
+	source   string
+	maxBytes int64
+}
+
+func (b *boundedInvoice) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := b.rt.RoundTrip(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return resp, err
+	}
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{reconcile.BoundedInvoice(&capReader{r: resp.Body, left: b.maxBytes}, b.source), resp.Body}
+	return resp, nil
+}
+
+// capReader reads r up to left bytes, and fails with errInvoiceTooLarge if
+// there are more.
+type capReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (c *capReader) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		var one [1]byte
+		n, err := c.r.Read(one[:])
+		if n > 0 {
+			return 0, errInvoiceTooLarge
+		}
+		return 0, err
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
 }
 
 // writeReport writes the report to stdout, or to --out through a temporary

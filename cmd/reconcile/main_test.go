@@ -7,11 +7,14 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -290,4 +293,100 @@ func TestPGVariables(t *testing.T) {
 	r := runCmd(pg, "--invoice", writeFile(t, header+l.line(1)+"\n"))
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, "every item matched: exit status 0")
+}
+
+// lazyBody is a body of head, n bytes of fill, then tail, made as it is
+// read: a 200 MB field costs no memory of its own.
+type lazyBody struct {
+	head, tail string
+	n          int64
+	off        int64
+}
+
+func (l *lazyBody) Read(p []byte) (int, error) {
+	h, size := int64(len(l.head)), int64(len(l.head))+l.n+int64(len(l.tail))
+	if l.off >= size {
+		return 0, io.EOF
+	}
+	var c int
+	switch {
+	case l.off < h:
+		c = copy(p, l.head[l.off:])
+	case l.off < h+l.n:
+		c = int(min(int64(len(p)), h+l.n-l.off))
+		for i := range p[:c] {
+			p[i] = 'r'
+		}
+	default:
+		c = copy(p, l.tail[l.off-h-l.n:])
+	}
+	l.off += int64(c)
+	return c, nil
+}
+
+// --date reads the carrier's answer within the bounds of the invoice: a
+// 200 MB reference is refused as longer than 255 bytes, naming the line, as
+// a file's would be, having read a few kilobytes of it.
+func TestDateFieldTooLong(t *testing.T) {
+	// Not parallel: the allocation counters are the process's.
+	_, dbURL := dbtest.New(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/csv")
+		io.Copy(w, &lazyBody{ //nolint:errcheck // the client hangs up
+			head: header + "INV-1,1,2026-12-02T10:00:00Z,CL-1,GRD1,carrier:k1,lr_1,612,USD\n" +
+				"INV-1,2,2026-12-02T10:00:01Z,CL-2,GRD2,carrier:k2,",
+			n:    200 << 20,
+			tail: ",612,USD\n",
+		})
+	}))
+	t.Cleanup(srv.Close)
+
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	r := runCmd(map[string]string{"DATABASE_URL": dbURL, "CARRIER_URL": srv.URL, "LOG_FORMAT": "console"}, "--date", "2026-12-02")
+	runtime.ReadMemStats(&after)
+	require.Equal(t, 2, r.code, r.stderr)
+	require.Contains(t, r.stderr, "carrier:2026-12-02:3: reference: longer than 255 bytes")
+	allocated := after.TotalAlloc - before.TotalAlloc
+	t.Logf("allocated %.1f MB for an answer of 200 MB", float64(allocated)/(1<<20))
+	require.Less(t, allocated, uint64(16<<20), "bytes allocated while refusing a 200 MB field")
+}
+
+// The fetched invoice is bounded in all: up to the limit it is read, past it
+// the fetch fails, saying so.
+func TestFetchInvoiceLimit(t *testing.T) {
+	t.Parallel()
+	var body strings.Builder
+	body.WriteString(header)
+	for i := 1; body.Len() < 10_000; i++ {
+		fmt.Fprintf(&body, "INV-1,%d,2026-12-02T10:00:00Z,CL-%d,GRD%d,,,612,USD\n", i, i, i)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("date") == "2026-12-03" {
+			http.Error(w, `{"code":"no_invoice","message":"`+strings.Repeat("x", 1000)+`"}`, http.StatusNotFound)
+			return
+		}
+		io.WriteString(w, body.String()) //nolint:errcheck
+	}))
+	t.Cleanup(srv.Close)
+	cfg := Config{CarrierURL: srv.URL, Date: time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)}
+	size := int64(body.Len())
+
+	for _, limit := range []int64{size, size + 1, 1 << 20} {
+		got, err := fetchInvoice(context.Background(), cfg, "carrier:2026-12-02", limit)
+		require.NoError(t, err, "limit %d", limit)
+		require.Equal(t, body.String(), string(got))
+	}
+	for _, limit := range []int64{size - 1, 4096, 0} {
+		_, err := fetchInvoice(context.Background(), cfg, "carrier:2026-12-02", limit)
+		require.ErrorIs(t, err, errInvoiceTooLarge, "limit %d", limit)
+		require.EqualError(t, err, fmt.Sprintf("fetching the invoice of 2026-12-02 from %s: the invoice is larger than the limit (%d bytes)", srv.URL, limit))
+	}
+	// An answer other than the invoice is not an invoice: its bounds are the client's.
+	cfg.Date = cfg.Date.AddDate(0, 0, 1)
+	_, err := fetchInvoice(context.Background(), cfg, "carrier:2026-12-03", 100)
+	var rejected *carrier.RejectedError
+	require.ErrorAs(t, err, &rejected)
+	require.Equal(t, "no_invoice", rejected.Code)
 }
