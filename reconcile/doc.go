@@ -5,7 +5,7 @@
 //
 // # Where the data comes from
 //
-// The invoice is the carrier's CSV (shared/spec/carrier.md), read from a file
+// The invoice is the carrier's CSV (docs/carrier.md), read from a file
 // or fetched by day. The labels, the label intents and the key records are
 // read, never written: they belong to packages label, outbox and idempotency.
 // This package owns the tables of migration 002: invoice_lines (every line
