@@ -1,5 +1,5 @@
 // Package carrier is the client the worker uses to buy shipping labels from the
-// carrier, as the carrier protocol (shared/spec/carrier.md) describes.
+// carrier, as the carrier protocol (docs/carrier.md) describes.
 //
 // # Keys
 //

@@ -562,16 +562,21 @@ func TestSystemdUnits(t *testing.T) {
 	require.FileExists(t, "systemd/labels-reconcile.service", "the timer starts the service of its name")
 }
 
-// docs/operations.md documents every variable of the contract
-// (shared/spec/operations.md, beside the repository when it is there).
+// contractVars are the variables of the operators' contract, which outside
+// tests and deployments set by these names: docs/operations.md states the
+// contract, so it must keep documenting every one of them.
+var contractVars = []string{
+	"DATABASE_URL", "API_ADDR", "CARRIER_URL", "CARRIER_TOKEN", "CARRIER_TIMEOUT",
+	"LEASE_DURATION", "WORKER_CONCURRENCY", "MAX_ATTEMPTS", "RETRY_BASE", "RETRY_MAX",
+	"KEY_RETENTION", "SWEEP_INTERVAL", "METRICS_ADDR", "LOG_LEVEL", "LOG_FORMAT",
+	"CARRIER_ADDR",
+}
+
+// docs/operations.md documents every variable of the contract.
 func TestRunbookCoversTheContract(t *testing.T) {
 	t.Parallel()
-	spec := "../../shared/spec/operations.md"
-	if _, err := os.Stat(spec); err != nil {
-		t.Skipf("the contract is not beside the repository (%v): nothing to compare with", err)
-	}
 	documented := documentedVars(t, "../docs/operations.md")
-	for v := range documentedVars(t, spec) {
+	for _, v := range contractVars {
 		require.True(t, documented[v], "docs/operations.md does not document %s of the contract", v)
 	}
 }

@@ -5,11 +5,10 @@
 //
 // # Where the data comes from
 //
-// The invoice is the carrier's CSV (shared/spec/carrier.md), read from a file
+// The invoice is the carrier's CSV (docs/carrier.md), read from a file
 // or fetched by day, a line at a time within the bounds of [BoundedInvoice]
 // (64 KiB a line, 255 bytes a field). The labels, the label intents and the
-// key records are read, never written: they belong to packages label, outbox
-// and idempotency.
+// key records are read, never written: they belong to package postgres.
 // This package owns the tables of migration 002: invoice_lines (every line
 // ever imported, once), reconcile_runs (one row per run, with its counts),
 // reconcile_items (the items of every run, one partition per run), the view

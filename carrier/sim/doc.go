@@ -1,5 +1,5 @@
 // Package sim is the carrier simulator: an [http.Handler] that serves the carrier
-// protocol (shared/spec/carrier.md) from memory, and can be told to misbehave in
+// protocol (docs/carrier.md) from memory, and can be told to misbehave in
 // every way the protocol's table names, so that tests, the chaos run and the demo
 // can show each failure on purpose. cmd/carrier serves it.
 //

@@ -1,5 +1,5 @@
 // Command carrier runs the carrier simulator: the carrier protocol of
-// shared/spec/carrier.md served from memory by package carrier/sim, with the
+// docs/carrier.md served from memory by package carrier/sim, with the
 // misbehaviour the tests and the chaos run ask for.
 //
 //	carrier [flags]                       serve the simulator on CARRIER_ADDR
