@@ -1,7 +1,7 @@
 // Command chaos runs the label service as a fleet of its real binaries on a
 // throwaway PostgreSQL server, disturbs it while two callers send it intents,
 // and checks that nothing was lost, bought twice or answered wrongly (package
-// chaos). It prints each check as a figure.
+// tools/chaos/internal/chaos). It prints each check as a figure.
 //
 //	go tool task chaos [-- flags]
 //	go run ./tools/chaos [flags]
@@ -19,7 +19,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/labelkit/labels/chaos"
+	"github.com/labelkit/labels/tools/chaos/internal/chaos"
 	"github.com/labelkit/labels/internal/cli"
 )
 
