@@ -30,9 +30,9 @@
 //     back (throughput) and paced at 400/s (latency, from the scheduled start);
 //  5. the store: bytes per key record at the largest fill, and the purge rate
 //     of idempotency.Purge (the sweeper's statement, batch 1000);
-//  6. reconciliation: bench/BenchmarkReconcile, as it is, with
-//     200 k lines (1 M with --long: its seeding alone takes minutes here),
-//     run as a subprocess;
+//  6. reconciliation: BenchmarkReconcile (reconcile_bench_test.go), as it
+//     is, with 200 k lines (1 M with --long: its seeding alone takes
+//     minutes), run as a subprocess;
 //  7. a CPU profile of the API (tools/bench/apiprof: the same handler in its
 //     own process, with /debug/pprof) under the accept load at concurrency 32.
 //
