@@ -19,8 +19,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/labelkit/labels/tools/chaos/internal/chaos"
 	"github.com/labelkit/labels/internal/cli"
+	"github.com/labelkit/labels/tools/chaos/internal/chaos"
 )
 
 func main() {
