@@ -20,6 +20,7 @@ import (
 
 	"github.com/labelkit/labels/internal/devdb"
 	"github.com/labelkit/labels/internal/proctest"
+	"github.com/labelkit/labels/tools/bench/internal/host"
 )
 
 // Order ids: new requests count up from firstOrder; filled keys start at
@@ -92,7 +93,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			WorkerConcurrency: cfg.WorkerConcurrency,
 		},
 	}
-	h.res.Machine.LoadAverageStart = loadAverage()
+	h.res.Machine.LoadAverageStart = host.LoadAverage()
 	err := h.setup(ctx)
 	if err == nil {
 		err = h.phases(ctx)
@@ -100,7 +101,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	if cerr := h.teardown(); cerr != nil {
 		err = errors.Join(err, cerr)
 	}
-	h.res.Machine.LoadAverageEnd = loadAverage()
+	h.res.Machine.LoadAverageEnd = host.LoadAverage()
 	h.res.Seconds = round1(time.Since(began).Seconds())
 	h.res.Bar = checkBar(h.res)
 	return h.res, err

@@ -1,4 +1,4 @@
-package main
+package host
 
 import (
 	"fmt"
@@ -8,8 +8,8 @@ import (
 	"strings"
 )
 
-// damonRoot is where the kernel's DAMON sysfs interface lives.
-const damonRoot = "/sys/kernel/mm/damon/admin"
+// DAMONRoot is where the kernel's DAMON sysfs interface lives.
+const DAMONRoot = "/sys/kernel/mm/damon/admin"
 
 // damonScheme is one scheme of a running kdamond.
 type damonScheme struct {
@@ -55,13 +55,13 @@ func runningSchemes(root string) []damonScheme {
 	return out
 }
 
-// proactiveReclaim describes the DAMON schemes that the kernel runs under
+// ProactiveReclaim describes the DAMON schemes that the kernel runs under
 // root, one per running scheme ("paddr pageout of memory idle ≥ 60 s, at
 // most 128 MiB per 1 s"), or "" when none runs. A VM's host may run DAMON
 // to take back memory its guest leaves idle; it pages out cold parts of
 // PostgreSQL's shared buffers too, and that stalls the backends that map
-// them (docs/bench.md, "The third morning", Finding 14).
-func proactiveReclaim(root string) string {
+// them: a latency measured meanwhile says so.
+func ProactiveReclaim(root string) string {
 	var found []string
 	for _, s := range runningSchemes(root) {
 		d := s.ops + " " + s.action
@@ -78,13 +78,13 @@ func proactiveReclaim(root string) string {
 	return strings.Join(found, "; ")
 }
 
-// pagedOut returns the bytes that the running pageout schemes under root
+// PagedOut returns the bytes that the running pageout schemes under root
 // have paged out since they started (their stats' sz_applied), and false
 // when none runs or their figures cannot be had. The kernel refreshes a
 // kdamond's scheme stats only when asked, by writing update_schemes_stats to
 // its state file: that needs root, changes no setting, and without it the
 // figures are stale, so a failed request counts as no figures.
-func pagedOut(root string) (float64, bool) {
+func PagedOut(root string) (float64, bool) {
 	var total float64
 	asked := map[string]bool{}
 	ok := false
