@@ -73,6 +73,7 @@ func TestBenchTiny(t *testing.T) {
 	require.Equal(t, 64, r.Setup.AcceptBatch)
 	require.Equal(t, 64, r.Setup.WorkerBatch)
 	require.Equal(t, 1000, r.Setup.WorkerConcurrency)
+	require.Equal(t, 400, r.Setup.GOGC, "the api and the worker run with the deployed GOGC")
 	require.Equal(t, filepath.Base(base), r.Date)
 	require.Positive(t, r.Machine.CPUs)
 	require.Contains(t, r.Machine.PostgreSQL, "PostgreSQL")

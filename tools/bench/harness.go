@@ -91,6 +91,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			AcceptBatch:       cfg.AcceptBatch,
 			WorkerBatch:       cfg.WorkerBatch,
 			WorkerConcurrency: cfg.WorkerConcurrency,
+			GOGC:              serviceGOGC,
 		},
 	}
 	h.res.Machine.LoadAverageStart = host.LoadAverage()
@@ -208,9 +209,9 @@ func (h *harness) setup(ctx context.Context) error {
 // warmWAL gives a private server the WAL segments a server that has been
 // running has. A new cluster has a handful: until max_wal_size of WAL has
 // been written, every 16 MB of it makes the backend whose commit crosses
-// into a new segment create and zero-fill that segment first (XLogFileInit,
-// 2-3% of the machine's CPU samples in an end-to-end run of the morning,
-// besides the wait), where a running server recycles old segments. So this
+// into a new segment create and zero-fill that segment first (XLogFileInit:
+// a few per cent of the machine's CPU in an end-to-end run, besides the
+// wait), where a running server recycles old segments. So this
 // writes max_wal_size of segments once, and the checkpoint after recycles
 // them for the loads. A --server is not ours to touch.
 func (h *harness) warmWAL(ctx context.Context) error {
@@ -340,9 +341,18 @@ func (h *harness) command(ctx context.Context, name string, args ...string) (*pr
 	return proctest.Run(ctx, h.bins.Path(name), &proctest.Opts{Name: name + " " + strings.Join(args, " "), Args: args, Env: h.env()})
 }
 
+// serviceGOGC is the GOGC of the service's processes (api, apiprof, worker),
+// as the deploy manifests set it: their live heap is a few megabytes, so Go's
+// default of 100 would collect every few megabytes of requests; 400 trades
+// tens of megabytes for a quarter of those collections.
+const serviceGOGC = 400
+
 // start starts a long-running binary and waits for its listening line and
-// GET /healthz there.
+// GET /healthz there. The service's processes run with serviceGOGC.
 func (h *harness) start(ctx context.Context, bin, name, listening string, env ...string) (*proctest.Process, string, error) {
+	if bin != "carrier" {
+		env = append(env, "GOGC="+strconv.Itoa(serviceGOGC))
+	}
 	// The api logs every request: only the recent lines are kept, so that
 	// they do not pile up in the load generator's heap (hundreds of
 	// thousands in a full run) and its collector's pauses in the latencies.
