@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -21,6 +19,7 @@ import (
 	"github.com/labelkit/labels/internal/devdb"
 	"github.com/labelkit/labels/internal/proctest"
 	"github.com/labelkit/labels/tools/bench/internal/host"
+	"github.com/labelkit/labels/tools/bench/internal/scratch"
 )
 
 // Order ids: new requests count up from firstOrder; filled keys start at
@@ -29,6 +28,10 @@ const (
 	firstOrder = 1_000_000
 	replayBase = 100_000_000_000
 )
+
+// scratchPrefix starts the name of every database the bench creates (the
+// reconciliation's too); scratch.Drop drops no other.
+const scratchPrefix = "labels_bench_"
 
 // callerName is the caller every request is sent as.
 const callerName = "bench"
@@ -171,9 +174,7 @@ func (h *harness) setup(ctx context.Context) error {
 	if err := h.server(ctx); err != nil {
 		return err
 	}
-	suffix := make([]byte, 4)
-	_, _ = rand.Read(suffix)
-	h.dbName = "labels_bench_" + hex.EncodeToString(suffix)
+	h.dbName = scratch.Name(scratchPrefix)
 	h.logf("database %s", h.dbName)
 	if h.dbURL, err = devdb.EnsureDatabase(ctx, h.serverURL, h.dbName); err != nil {
 		return fmt.Errorf("creating %s: %w", h.dbName, err)
@@ -188,13 +189,7 @@ func (h *harness) setup(ctx context.Context) error {
 	if h.token = res.LastLine(); h.token == "" {
 		return errors.New("api caller add printed no token")
 	}
-	pcfg, err := pgxpool.ParseConfig(h.dbURL)
-	if err != nil {
-		return err
-	}
-	pcfg.MaxConns = 4
-	pcfg.ConnConfig.RuntimeParams["application_name"] = "bench-harness"
-	if h.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+	if h.pool, err = scratch.Pool(ctx, h.dbURL, 4, "bench-harness"); err != nil {
 		return err
 	}
 	if err := h.settings(ctx); err != nil {
@@ -405,7 +400,7 @@ func (h *harness) teardown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if h.dbName != "" && !h.cfg.Keep {
-		if err := dropDatabase(ctx, h.serverURL, h.dbName); err != nil {
+		if err := scratch.Drop(ctx, h.serverURL, h.dbName, scratchPrefix); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -422,19 +417,6 @@ func (h *harness) teardown() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func dropDatabase(ctx context.Context, serverURL, name string) error {
-	if !strings.HasPrefix(name, "labels_bench_") {
-		return fmt.Errorf("refusing to drop %q: not a labels_bench_ database", name)
-	}
-	conn, err := pgx.Connect(ctx, serverURL)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{name}.Sanitize()+` WITH (FORCE)`)
-	return err
 }
 
 func redact(u string) string {

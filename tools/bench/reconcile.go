@@ -13,6 +13,7 @@ import (
 
 	"github.com/labelkit/labels/internal/devdb"
 	"github.com/labelkit/labels/internal/proctest"
+	"github.com/labelkit/labels/tools/bench/internal/scratch"
 )
 
 // The reconciliation figure is BenchmarkReconcile's own (in
@@ -39,7 +40,7 @@ func (h *harness) reconcile(ctx context.Context) error {
 		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if !h.cfg.Keep {
-			_ = dropDatabase(dctx, h.serverURL, name)
+			_ = scratch.Drop(dctx, h.serverURL, name, scratchPrefix)
 		}
 	}()
 	root, err := proctest.ModuleRoot()
