@@ -1,10 +1,16 @@
 // Command bench measures the label service on this machine in one run and
 // writes the figures issue 8 asks for, next to the ceiling the database itself
-// sets:
+// sets; `bench capacity` measures what the key store costs (package
+// internal/capacity, capacity.go):
 //
 //	go tool task bench            (go run ./tools/bench)
 //	go run ./tools/bench --quick  (a smoke run: short loads, small stores)
 //	go run ./tools/bench --long   (adds replays with 10 M keys in the store)
+//	go tool task capacity         (go run ./tools/bench capacity)
+//
+// Both read the machine through internal/host: the CPU of every core (what
+// the host of a virtual machine stole reported apart from the busy time), of
+// the processes, and what the kernel's proactive reclaim paged out.
 //
 // It builds the real binaries (cmd/api, cmd/worker, cmd/carrier, and
 // tools/bench/apiprof for the profile), starts a private PostgreSQL server in
@@ -76,6 +82,7 @@ func main() {
 }
 
 const usage = `Usage: bench [flags]
+       bench capacity [flags]   (the key store's cost; bench capacity --help)
 
 Measures the label service on this machine against the pgbench ceiling of its
 own accept transaction, and writes DIR/<date>.json, .md and .png.
@@ -266,10 +273,40 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// parseFlags parses args with fs, whose output it discards. It returns
+// false with the exit status when the command is to end: 0 after printing
+// usage for --help, 2 after one line on stderr for a bad flag or an
+// argument.
+func parseFlags(fs *flag.FlagSet, args []string, usage string, stdout, stderr io.Writer) (int, bool) {
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
+			return 0, false
+		}
+		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
+		return 2, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected argument %q; see %s --help\n", fs.Name(), fs.Arg(0), fs.Name())
+		return 2, false
+	}
+	return 0, true
+}
+
+// progress writes progress lines to w, each after the time of day.
+func progress(w io.Writer) func(format string, args ...any) {
+	return func(format string, a ...any) {
+		fmt.Fprintf(w, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
+	}
+}
+
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) > 1 && args[1] == "capacity" {
+		return runCapacity(ctx, args[1:], getenv, stdout, stderr)
+	}
 	cfg := DefaultConfig()
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	quick := fs.Bool("quick", false, "")
 	long := fs.Bool("long", false, "")
 	fs.StringVar(&cfg.Out, "out", "", "")
@@ -295,17 +332,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.IntVar(&cfg.WorkerConcurrency, "worker-concurrency", cfg.WorkerConcurrency, "")
 	fs.StringVar(&cfg.BinDir, "bin", "", "")
 	fs.BoolVar(&cfg.Keep, "keep", false, "")
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, usage)
-			return 0
-		}
-		fmt.Fprintf(stderr, "bench: %v\n", err)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "bench: unexpected argument %q; see bench --help\n", fs.Arg(0))
-		return 2
+	if code, ok := parseFlags(fs, args[1:], usage, stdout, stderr); !ok {
+		return code
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -375,9 +403,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 2
 	}
 	cfg.Command = strings.TrimSpace("go run ./tools/bench " + strings.Join(args[1:], " "))
-	cfg.LogFunc = func(format string, a ...any) {
-		fmt.Fprintf(stderr, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
-	}
+	cfg.LogFunc = progress(stderr)
 
 	res, err := Run(ctx, cfg)
 	if res != nil {
