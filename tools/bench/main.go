@@ -72,6 +72,7 @@ import (
 	"time"
 
 	"github.com/labelkit/labels/internal/proctest"
+	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
 func main() {
@@ -273,27 +274,6 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// parseFlags parses args with fs, whose output it discards. It returns
-// false with the exit status when the command is to end: 0 after printing
-// usage for --help, 2 after one line on stderr for a bad flag or an
-// argument.
-func parseFlags(fs *flag.FlagSet, args []string, usage string, stdout, stderr io.Writer) (int, bool) {
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, usage)
-			return 0, false
-		}
-		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
-		return 2, false
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "%s: unexpected argument %q; see %s --help\n", fs.Name(), fs.Arg(0), fs.Name())
-		return 2, false
-	}
-	return 0, true
-}
-
 // progress writes progress lines to w, each after the time of day.
 func progress(w io.Writer) func(format string, args ...any) {
 	return func(format string, a ...any) {
@@ -332,7 +312,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.IntVar(&cfg.WorkerConcurrency, "worker-concurrency", cfg.WorkerConcurrency, "")
 	fs.StringVar(&cfg.BinDir, "bin", "", "")
 	fs.BoolVar(&cfg.Keep, "keep", false, "")
-	if code, ok := parseFlags(fs, args[1:], usage, stdout, stderr); !ok {
+	if code, ok := cmdline.Parse(fs, args[1:], usage, stdout, stderr); !ok {
 		return code
 	}
 	set := map[string]bool{}
