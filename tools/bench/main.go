@@ -120,8 +120,8 @@ Flags:
   --accept-batch N     ACCEPT_BATCH of the api (default 64; 0: one transaction per accept)
   --worker-batch N     WORKER_BATCH of the worker (default 64; 0: one transaction per job)
   --worker-concurrency N  WORKER_CONCURRENCY of the end-to-end worker (default 1000: Little's
-                       law for 4,000 labels/s, a 0.4 share of the fastest ceiling seen
-                       here, when a job holds its slot 91 ms at 50 ms carrier latency
+                       law for 4,000 labels/s, the bar's 0.4 share of a 10,000 tps
+                       ceiling, when a job holds its slot 91 ms at 50 ms carrier latency
                        (lease, call, completion) and waits up to River's fetch cooldown
                        of 100 ms for the next; cmd/worker's own default is 100)
   --log-level LEVEL    LOG_LEVEL of the api and the worker (default info, as deployed)
