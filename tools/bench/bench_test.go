@@ -19,6 +19,7 @@ import (
 
 	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/idempotency"
+	"github.com/labelkit/labels/tools/bench/internal/host"
 )
 
 // TestBenchTiny runs the whole harness with tiny sizes against a private
@@ -72,6 +73,7 @@ func TestBenchTiny(t *testing.T) {
 	require.Equal(t, 64, r.Setup.AcceptBatch)
 	require.Equal(t, 64, r.Setup.WorkerBatch)
 	require.Equal(t, 1000, r.Setup.WorkerConcurrency)
+	require.Equal(t, 400, r.Setup.GOGC, "the api and the worker run with the deployed GOGC")
 	require.Equal(t, filepath.Base(base), r.Date)
 	require.Positive(t, r.Machine.CPUs)
 	require.Contains(t, r.Machine.PostgreSQL, "PostgreSQL")
@@ -281,13 +283,13 @@ func TestMergeCPU(t *testing.T) {
 
 	// since turns two readings into rates: 4 MiB paged out in 2 s.
 	at := time.Now()
-	a := cpuReading{at: at, steal: 10, pagedOut: 1 << 20, pagedOK: true}
-	b := cpuReading{at: at.Add(2 * time.Second), steal: 11, pagedOut: 5 << 20, pagedOK: true}
+	a := cpuReading{Reading: host.Reading{At: at, CPU: host.CPUTimes{Steal: 10}, PagedOut: 1 << 20, PagedOK: true}}
+	b := cpuReading{Reading: host.Reading{At: at.Add(2 * time.Second), CPU: host.CPUTimes{Steal: 11}, PagedOut: 5 << 20, PagedOK: true}}
 	got := since(a, b)
 	require.InDelta(t, 0.5, got.Steal, 1e-9)
 	require.NotNil(t, got.Pageout)
 	require.InDelta(t, 2.0, *got.Pageout, 1e-9)
-	b.pagedOK = false
+	b.PagedOK = false
 	require.Nil(t, since(a, b).Pageout)
 }
 
@@ -357,17 +359,6 @@ func TestPace(t *testing.T) {
 	require.False(t, open)
 }
 
-// /proc/stat's first line: busy is user, nice, system, irq and softirq;
-// idle, iowait and guest time are not added, and steal comes apart.
-func TestCPULine(t *testing.T) {
-	busy, steal := cpuLine("cpu  213227 5 100091 1119612 6793 7 19944 13605 300 9")
-	require.InDelta(t, float64(213227+5+100091+7+19944)/100, busy, 1e-9)
-	require.InDelta(t, 136.05, steal, 1e-9)
-	busy, steal = cpuLine("intr 1 2 3")
-	require.Zero(t, busy)
-	require.Zero(t, steal)
-}
-
 // A paced load measures latency from the scheduled start, and says how late
 // the starts were: one client and a server that takes 20 ms for each of
 // requests scheduled every 5 ms fall behind by at least 15 ms a request, and
@@ -394,53 +385,4 @@ func TestPacedStartLateness(t *testing.T) {
 
 	spec.Rate = 0
 	require.Nil(t, runLoad(context.Background(), spec).StartLateness)
-}
-
-// The DAMON schemes the kernel runs, read from its sysfs tree: a running
-// kdamond's pageout scheme is described; a kdamond that is off, and a tree
-// that is not there, describe nothing.
-func TestProactiveReclaim(t *testing.T) {
-	t.Parallel()
-	root := t.TempDir()
-	write := func(path, v string) {
-		t.Helper()
-		p := filepath.Join(root, path)
-		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
-		require.NoError(t, os.WriteFile(p, []byte(v+"\n"), 0o644))
-	}
-	ctx := "kdamonds/0/contexts/0/"
-	write("kdamonds/nr_kdamonds", "2")
-	write("kdamonds/0/state", "on")
-	write(ctx+"operations", "paddr")
-	write(ctx+"monitoring_attrs/intervals/aggr_us", "5000000")
-	write(ctx+"schemes/nr_schemes", "1")
-	write(ctx+"schemes/0/action", "pageout")
-	write(ctx+"schemes/0/access_pattern/age/min", "12")
-	write(ctx+"schemes/0/quotas/bytes", "134217728")
-	write(ctx+"schemes/0/quotas/reset_interval_ms", "1000")
-	write("kdamonds/1/state", "off")
-	write("kdamonds/1/contexts/0/operations", "vaddr")
-	write("kdamonds/1/contexts/0/schemes/0/action", "pageout")
-	require.Equal(t, "paddr pageout of memory idle ≥ 60 s, at most 128 MiB per 1 s", proactiveReclaim(root))
-
-	// What the pageout schemes paged out: the kernel refreshes the stats
-	// when update_schemes_stats is written to the kdamond's state.
-	write(ctx+"schemes/0/stats/sz_applied", "3145728")
-	write(ctx+"schemes/1/action", "stat")
-	write(ctx+"schemes/1/stats/sz_applied", "999")
-	write("kdamonds/1/contexts/0/schemes/0/stats/sz_applied", "777")
-	b, ok := pagedOut(root)
-	require.True(t, ok)
-	require.InDelta(t, 3145728, b, 0)
-	state, err := os.ReadFile(filepath.Join(root, "kdamonds/0/state"))
-	require.NoError(t, err)
-	require.Equal(t, "update_schemes_stats\n", string(state))
-
-	write("kdamonds/0/state", "off")
-	require.Empty(t, proactiveReclaim(root))
-	_, ok = pagedOut(root)
-	require.False(t, ok)
-	require.Empty(t, proactiveReclaim(filepath.Join(root, "missing")))
-	_, ok = pagedOut(filepath.Join(root, "missing"))
-	require.False(t, ok)
 }

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -20,6 +18,8 @@ import (
 
 	"github.com/labelkit/labels/internal/devdb"
 	"github.com/labelkit/labels/internal/proctest"
+	"github.com/labelkit/labels/tools/bench/internal/host"
+	"github.com/labelkit/labels/tools/bench/internal/scratch"
 )
 
 // Order ids: new requests count up from firstOrder; filled keys start at
@@ -28,6 +28,10 @@ const (
 	firstOrder = 1_000_000
 	replayBase = 100_000_000_000
 )
+
+// scratchPrefix starts the name of every database the bench creates (the
+// reconciliation's too); scratch.Drop drops no other.
+const scratchPrefix = "labels_bench_"
 
 // callerName is the caller every request is sent as.
 const callerName = "bench"
@@ -90,9 +94,10 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			AcceptBatch:       cfg.AcceptBatch,
 			WorkerBatch:       cfg.WorkerBatch,
 			WorkerConcurrency: cfg.WorkerConcurrency,
+			GOGC:              serviceGOGC,
 		},
 	}
-	h.res.Machine.LoadAverageStart = loadAverage()
+	h.res.Machine.LoadAverageStart = host.LoadAverage()
 	err := h.setup(ctx)
 	if err == nil {
 		err = h.phases(ctx)
@@ -100,7 +105,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	if cerr := h.teardown(); cerr != nil {
 		err = errors.Join(err, cerr)
 	}
-	h.res.Machine.LoadAverageEnd = loadAverage()
+	h.res.Machine.LoadAverageEnd = host.LoadAverage()
 	h.res.Seconds = round1(time.Since(began).Seconds())
 	h.res.Bar = checkBar(h.res)
 	return h.res, err
@@ -169,9 +174,7 @@ func (h *harness) setup(ctx context.Context) error {
 	if err := h.server(ctx); err != nil {
 		return err
 	}
-	suffix := make([]byte, 4)
-	_, _ = rand.Read(suffix)
-	h.dbName = "labels_bench_" + hex.EncodeToString(suffix)
+	h.dbName = scratch.Name(scratchPrefix)
 	h.logf("database %s", h.dbName)
 	if h.dbURL, err = devdb.EnsureDatabase(ctx, h.serverURL, h.dbName); err != nil {
 		return fmt.Errorf("creating %s: %w", h.dbName, err)
@@ -186,13 +189,7 @@ func (h *harness) setup(ctx context.Context) error {
 	if h.token = res.LastLine(); h.token == "" {
 		return errors.New("api caller add printed no token")
 	}
-	pcfg, err := pgxpool.ParseConfig(h.dbURL)
-	if err != nil {
-		return err
-	}
-	pcfg.MaxConns = 4
-	pcfg.ConnConfig.RuntimeParams["application_name"] = "bench-harness"
-	if h.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+	if h.pool, err = scratch.Pool(ctx, h.dbURL, 4, "bench-harness"); err != nil {
 		return err
 	}
 	if err := h.settings(ctx); err != nil {
@@ -207,9 +204,9 @@ func (h *harness) setup(ctx context.Context) error {
 // warmWAL gives a private server the WAL segments a server that has been
 // running has. A new cluster has a handful: until max_wal_size of WAL has
 // been written, every 16 MB of it makes the backend whose commit crosses
-// into a new segment create and zero-fill that segment first (XLogFileInit,
-// 2-3% of the machine's CPU samples in an end-to-end run of the morning,
-// besides the wait), where a running server recycles old segments. So this
+// into a new segment create and zero-fill that segment first (XLogFileInit:
+// a few per cent of the machine's CPU in an end-to-end run, besides the
+// wait), where a running server recycles old segments. So this
 // writes max_wal_size of segments once, and the checkpoint after recycles
 // them for the loads. A --server is not ours to touch.
 func (h *harness) warmWAL(ctx context.Context) error {
@@ -339,9 +336,18 @@ func (h *harness) command(ctx context.Context, name string, args ...string) (*pr
 	return proctest.Run(ctx, h.bins.Path(name), &proctest.Opts{Name: name + " " + strings.Join(args, " "), Args: args, Env: h.env()})
 }
 
+// serviceGOGC is the GOGC of the service's processes (api, apiprof, worker),
+// as the deploy manifests set it: their live heap is a few megabytes, so Go's
+// default of 100 would collect every few megabytes of requests; 400 trades
+// tens of megabytes for a quarter of those collections.
+const serviceGOGC = 400
+
 // start starts a long-running binary and waits for its listening line and
-// GET /healthz there.
+// GET /healthz there. The service's processes run with serviceGOGC.
 func (h *harness) start(ctx context.Context, bin, name, listening string, env ...string) (*proctest.Process, string, error) {
+	if bin != "carrier" {
+		env = append(env, "GOGC="+strconv.Itoa(serviceGOGC))
+	}
 	// The api logs every request: only the recent lines are kept, so that
 	// they do not pile up in the load generator's heap (hundreds of
 	// thousands in a full run) and its collector's pauses in the latencies.
@@ -394,7 +400,7 @@ func (h *harness) teardown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if h.dbName != "" && !h.cfg.Keep {
-		if err := dropDatabase(ctx, h.serverURL, h.dbName); err != nil {
+		if err := scratch.Drop(ctx, h.serverURL, h.dbName, scratchPrefix); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -411,19 +417,6 @@ func (h *harness) teardown() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func dropDatabase(ctx context.Context, serverURL, name string) error {
-	if !strings.HasPrefix(name, "labels_bench_") {
-		return fmt.Errorf("refusing to drop %q: not a labels_bench_ database", name)
-	}
-	conn, err := pgx.Connect(ctx, serverURL)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{name}.Sanitize()+` WITH (FORCE)`)
-	return err
 }
 
 func redact(u string) string {

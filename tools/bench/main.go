@@ -1,10 +1,16 @@
 // Command bench measures the label service on this machine in one run and
 // writes the figures issue 8 asks for, next to the ceiling the database itself
-// sets:
+// sets; `bench capacity` measures what the key store costs (package
+// internal/capacity, capacity.go):
 //
 //	go tool task bench            (go run ./tools/bench)
 //	go run ./tools/bench --quick  (a smoke run: short loads, small stores)
 //	go run ./tools/bench --long   (adds replays with 10 M keys in the store)
+//	go tool task capacity         (go run ./tools/bench capacity)
+//
+// Both read the machine through internal/host: the CPU of every core (what
+// the host of a virtual machine stole reported apart from the busy time), of
+// the processes, and what the kernel's proactive reclaim paged out.
 //
 // It builds the real binaries (cmd/api, cmd/worker, cmd/carrier, and
 // tools/bench/apiprof for the profile), starts a private PostgreSQL server in
@@ -30,9 +36,9 @@
 //     back (throughput) and paced at 400/s (latency, from the scheduled start);
 //  5. the store: bytes per key record at the largest fill, and the purge rate
 //     of idempotency.Purge (the sweeper's statement, batch 1000);
-//  6. reconciliation: bench/BenchmarkReconcile, as it is, with
-//     200 k lines (1 M with --long: its seeding alone takes minutes here),
-//     run as a subprocess;
+//  6. reconciliation: BenchmarkReconcile (reconcile_bench_test.go), as it
+//     is, with 200 k lines (1 M with --long: its seeding alone takes
+//     minutes), run as a subprocess;
 //  7. a CPU profile of the API (tools/bench/apiprof: the same handler in its
 //     own process, with /debug/pprof) under the accept load at concurrency 32.
 //
@@ -66,6 +72,7 @@ import (
 	"time"
 
 	"github.com/labelkit/labels/internal/proctest"
+	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
 func main() {
@@ -76,6 +83,7 @@ func main() {
 }
 
 const usage = `Usage: bench [flags]
+       bench capacity [flags]   (the key store's cost; bench capacity --help)
 
 Measures the label service on this machine against the pgbench ceiling of its
 own accept transaction, and writes DIR/<date>.json, .md and .png.
@@ -112,8 +120,8 @@ Flags:
   --accept-batch N     ACCEPT_BATCH of the api (default 64; 0: one transaction per accept)
   --worker-batch N     WORKER_BATCH of the worker (default 64; 0: one transaction per job)
   --worker-concurrency N  WORKER_CONCURRENCY of the end-to-end worker (default 1000: Little's
-                       law for 4,000 labels/s, a 0.4 share of the fastest ceiling seen
-                       here, when a job holds its slot 91 ms at 50 ms carrier latency
+                       law for 4,000 labels/s, the bar's 0.4 share of a 10,000 tps
+                       ceiling, when a job holds its slot 91 ms at 50 ms carrier latency
                        (lease, call, completion) and waits up to River's fetch cooldown
                        of 100 ms for the next; cmd/worker's own default is 100)
   --log-level LEVEL    LOG_LEVEL of the api and the worker (default info, as deployed)
@@ -266,10 +274,19 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// progress writes progress lines to w, each after the time of day.
+func progress(w io.Writer) func(format string, args ...any) {
+	return func(format string, a ...any) {
+		fmt.Fprintf(w, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
+	}
+}
+
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) > 1 && args[1] == "capacity" {
+		return runCapacity(ctx, args[1:], getenv, stdout, stderr)
+	}
 	cfg := DefaultConfig()
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	quick := fs.Bool("quick", false, "")
 	long := fs.Bool("long", false, "")
 	fs.StringVar(&cfg.Out, "out", "", "")
@@ -295,17 +312,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.IntVar(&cfg.WorkerConcurrency, "worker-concurrency", cfg.WorkerConcurrency, "")
 	fs.StringVar(&cfg.BinDir, "bin", "", "")
 	fs.BoolVar(&cfg.Keep, "keep", false, "")
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, usage)
-			return 0
-		}
-		fmt.Fprintf(stderr, "bench: %v\n", err)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "bench: unexpected argument %q; see bench --help\n", fs.Arg(0))
-		return 2
+	if code, ok := cmdline.Parse(fs, args[1:], usage, stdout, stderr); !ok {
+		return code
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -375,9 +383,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 2
 	}
 	cfg.Command = strings.TrimSpace("go run ./tools/bench " + strings.Join(args[1:], " "))
-	cfg.LogFunc = func(format string, a ...any) {
-		fmt.Fprintf(stderr, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
-	}
+	cfg.LogFunc = progress(stderr)
 
 	res, err := Run(ctx, cfg)
 	if res != nil {

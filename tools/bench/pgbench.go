@@ -169,3 +169,8 @@ func pgbenchVersion(path string) string {
 	}
 	return strings.TrimSpace(string(out))
 }
+
+func atof(s string) float64 {
+	v, _ := strconv.ParseFloat(s, 64)
+	return v
+}

@@ -139,10 +139,10 @@ func (h *harness) endToEndAt(ctx context.Context, lat time.Duration) (E2ERun, er
 	r := E2ERun{SimLatencyMs: float64(lat.Milliseconds()), Creates: h.cfg.E2ECreates, Concurrency: h.cfg.E2EConcurrency}
 	// The ceiling this run is held to is measured right before it and right
 	// after it, at its concurrency, as the accept's ceiling alternates with
-	// the accept: the machine's speed drifts over a run (the ceiling phase's
-	// own rounds moved by a third on the afternoon's machine, and by half
-	// within minutes on the morning's), and a ceiling from minutes earlier
-	// made the end-to-end ratio move with it.
+	// the accept: a shared machine's speed drifts over a run (the ceiling
+	// phase's own rounds can differ by a third to a half within minutes), so
+	// a ceiling from minutes earlier would make the end-to-end ratio move
+	// with it.
 	if h.pgbench != "" {
 		c, err := h.e2eCeiling(ctx, r.Concurrency, "before")
 		if err != nil {

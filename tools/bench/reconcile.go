@@ -13,13 +13,15 @@ import (
 
 	"github.com/labelkit/labels/internal/devdb"
 	"github.com/labelkit/labels/internal/proctest"
+	"github.com/labelkit/labels/tools/bench/internal/scratch"
 )
 
-// The reconciliation figure is bench/BenchmarkReconcile's own (reused as it
-// is, not measured again here): a synthetic invoice from the carrier
-// simulator against a database seeded with the labels, intents and keys
-// behind it, timing reconcile.Run. It runs as `go test -bench` in a database
-// of its own on the same server; the seeding is not timed.
+// The reconciliation figure is BenchmarkReconcile's own (in
+// reconcile_bench_test.go of this package, reused as it is, not measured
+// again here): a synthetic invoice from the carrier simulator against a
+// database seeded with the labels, intents and keys behind it, timing
+// reconcile.Run. It runs as `go test -bench` in a database of its own on the
+// same server; the seeding is not timed.
 
 var (
 	reconcileLinesPerSec = regexp.MustCompile(`(?m)^BenchmarkReconcile\S*\s+\d+\s+(\d+) ns/op\s+([0-9.]+) lines/s`)
@@ -38,7 +40,7 @@ func (h *harness) reconcile(ctx context.Context) error {
 		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if !h.cfg.Keep {
-			_ = dropDatabase(dctx, h.serverURL, name)
+			_ = scratch.Drop(dctx, h.serverURL, name, scratchPrefix)
 		}
 	}()
 	root, err := proctest.ModuleRoot()
@@ -46,7 +48,7 @@ func (h *harness) reconcile(ctx context.Context) error {
 		r.Error = err.Error()
 		return err
 	}
-	args := []string{"test", "./bench", "-run", "^$", "-bench", "^BenchmarkReconcile$", "-benchtime", "1x", "-count", "1", "-timeout", "60m"}
+	args := []string{"test", "./tools/bench", "-run", "^$", "-bench", "^BenchmarkReconcile$", "-benchtime", "1x", "-count", "1", "-timeout", "60m"}
 	r.Command = fmt.Sprintf("RECONCILE_BENCH_LINES=%d go %s", h.cfg.ReconcileLines, strings.Join(args, " "))
 	h.logf("  %s", r.Command)
 	cmd := exec.CommandContext(ctx, "go", args...)

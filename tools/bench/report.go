@@ -68,7 +68,7 @@ func checkBar(r *Results) []Check {
 // hostNote says what the machine did to a latency check's load besides our
 // work: how late the load generator took up its scheduled starts (paced
 // loads), the cores the host stole, and what the kernel's proactive reclaim
-// paged out. A p99 on a shared VM follows these (docs/bench.md).
+// paged out. A p99 on a shared VM follows these (docs/benchmarks.md).
 func hostNote(c CPU, late *Latency) string {
 	var parts []string
 	if late != nil {
@@ -144,10 +144,10 @@ func Markdown(r *Results) string {
 	p("- Server: %s; synchronous_commit=%s, fsync=%s, wal_sync_method=%s, shared_buffers=%s.\n",
 		m.Server, m.Settings["synchronous_commit"], m.Settings["fsync"], m.Settings["wal_sync_method"], m.Settings["shared_buffers"])
 	if m.ProactiveReclaim != "" {
-		p("- The kernel reclaims memory on its own (DAMON): %s. It pages out parts of PostgreSQL's shared buffers that stay idle, which stalls the backends that map them (docs/bench.md, Finding 14); what it paged out during each load is in the replay table and beside the bar's latency checks.\n", m.ProactiveReclaim)
+		p("- The kernel reclaims memory on its own (DAMON): %s. It pages out parts of PostgreSQL's shared buffers that stay idle, which stalls the backends that map them (docs/benchmarks.md); what it paged out during each load is in the replay table and beside the bar's latency checks.\n", m.ProactiveReclaim)
 	}
-	p("- Load average (1 min) %.1f at the start, %.1f at the end: the machine's two cores are shared with whatever else runs.\n",
-		m.LoadAverageStart[0], m.LoadAverageEnd[0])
+	p("- Load average (1 min) %.1f at the start, %.1f at the end: the machine's %d cores are shared with whatever else runs.\n",
+		m.LoadAverageStart[0], m.LoadAverageEnd[0], m.CPUs)
 	p("- Command: `%s`. Each load runs %.0f s after a %.0f s warm-up, closed loop; at each concurrency the ceiling and the accept alternate in %d rounds; accept loads repeat an earlier key and body in %.0f%% of requests.\n",
 		r.Command, r.Setup.DurationSeconds, r.Setup.WarmupSeconds, r.Setup.Rounds, r.Setup.RepeatShare*100)
 	p("- Shared commits: ACCEPT_BATCH=%d, WORKER_BATCH=%d (64 is the default; 0 is one transaction per accept or job).\n\n", r.Setup.AcceptBatch, r.Setup.WorkerBatch)

@@ -43,7 +43,7 @@ type Machine struct {
 	// on this VM they page out idle memory, PostgreSQL's shared buffers too.
 	ProactiveReclaim string `json:"proactive_reclaim,omitempty"`
 	// LoadAverage is /proc/loadavg (1, 5, 15 min) at the start and at the end:
-	// other work on the machine competes for the same two cores.
+	// other work on the machine competes for the same cores.
 	LoadAverageStart [3]float64 `json:"load_average_start"`
 	LoadAverageEnd   [3]float64 `json:"load_average_end"`
 }
@@ -70,6 +70,8 @@ type Setup struct {
 	WorkerBatch int `json:"worker_batch"`
 	// WorkerConcurrency is the end-to-end worker's WORKER_CONCURRENCY.
 	WorkerConcurrency int `json:"worker_concurrency"`
+	// GOGC is the api's, apiprof's and worker's GOGC (see serviceGOGC).
+	GOGC int `json:"gogc"`
 }
 
 // Latency summarises a set of latencies, in milliseconds.
@@ -99,7 +101,8 @@ type CPU struct {
 	// Pageout is the MiB a second that the kernel's proactive reclaim (its
 	// DAMON pageout schemes) paged out during the load, across the whole
 	// machine; absent when the kernel runs none or its figures cannot be
-	// had (refreshing them takes root). See docs/bench.md, Finding 14.
+	// had (refreshing them takes root). It stalls the backends whose shared
+	// buffers it pages out (see host.ProactiveReclaim).
 	Pageout *float64 `json:"pageout_mib_per_s,omitempty"`
 }
 
@@ -269,7 +272,7 @@ type Purge struct {
 	Error      string  `json:"error,omitempty"`
 }
 
-// Reconcile is bench/BenchmarkReconcile's figure.
+// Reconcile is BenchmarkReconcile's figure (reconcile_bench_test.go).
 type Reconcile struct {
 	Lines       int     `json:"lines"`
 	LinesPerSec float64 `json:"lines_per_sec"`

@@ -1,7 +1,7 @@
 // Command chaos runs the label service as a fleet of its real binaries on a
 // throwaway PostgreSQL server, disturbs it while two callers send it intents,
 // and checks that nothing was lost, bought twice or answered wrongly (package
-// chaos). It prints each check as a figure.
+// tools/chaos/internal/chaos). It prints each check as a figure.
 //
 //	go tool task chaos [-- flags]
 //	go run ./tools/chaos [flags]
@@ -12,15 +12,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"time"
 
-	"github.com/labelkit/labels/chaos"
 	"github.com/labelkit/labels/internal/cli"
+	"github.com/labelkit/labels/tools/chaos/internal/chaos"
+	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
 func main() {
@@ -66,7 +66,6 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 	}
 	var quiet bool
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	fs.IntVar(&cfg.Intents, "intents", cfg.Intents, "")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "")
@@ -76,17 +75,8 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 	fs.StringVar(&cfg.BinDir, "bin", "", "")
 	fs.StringVar(&cfg.LogDir, "log-dir", "", "")
 	fs.BoolVar(&quiet, "quiet", false, "")
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, usage)
-			return 0
-		}
-		fmt.Fprintf(stderr, "chaos: %v\n", err)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "chaos: unexpected arguments %q; see chaos --help\n", fs.Args())
-		return 2
+	if code, ok := cmdline.Parse(fs, args[1:], usage, stdout, stderr); !ok {
+		return code
 	}
 	if cfg.KillEvery == 0 {
 		cfg.KillEvery = -1 // Config's zero means the default; the flag's 0 means none

@@ -18,7 +18,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -27,6 +26,8 @@ import (
 	"regexp"
 	"sync"
 	"syscall"
+
+	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
 func main() {
@@ -82,21 +83,11 @@ func (c *Config) Validate() error {
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	cfg := Config{ServerURL: getenv("DATABASE_URL"), Database: "labels_demo"}
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.Database, "database", cfg.Database, "")
 	fs.StringVar(&cfg.BinDir, "bin", cfg.BinDir, "")
 	fs.BoolVar(&cfg.Verbose, "verbose", cfg.Verbose, "")
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, usage)
-			return 0
-		}
-		fmt.Fprintf(stderr, "demo: %v\n", err)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "demo: unexpected arguments %q; see demo --help\n", fs.Args())
-		return 2
+	if code, ok := cmdline.Parse(fs, args[1:], usage, stdout, stderr); !ok {
+		return code
 	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "demo: %v\n", err)

@@ -29,6 +29,7 @@ import (
 
 	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/internal/proctest"
+	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
 func main() {
@@ -102,24 +103,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		AdminPassword: getenv("ADMIN_PASSWORD"),
 	}
 	fs := flag.NewFlagSet("fleet", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "")
 	fs.StringVar(&cfg.APIAddr, "api-addr", cfg.APIAddr, "")
 	fs.StringVar(&cfg.CarrierAddr, "carrier-addr", cfg.CarrierAddr, "")
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, "")
 	fs.StringVar(&cfg.BinDir, "bin", cfg.BinDir, "")
 	fs.BoolVar(&cfg.Quiet, "quiet", cfg.Quiet, "")
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, usage)
-			return 0
-		}
-		fmt.Fprintf(stderr, "fleet: %v\n", err)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "fleet: unexpected arguments %q; see fleet --help\n", fs.Args())
-		return 2
+	if code, ok := cmdline.Parse(fs, args[1:], usage, stdout, stderr); !ok {
+		return code
 	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "fleet: %v\n", err)

@@ -6,8 +6,10 @@
 // not in the load generator's runtime. It is a benchmark tool, never deployed.
 //
 // Environment: DATABASE_URL, API_ADDR (default 127.0.0.1:0), PPROF_ADDR
-// (default 127.0.0.1:0), KEY_RETENTION, LOG_LEVEL, LOG_FORMAT. It logs
-// "listening" and "pprof listening" with their addresses.
+// (default 127.0.0.1:0), KEY_RETENTION, ACCEPT_BATCH, LOG_LEVEL, LOG_FORMAT,
+// and Go's own GOGC, which tools/bench sets as the deploy manifests set it
+// for cmd/api. It logs "listening" and "pprof listening" with their
+// addresses.
 package main
 
 import (
@@ -30,7 +32,6 @@ import (
 )
 
 func main() {
-	cli.TuneGC(os.Getenv) // as cmd/api
 	os.Exit(run(context.Background(), os.Getenv, os.Stderr))
 }
 

@@ -1,0 +1,53 @@
+// Package scratch makes the throwaway databases the bench and its capacity
+// measurement run in: a random name under a prefix of their own, a pool to
+// it, and a drop that refuses any database not under that prefix.
+package scratch
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Name returns prefix followed by ten random hex digits.
+func Name(prefix string) string {
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// Drop drops the database name, connected to serverURL (a maintenance
+// database of the same server), with FORCE: its sessions are cut. It refuses
+// a name that does not start with prefix, so that a mistake cannot drop
+// anything but a scratch database.
+func Drop(ctx context.Context, serverURL, name, prefix string) error {
+	if prefix == "" || !strings.HasPrefix(name, prefix) {
+		return fmt.Errorf("refusing to drop %q: not a %s database", name, prefix)
+	}
+	conn, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{name}.Sanitize()+` WITH (FORCE)`)
+	return err
+}
+
+// Pool opens a pool of at most maxConns connections to url; its sessions
+// carry appName as application_name in pg_stat_activity unless it is empty.
+func Pool(ctx context.Context, url string, maxConns int32, appName string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = maxConns
+	if appName != "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = appName
+	}
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
