@@ -144,9 +144,8 @@ func TestReplayWhileePendingAndCanonicalForms(t *testing.T) {
 	require.Equal(t, 1, count(t, s, `SELECT count(*) FROM idempotency_keys`))
 }
 
-// A repeat of a key this server took is answered from what is stored,
-// without writing: it is read first (readfirst.go; for keys it never saw,
-// TestReadFirstAdaptsToUnseenRepeats), so it is answered while another
+// A repeat is answered from what is stored, without writing: it is read
+// first (accept.Accepter.Accept), so it is answered while another
 // transaction holds a lock that stops every write to the keys and the
 // intents (but not reads), and a different body under the key is still
 // refused. A new key waits for the lock and is not stored (it gives up

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/labelkit/labels/internal/dbtest"
+	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/tools/bench/internal/capacity"
 )
 

@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/labelkit/labels/internal/devdb"
-	"github.com/labelkit/labels/internal/proctest"
+	"github.com/labelkit/labels/internal/testutil/proctest"
 	"github.com/labelkit/labels/tools/bench/internal/host"
 	"github.com/labelkit/labels/tools/bench/internal/scratch"
 )

@@ -35,7 +35,7 @@
 //     1 M (10 M with --long), replayed through the api by 8 clients, back to
 //     back (throughput) and paced at 400/s (latency, from the scheduled start);
 //  5. the store: bytes per key record at the largest fill, and the purge rate
-//     of idempotency.Purge (the sweeper's statement, batch 1000);
+//     of postgres.Purge (the sweeper's statement, batch 1000);
 //  6. reconciliation: BenchmarkReconcile (reconcile_bench_test.go), as it
 //     is, with 200 k lines (1 M with --long: its seeding alone takes
 //     minutes), run as a subprocess;
@@ -71,7 +71,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/labelkit/labels/internal/proctest"
+	"github.com/labelkit/labels/internal/testutil/proctest"
 	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 

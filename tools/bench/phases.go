@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/labelkit/labels/internal/proctest"
+	"github.com/labelkit/labels/internal/testutil/proctest"
 )
 
 // measured runs load while it reads the CPU and the database's counters over

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/labelkit/labels/internal/devdb"
-	"github.com/labelkit/labels/internal/proctest"
+	"github.com/labelkit/labels/internal/testutil/proctest"
 	"github.com/labelkit/labels/tools/bench/internal/scratch"
 )
 

@@ -15,7 +15,7 @@ import (
 
 	labelkit "github.com/labelkit/labels"
 	"github.com/labelkit/labels/carrier/sim"
-	"github.com/labelkit/labels/internal/dbtest"
+	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/migrations"
 	"github.com/labelkit/labels/reconcile"
 )

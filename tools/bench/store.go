@@ -15,6 +15,7 @@ import (
 	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/idempotency"
+	"github.com/labelkit/labels/postgres"
 )
 
 // fillChunk is how many keys one COPY writes.
@@ -174,7 +175,7 @@ func filledRow(i int64, now time.Time) (key, intent []any, err error) {
 	}
 	caller := callerName
 	idemKey := keyFor(order)
-	key = []any{caller, idemKey, hash, int16(idempotency.FingerprintVersion), requestID, idempotency.StateCompleted,
+	key = []any{caller, idemKey, hash, int16(idempotency.FingerprintVersion), requestID, postgres.StateCompleted,
 		int32(201), string(label.Body()), accepted, completed.Add(24 * time.Hour).Add(time.Hour)}
 	intent = []any{requestID, caller, idemKey, hash, int16(idempotency.FingerprintVersion), order, int32(parcel.ParcelNo),
 		int32(parcel.LabelVersion), payload, carrier.DeriveKey(caller, idemKey), labels.StatusSucceeded, label.LabelID,
@@ -224,7 +225,7 @@ func (h *harness) sizes(ctx context.Context) (*Store, error) {
 	return s, nil
 }
 
-// purge runs the sweeper's statement (idempotency.Purge, what jobs.Sweep
+// purge runs the sweeper's statement (postgres.Purge, what jobs.Sweep
 // loops over, with tombstones) at the default SWEEP_BATCH over the filled
 // keys until none is left or --purge-max has passed. Its clock is two days
 // ahead, so every filled key has expired.
@@ -236,7 +237,7 @@ func (h *harness) purge(ctx context.Context) Purge {
 	var durs []int64
 	for time.Since(began) < h.cfg.PurgeMax && ctx.Err() == nil {
 		t := time.Now()
-		n, err := idempotency.Purge(ctx, h.pool, now, batch)
+		n, err := postgres.Purge(ctx, h.pool, now, batch)
 		durs = append(durs, int64(time.Since(t)))
 		if err != nil {
 			p.Error = err.Error()

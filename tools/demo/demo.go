@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/labelkit/labels/internal/devdb"
-	"github.com/labelkit/labels/internal/proctest"
+	"github.com/labelkit/labels/internal/testutil/proctest"
 )
 
 // The seed's example: a label for parcel 1 of order 918273.

@@ -28,7 +28,7 @@ import (
 	"time"
 
 	"github.com/labelkit/labels/internal/cli"
-	"github.com/labelkit/labels/internal/proctest"
+	"github.com/labelkit/labels/internal/testutil/proctest"
 	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 

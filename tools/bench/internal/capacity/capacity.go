@@ -59,9 +59,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/labelkit/labels/caller"
 	"github.com/labelkit/labels/internal/devdb"
 	"github.com/labelkit/labels/migrations"
+	"github.com/labelkit/labels/postgres"
 	"github.com/labelkit/labels/tools/bench/internal/host"
 	"github.com/labelkit/labels/tools/bench/internal/scratch"
 )
@@ -247,7 +247,7 @@ func newEnv(ctx context.Context, cfg Config, logf func(string, ...any)) (*env, e
 	_, err = e.pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_walinspect`)
 	e.walinspect = err == nil
 	for _, c := range callerWeights {
-		tok, err := caller.Add(ctx, e.pool, c.id)
+		tok, err := postgres.AddCaller(ctx, e.pool, c.id)
 		if err != nil {
 			return fail(err)
 		}

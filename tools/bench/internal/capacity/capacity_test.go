@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/labelkit/labels/internal/dbtest"
+	"github.com/labelkit/labels/internal/testutil/dbtest"
 )
 
 // TestMeasureSmall runs every measurement with a tiny fill against a real

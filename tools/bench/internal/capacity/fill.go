@@ -21,6 +21,7 @@ import (
 	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/idempotency"
+	"github.com/labelkit/labels/postgres"
 )
 
 // splitmix is a cheap deterministic hash: the same row always looks the same.
@@ -144,7 +145,7 @@ func (e *env) row(i int, entropy io.Reader) (fillRow, error) {
 	}
 	carrierKey := carrier.DeriveKey(callerID, key)
 	r := fillRow{
-		key: []any{callerID, key, hash, int16(idempotency.FingerprintVersion), requestID, idempotency.StateCompleted,
+		key: []any{callerID, key, hash, int16(idempotency.FingerprintVersion), requestID, postgres.StateCompleted,
 			nil, nil, int32(201), string(body), created, expires},
 		intent: []any{requestID, callerID, key, hash, int16(idempotency.FingerprintVersion), order, int32(parcelNo), int32(1),
 			payload, carrierKey, labels.StatusSucceeded, l.LabelID, nil, created, created.Add(15 * time.Millisecond), completed},

@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/oklog/ulid/v2"
 
-	"github.com/labelkit/labels/idempotency"
+	"github.com/labelkit/labels/postgres"
 	"github.com/labelkit/labels/tools/bench/internal/scratch"
 )
 
@@ -59,7 +59,7 @@ func (e *env) benchOp(pool *pgxpool.Pool, table, insert string) op {
 			if err != nil {
 				return "lookup", "error", false
 			}
-			return "lookup", state, state == idempotency.StateCompleted
+			return "lookup", state, state == postgres.StateCompleted
 		}
 		n := e.benchSeq.Add(1)
 		now := time.Now().UTC()

@@ -10,8 +10,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/labelkit/labels/idempotency"
 	"github.com/labelkit/labels/jobs"
+	"github.com/labelkit/labels/postgres"
 	"github.com/labelkit/labels/tools/bench/internal/scratch"
 )
 
@@ -260,8 +260,8 @@ func (e *env) purges(ctx context.Context) ([]Purge, Size, Purge, error) {
 	}
 	// The older day of tombstones, purged once TOMBSTONE_RETENTION has
 	// passed while the new ones stay: jobs.SweepTombstones' loop over
-	// idempotency.PurgeTombstones, timed per batch.
-	tp := Purge{Name: "idempotency.PurgeTombstones, batch 1000", Batch: 1000}
+	// postgres.PurgeTombstones, timed per batch.
+	tp := Purge{Name: "postgres.PurgeTombstones, batch 1000", Batch: 1000}
 	pool, err := scratch.Pool(ctx, e.url, 2, "")
 	if err != nil {
 		return nil, tomb, tp, err
@@ -269,7 +269,7 @@ func (e *env) purges(ctx context.Context) ([]Purge, Size, Purge, error) {
 	defer pool.Close()
 	before := e.day0
 	err = e.loop(ctx, &tp, e.cfg.Records, func(ctx context.Context) (int64, error) {
-		return idempotency.PurgeTombstones(ctx, pool, before, tp.Batch)
+		return postgres.PurgeTombstones(ctx, pool, before, tp.Batch)
 	})
 	return out, tomb, tp, err
 }

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/labelkit/labels/internal/devdb"
-	"github.com/labelkit/labels/internal/proctest"
+	"github.com/labelkit/labels/internal/testutil/proctest"
 )
 
 // startTimeout bounds one process's start (listening and healthy), and each

@@ -15,7 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/labelkit/labels/internal/proctest"
+	"github.com/labelkit/labels/internal/testutil/proctest"
 )
 
 // run is one chaos run in progress.
