@@ -20,12 +20,7 @@ func TestSharedAcceptSplitsOnAHeldKey(t *testing.T) {
 	pool, _ := dbtest.New(t)
 	ctx := context.Background()
 	fixture.Caller(t, pool, "c1")
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx) //nolint:errcheck
-	_, err = tx.Exec(ctx, `INSERT INTO idempotency_keys (caller_id, idem_key, request_hash, fingerprint_version, request_id, created_at, expires_at)
-		VALUES ('c1', 'k1', sha256('x'::bytea), 1, 'lr_held', now(), now() + interval '1 hour')`)
-	require.NoError(t, err)
+	fixture.HoldKey(t, pool, "c1", "k1")
 
 	a := New(Opts{Pool: pool, ClaimWait: 100 * time.Millisecond})
 	res, err := a.acceptMany(ctx, []postgres.AcceptRow{fixture.Accept("c1", "k1", "lr_1", 1), fixture.Accept("c1", "k2", "lr_2", 2)})

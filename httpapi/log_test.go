@@ -1,13 +1,10 @@
 package httpapi_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -15,39 +12,10 @@ import (
 
 	"github.com/labelkit/labels/httpapi"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
+	"github.com/labelkit/labels/internal/testutil/logtest"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
 	"github.com/labelkit/labels/postgres"
 )
-
-// logBuffer collects log lines written from the server's goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// lines parses every line as a JSON object.
-func (l *logBuffer) lines(t *testing.T) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for line := range strings.SplitSeq(strings.TrimSpace(l.String()), "\n") {
-		var m map[string]any
-		require.NoError(t, json.Unmarshal([]byte(line), &m), line)
-		out = append(out, m)
-	}
-	return out
-}
 
 // An address made of words that appear nowhere else, so that any trace of it
 // in the log is a leak.
@@ -68,7 +36,7 @@ func bodyWithAddress(order int64, weight int, country string) []byte {
 func TestRequestLogLine(t *testing.T) {
 	t.Parallel()
 	pool, _ := dbtest.New(t)
-	var buf logBuffer
+	var buf logtest.Buffer
 	h := httpapi.NewServer(httpapi.Deps{Pool: pool, Log: zerolog.New(&buf)})
 	s := &stacktest.Stack{T: t, URL: serve(t, h)}
 	tok, err := postgres.AddCaller(context.Background(), pool, "fulfilment")
@@ -102,7 +70,7 @@ func TestRequestLogLine(t *testing.T) {
 	require.Equal(t, http.StatusOK, s.Do(http.MethodGet, "/healthz", "", nil).Status) // not logged
 
 	var requests []map[string]any
-	for _, l := range buf.lines(t) {
+	for _, l := range buf.Lines(t, "") {
 		if l["message"] == "request" {
 			requests = append(requests, l)
 		}

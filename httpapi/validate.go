@@ -272,7 +272,7 @@ var isoCountries = func() map[string]bool {
 // (a backslash in a string, any error, a duplicate member, too deep), and
 // decodeStrict then asks decodeTokens, so that what is refused, and why, is
 // decided in one place. encoding/json's token walk was a tenth of the API's
-// CPU per create (docs/bench.md, "The morning"); FuzzDecodeFast holds the two
+// CPU per create; FuzzDecodeFast holds the two
 // to the same trees. body is valid UTF-8.
 func decodeFast(body []byte) (any, bool) {
 	p := fastParser{b: body}

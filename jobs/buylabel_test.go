@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
-	"github.com/labelkit/labels/idempotency"
+	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
+	"github.com/labelkit/labels/postgres"
 )
 
 type labelRequest struct {
@@ -192,48 +192,47 @@ func TestLeaseTakeoverAndFencing(t *testing.T) {
 	tok := s.Token("fulfilment")
 	accept(t, s, tok, "k-lease", stacktest.ParcelBody(11, 1, 100))
 	ctx := context.Background()
+	requestID := scalar[string](t, s, `SELECT request_id FROM idempotency_keys WHERE idem_key = 'k-lease'`)
 	attempts := 0
-	lease := func() (uuid.UUID, bool, error) {
-		var tokn uuid.UUID
-		var takeover bool
-		var attempt int
-		err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-			var err error
-			tokn, takeover, attempt, err = idempotency.Lease(ctx, tx, "fulfilment", "k-lease", time.Minute)
-			return err
-		})
-		if err == nil {
+	lease := func() postgres.LeaseOutcome {
+		outs, err := postgres.TakeLeases(ctx, s.Pool, []postgres.LeaseRow{{RequestID: requestID, Token: uuid.New()}}, time.Minute)
+		require.NoError(t, err)
+		if outs[0].Result == postgres.Leased {
 			attempts++
-			require.Equal(t, attempts, attempt, "each lease counts one attempt on the key")
+			require.Equal(t, attempts, outs[0].Attempt, "each lease counts one attempt on the key")
 		}
-		return tokn, takeover, err
+		return outs[0]
 	}
-	complete := func(token uuid.UUID) error {
-		return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-			return idempotency.Complete(ctx, tx, "fulfilment", "k-lease", token, 201, []byte(`{"a": 1}`), time.Hour)
-		})
+	token := func() uuid.UUID { return scalar[uuid.UUID](t, s, `SELECT lease_token FROM idempotency_keys`) }
+	complete := func(tok uuid.UUID) postgres.CompleteResult {
+		p := labels.NewProblem(labels.CodeCarrierRejected, "rejected")
+		body := []byte(`{"a": 1}`)
+		rs, err := postgres.Complete(ctx, s.Pool, []postgres.Completion{{RequestID: requestID, CallerID: "fulfilment", Key: "k-lease",
+			Token: tok, Status: p.Status, Body: body}}, time.Hour)
+		require.NoError(t, err)
+		return rs[0]
 	}
-	first, takeover, err := lease()
-	require.NoError(t, err)
-	require.False(t, takeover)
-	_, _, err = lease()
-	var held *idempotency.LeaseHeldError
-	require.ErrorAs(t, err, &held)
-	require.WithinDuration(t, time.Now().Add(time.Minute), held.Until, 10*time.Second)
+	l := lease()
+	require.Equal(t, postgres.Leased, l.Result)
+	require.False(t, l.Takeover)
+	first := token()
+	held := lease()
+	require.Equal(t, postgres.LeaseHeld, held.Result)
+	require.WithinDuration(t, time.Now().Add(time.Minute), held.HeldUntil, 10*time.Second)
 
-	_, err = s.Pool.Exec(ctx, `UPDATE idempotency_keys SET locked_until = now() - interval '1 ms'`)
+	_, err := s.Pool.Exec(ctx, `UPDATE idempotency_keys SET locked_until = now() - interval '1 ms'`)
 	require.NoError(t, err)
-	second, takeover, err := lease()
-	require.NoError(t, err)
-	require.True(t, takeover)
+	l = lease()
+	require.Equal(t, postgres.Leased, l.Result)
+	require.True(t, l.Takeover)
+	second := token()
 	require.NotEqual(t, first, second)
 
-	require.ErrorIs(t, complete(first), idempotency.ErrFenced)
+	require.Equal(t, postgres.CompleteFenced, complete(first))
 	require.Equal(t, "started", scalar[string](t, s, `SELECT state::text FROM idempotency_keys`))
-	require.NoError(t, complete(second))
+	require.Equal(t, postgres.Completed, complete(second))
 	require.Equal(t, `{"a": 1}`, scalar[string](t, s, `SELECT response_body::text FROM idempotency_keys`), "the body is saved byte for byte")
-	_, _, err = lease()
-	require.ErrorIs(t, err, idempotency.ErrCompleted)
+	require.Equal(t, postgres.LeaseFinal, lease().Result)
 }
 
 // Shutdown never abandons a started carrier call: even a hard stop that

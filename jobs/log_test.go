@@ -1,14 +1,10 @@
 package jobs_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,45 +16,11 @@ import (
 
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/carrier/sim"
+	"github.com/labelkit/labels/internal/testutil/logtest"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/metrics"
 )
-
-// logBuffer collects log lines written from the workers' goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// attempts returns the job-attempt lines logged so far.
-func (l *logBuffer) attempts(t *testing.T) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for line := range strings.SplitSeq(strings.TrimSpace(l.String()), "\n") {
-		if line == "" {
-			continue
-		}
-		var m map[string]any
-		require.NoError(t, json.Unmarshal([]byte(line), &m), line)
-		if m["message"] == "buy_label attempt" {
-			out = append(out, m)
-		}
-	}
-	return out
-}
 
 // One line per job attempt, with the intent, caller, key, attempt numbers,
 // outcome and duration; never the carrier token, the caller's token or any
@@ -86,7 +48,7 @@ func TestJobAttemptLogLine(t *testing.T) {
 	}))
 	t.Cleanup(carrierSrv.Close)
 
-	var buf logBuffer
+	var buf logtest.Buffer
 	workers := river.NewWorkers()
 	river.AddWorker(workers, jobs.NewBuyLabelWorker(jobs.BuyLabelConfig{
 		Pool:           s.Pool,
@@ -116,9 +78,9 @@ func TestJobAttemptLogLine(t *testing.T) {
 
 	final := decode[labelRequest](t, s.WaitFinal(tok, lr.ID).Body)
 	require.Equal(t, "succeeded", final.Status)
-	require.Eventually(t, func() bool { return len(buf.attempts(t)) == 2 }, 30*time.Second, 10*time.Millisecond, buf.String())
+	require.Eventually(t, func() bool { return len(buf.Lines(t, "buy_label attempt")) == 2 }, 30*time.Second, 10*time.Millisecond, buf.String())
 
-	lines := buf.attempts(t)
+	lines := buf.Lines(t, "buy_label attempt")
 	for i, want := range []struct {
 		level, outcome string
 	}{{"warn", "carrier_unknown"}, {"info", "succeeded"}} {

@@ -19,6 +19,6 @@ func RiverTimings(lease time.Duration) (jobTimeout, rescueAfter time.Duration) {
 // at most once per queue per fetch cooldown (100 ms), so the relay's last
 // inserts of a burst, made within 100 ms of a notification the producer has
 // already answered, waited for that poll: a full second added to the tail of
-// a burst of labels (docs/bench.md, "The morning"). A poll is one fetch query
+// a burst of labels. A poll is one fetch query
 // per worker process, a few a second when idle.
 const FetchPollInterval = 200 * time.Millisecond

@@ -3,7 +3,7 @@
 -- An attempt takes the key's lease and counts itself in the same update, so
 -- the lease writes one row, not two: counted on the intent, every lease also
 -- rewrote the intent (its payload included) and, that update not being HOT,
--- an entry in each of the intent's indexes (docs/bench.md, "The night").
+-- an entry in each of the intent's indexes.
 --
 -- Like the lease, the count only matters while the key is started: NULL
 -- before the first attempt and again once the key is completed, so that a

@@ -103,12 +103,7 @@ func TestAcceptLockTimeout(t *testing.T) {
 	pool, _ := dbtest.New(t)
 	ctx := context.Background()
 	fixture.Caller(t, pool, "c1")
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx) //nolint:errcheck
-	_, err = tx.Exec(ctx, `INSERT INTO idempotency_keys (caller_id, idem_key, request_hash, fingerprint_version, request_id, created_at, expires_at)
-		VALUES ('c1', 'k1', sha256('x'::bytea), 1, 'lr_held', now(), now() + interval '1 hour')`)
-	require.NoError(t, err)
-	_, err = postgres.Accept(ctx, pool, []postgres.AcceptRow{fixture.Accept("c1", "k1", "lr_1", 1)}, postgres.AcceptOpts{LockTimeout: 100 * time.Millisecond})
+	fixture.HoldKey(t, pool, "c1", "k1")
+	_, err := postgres.Accept(ctx, pool, []postgres.AcceptRow{fixture.Accept("c1", "k1", "lr_1", 1)}, postgres.AcceptOpts{LockTimeout: 100 * time.Millisecond})
 	require.True(t, postgres.IsLockTimeout(err), "%v", err)
 }

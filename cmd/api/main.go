@@ -82,17 +82,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "api: %v\n", err)
 		return 2
 	}
-	if env.Err != nil {
-		fmt.Fprintf(stderr, "api: %v\n", env.Err)
-		return 2
-	}
-	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(stderr, "api: %v\n", err)
-		return 2
-	}
-	poolCfg, err := postgres.PoolConfig(cfg.DatabaseURL)
-	if err != nil {
-		fmt.Fprintf(stderr, "api: DATABASE_URL: %v\n", err)
+	poolCfg, ok := cli.PoolConfig("api", env, cfg.Validate, cfg.DatabaseURL, stderr)
+	if !ok {
 		return 2
 	}
 

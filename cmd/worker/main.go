@@ -24,7 +24,6 @@ import (
 	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/notify"
-	"github.com/labelkit/labels/postgres"
 	"github.com/labelkit/labels/worker"
 )
 
@@ -150,17 +149,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "worker: unexpected arguments %q; see worker --help\n", fs.Args())
 		return 2
 	}
-	if env.Err != nil {
-		fmt.Fprintf(stderr, "worker: %v\n", env.Err)
-		return 2
-	}
-	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(stderr, "worker: %v\n", err)
-		return 2
-	}
-	poolCfg, err := postgres.PoolConfig(cfg.DatabaseURL)
-	if err != nil {
-		fmt.Fprintf(stderr, "worker: DATABASE_URL: %v\n", err)
+	poolCfg, ok := cli.PoolConfig("worker", env, cfg.Validate, cfg.DatabaseURL, stderr)
+	if !ok {
 		return 2
 	}
 	var periodic []*river.PeriodicJob

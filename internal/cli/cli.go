@@ -14,7 +14,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
+
+	"github.com/labelkit/labels/postgres"
 )
 
 // Env reads typed values from a getenv function and remembers the first bad one.
@@ -127,4 +130,26 @@ func Batch(n int) int {
 		return -1
 	}
 	return n
+}
+
+// PoolConfig ends a binary's start-up checks: it refuses a bad value read
+// from the environment (env.Err), then one validate refuses, then a
+// DATABASE_URL that does not parse, each with one line on stderr prefixed
+// by name; ok false means the binary exits 2. The pool's sessions carry the
+// services' settings (postgres.PoolConfig).
+func PoolConfig(name string, env *Env, validate func() error, databaseURL string, stderr io.Writer) (cfg *pgxpool.Config, ok bool) {
+	if env.Err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, env.Err)
+		return nil, false
+	}
+	if err := validate(); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return nil, false
+	}
+	cfg, err := postgres.PoolConfig(databaseURL)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: DATABASE_URL: %v\n", name, err)
+		return nil, false
+	}
+	return cfg, true
 }
