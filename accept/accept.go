@@ -1,10 +1,10 @@
 // Package accept is the seed's accept algorithm, with the purchase left to a
 // worker: for one POST /v1/labels it fingerprints the validated parcel,
-// answers a repeat of the key from its stored record, and otherwise derives
-// the carrier key and in one transaction stores the key record and the
-// label-intent outbox row, or finds what already answers the request (the
-// key stored meanwhile by a concurrent request, or another key's intent for
-// the same parcel). Accepts
+// derives the carrier key, and in one transaction stores the key record and
+// the label-intent outbox row, or finds what already answers the request (a
+// repeat of the key, or another key's intent for the same parcel). A repeat
+// of a key this process took lately is answered from a read before any
+// write (recent.go). Accepts
 // that arrive together share that transaction (group commit); each gets the
 // decision it would have had alone.
 //
@@ -102,6 +102,7 @@ type Opts struct {
 type Accepter struct {
 	opts   Opts
 	shared *group.Group[postgres.AcceptRow, rowResult] // nil: every accept alone
+	recent *recent                                     // keys taken lately: read first
 }
 
 // New returns an Accepter.
@@ -118,7 +119,7 @@ func New(opts Opts) *Accepter {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 5 * time.Second
 	}
-	a := &Accepter{opts: opts}
+	a := &Accepter{opts: opts, recent: newRecent()}
 	if opts.Batch > 1 && opts.BeforeCommitFunc == nil {
 		// One flusher: fewer, larger batches and fewer concurrent WAL
 		// flushes; a batch is one round trip (see docs/benchmarks.md).
@@ -145,13 +146,16 @@ func (a *Accepter) Accept(ctx context.Context, callerID, key string, parcel labe
 	if err != nil {
 		return nil, err
 	}
-	// A repeat is answered from what is stored, read outside any
-	// transaction: it waits for no commit and writes nothing, so it is
-	// answered even while writes wait (a lock, a failover). A key that is
-	// not there goes on to be inserted; should it be there after all (a
-	// concurrent request stored it first), the insert finds it by itself.
-	if d, err := a.repeat(ctx, callerID, key, hash); d != nil || err != nil {
-		return d, err
+	// A key this process took lately is read first, and every key during a
+	// replay storm (recent.go): its repeat is answered from what is stored,
+	// waiting for no commit and writing nothing. Any other key goes to the
+	// insert, which finds a stored key by itself; the answer is then read
+	// after it.
+	read, unseen := a.recent.decide(callerID, key)
+	if read {
+		if d, err := a.repeat(ctx, callerID, key, hash); d != nil || err != nil {
+			return d, err
+		}
 	}
 	// A key found existing but gone before it could be read was purged in
 	// between: the accept starts over, once.
@@ -160,6 +164,10 @@ func (a *Accepter) Accept(ctx context.Context, callerID, key string, parcel labe
 		out, err := a.store(ctx, row)
 		if err != nil {
 			return nil, err
+		}
+		if unseen {
+			a.recent.observe(out.Result == postgres.AcceptKeyExists)
+			unseen = false
 		}
 		var d *Decision
 		switch out.Result {

@@ -2,6 +2,8 @@ package accept
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,4 +65,65 @@ func TestDecisions(t *testing.T) {
 	taken, err := a.Accept(ctx, "c1", "k3", other)
 	require.NoError(t, err)
 	require.Equal(t, ParcelLabelled, taken.Outcome)
+}
+
+// A key seen lately reads first; an unseen key reads first only while more
+// than one in eight unseen keys of the last window were stored; the estimate
+// follows the share both ways, window by window.
+func TestRecentKeys(t *testing.T) {
+	t.Parallel()
+	r := newRecent()
+	read, unseen := r.decide("c1", "k1")
+	require.False(t, read, "a new key goes straight to the insert")
+	require.True(t, unseen)
+	read, unseen = r.decide("c1", "k1")
+	require.True(t, read, "a key seen lately reads first")
+	require.False(t, unseen, "and does not count in the estimate")
+	read, _ = r.decide("c2", "k1")
+	require.False(t, read, "keys are per caller")
+
+	n := 0
+	fill := func(stored int) {
+		for i := range window {
+			read, unseen := r.decide("c1", fmt.Sprintf("w%d", n))
+			n++
+			require.True(t, unseen)
+			require.Equal(t, r.readAll.Load(), read)
+			r.observe(i < stored)
+		}
+	}
+	fill(readAllAbove) // one in eight: not over
+	require.False(t, r.readAll.Load())
+	fill(readAllAbove + 1)
+	require.True(t, r.readAll.Load())
+	read, unseen = r.decide("c1", "fresh")
+	require.True(t, read, "every key reads first while many unseen keys were stored")
+	require.True(t, unseen, "and still counts, so the estimate can fall again")
+	r.observe(false)
+	fill(0)
+	require.False(t, r.readAll.Load(), "one window under the share turns it off")
+}
+
+// Windows close exactly once each under concurrent observers, and what is
+// observed while one closes goes to the next.
+func TestRecentWindowsConcurrent(t *testing.T) {
+	t.Parallel()
+	r := newRecent()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range window * 4 {
+				r.observe(true)
+			}
+		})
+	}
+	wg.Wait()
+	require.True(t, r.readAll.Load())
+	require.Equal(t, uint64(0), r.counts.Load(), "8 × 4 windows close to nothing left over")
+	for range window - 1 {
+		r.observe(false)
+	}
+	require.True(t, r.readAll.Load(), "a window decides only when full")
+	r.observe(false)
+	require.False(t, r.readAll.Load())
 }

@@ -31,7 +31,9 @@ func TestStalledStoreAnswersEachCreateInTime(t *testing.T) {
 	direct, url := dbtest.New(t)
 	pool, proxy := dbtest.ProxiedPool(t, url)
 	const storeTimeout = time.Second
-	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Pool: pool, Log: zerolog.Nop(), StoreTimeout: storeTimeout}))
+	// Batches of 4: a queue that waited batch after batch would take tens of
+	// store timeouts to answer the last of them.
+	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Pool: pool, Log: zerolog.Nop(), StoreTimeout: storeTimeout, AcceptBatch: 4}))
 	defer srv.Close()
 	ctx := context.Background()
 	tok, err := postgres.AddCaller(ctx, direct, "fulfilment")
@@ -54,7 +56,7 @@ func TestStalledStoreAnswersEachCreateInTime(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, status)
 
 	proxy.Freeze()
-	const n = 300
+	const n = 120
 	var wg sync.WaitGroup
 	statuses, took := make([]int, n), make([]time.Duration, n)
 	retryAfter := make([]string, n)
