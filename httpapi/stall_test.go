@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -23,8 +24,10 @@ import (
 // A stalled database (every byte held, every socket open) delays each create
 // by its own store timeout, not by the queue of creates before it: every one
 // of many concurrent new creates answers 503 store_unavailable with
-// Retry-After within StoreTimeout (plus a second of slack) of when it was
-// sent. Once the database answers again, nothing accepted is lost: each
+// Retry-After. The bound is the store timeout with room for a loaded
+// machine's scheduling (3 s): a queue that waited batch after batch (120
+// creates in batches of 4, each batch a store timeout) would answer the last
+// ones after 30 s. Once the database answers again, nothing accepted is lost: each
 // retry under the same key is answered, and every stored key has its intent.
 func TestStalledStoreAnswersEachCreateInTime(t *testing.T) {
 	t.Parallel()
@@ -68,10 +71,11 @@ func TestStalledStoreAnswersEachCreateInTime(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	t.Logf("slowest 503: %s after it was sent (store timeout %s)", slices.Max(took), storeTimeout)
 	for i := range n {
 		require.Equal(t, http.StatusServiceUnavailable, statuses[i], "create %d", i)
 		require.NotEmpty(t, retryAfter[i], "create %d", i)
-		require.Less(t, took[i], storeTimeout+time.Second, "create %d answered within its store timeout", i)
+		require.Less(t, took[i], storeTimeout+3*time.Second, "create %d answered within its store timeout", i)
 	}
 
 	proxy.Thaw()
