@@ -23,7 +23,7 @@ func (r *VoidReport) WriteText(w io.Writer) error {
 		what = "void --dry-run"
 	}
 	fmt.Fprintf(&b, "reconcile %s, run %d: %s\n", what, r.RunID, neutralise(r.Source))
-	fmt.Fprintf(&b, "category %s: %d items, %d carrier labels to void\n", r.Category, len(r.Items), r.Targets())
+	fmt.Fprintf(&b, "category %s: %s, %s to void\n", r.Category, plural(len(r.Items), "item"), plural(r.Targets(), "carrier label"))
 	var counts []string
 	for _, o := range voidOutcomeOrder {
 		if r.Counts[o] > 0 {
@@ -70,6 +70,14 @@ func (r *VoidReport) WriteText(w io.Writer) error {
 		bw.WriteByte('\n')
 	}
 	return bw.Flush()
+}
+
+// plural is "1 item", "2 items".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // voidJSONItem is a VoidItem with absent values as null.
