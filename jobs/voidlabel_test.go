@@ -164,7 +164,7 @@ func (f *fakeVoider) Void(_ context.Context, _, cl string) (*carrier.VoidedLabel
 // until MaxAttempts, then failed; a label of ours is refused without a call.
 func TestVoidLabelWorkerDecisions(t *testing.T) {
 	t.Parallel()
-	s, label, runID := dupStack(t, stacktest.SimOpts{NoWorker: false})
+	s, label, runID := dupStack(t, stacktest.SimOpts{})
 	ctx := context.Background()
 	// The stack's workers must not take the job: ask for the void without one.
 	rep, err := reconcile.Void(ctx, s.Pool, reconcile.VoidOpts{RunID: runID,
