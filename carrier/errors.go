@@ -20,10 +20,16 @@ type RejectedError struct {
 	Code string
 	// Message is the carrier's human-readable reason.
 	Message string
+	// Op is what was refused: empty for a purchase, "void" for a void.
+	Op string
 }
 
 func (e *RejectedError) Error() string {
-	return fmt.Sprintf("carrier rejected the purchase (%d %s): %s", e.Status, e.Code, e.Message)
+	what := "purchase"
+	if e.Op != "" {
+		what = e.Op
+	}
+	return fmt.Sprintf("carrier rejected the %s (%d %s): %s", what, e.Status, e.Code, e.Message)
 }
 
 // InProgressError is the carrier answering 409: it is still working on this key.

@@ -1,6 +1,8 @@
 // Package jobs holds the River job args and workers: [BuyLabelWorker], which
-// buys one label per intent, and [SweepKeysWorker], which purges expired key
-// records; [RetryPolicy] spaces the retries of unknown carrier outcomes.
+// buys one label per intent, [SweepKeysWorker], which purges expired key
+// records, and [VoidLabelWorker], which voids one carrier label that
+// `reconcile void` asked for; [RetryPolicy] spaces the retries of unknown
+// carrier outcomes.
 //
 // River's own guarantees are not enough for money: JobCompleteTx only checks
 // that a job is running, not which attempt runs it, and the rescuer re-runs a

@@ -49,7 +49,16 @@ type Metrics struct {
 	// ReconcileDiscrepancies counts the items a reconciliation run reported in
 	// a category other than matched; the reconcile job adds each run's counts.
 	ReconcileDiscrepancies *prometheus.CounterVec // category
+
+	// VoidOutcomes counts the voids the void job recorded, by outcome
+	// (voided, window_closed, not_found, failed); VoidRecoveredCents adds the
+	// charge of each label voided, by currency.
+	VoidOutcomes       *prometheus.CounterVec // outcome
+	VoidRecoveredCents *prometheus.CounterVec // currency
 }
+
+// VoidOutcomes are the values of VoidOutcomes' outcome label.
+var VoidOutcomes = []string{"voided", "window_closed", "not_found", "failed"}
 
 // New returns a fresh set of metrics on a new registry that also carries the Go
 // and process collectors.
@@ -96,6 +105,12 @@ func New() *Metrics {
 		ReconcileDiscrepancies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "labels_reconcile_discrepancies_total", Help: "Items reconciliation runs reported as discrepancies, by category (every category but matched).",
 		}, []string{"category"}),
+		VoidOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "labels_void_outcomes_total", Help: "Voids of carrier labels the void job recorded (reconcile void), by outcome: voided, window_closed, not_found, failed.",
+		}, []string{"outcome"}),
+		VoidRecoveredCents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "labels_void_recovered_cents_total", Help: "Charges of the carrier labels voided (reconcile void), in cents, by currency.",
+		}, []string{"currency"}),
 	}
 	for _, o := range outcomes {
 		m.IdempotencyOutcomes.WithLabelValues(o)
@@ -103,8 +118,11 @@ func New() *Metrics {
 	for _, c := range DiscrepancyCategories {
 		m.ReconcileDiscrepancies.WithLabelValues(c)
 	}
+	for _, o := range VoidOutcomes {
+		m.VoidOutcomes.WithLabelValues(o)
+	}
 	r.MustRegister(m.HTTPRequests, m.HTTPDuration, m.IdempotencyOutcomes, m.WaitOutcomes, m.RelayDispatched,
 		m.CarrierCalls, m.CarrierDuration, m.LeaseTakeovers, m.FencingRejections, m.JobOutcomes, m.SweeperDeleted,
-		m.ReconcileDiscrepancies)
+		m.ReconcileDiscrepancies, m.VoidOutcomes, m.VoidRecoveredCents)
 	return m
 }

@@ -19,12 +19,22 @@ const (
 	LabelWithoutKey = "label_without_key"
 	// StuckIntent is an accepted intent still not final after the stuck-after duration.
 	StuckIntent = "stuck_intent"
+	// Voided is a charge netted against the credit of its label's void, and
+	// that credit: money the carrier gave back, not a discrepancy. Reports
+	// show it only when a run has such items.
+	Voided = "voided"
 )
 
 // Categories lists every category in report order.
 var Categories = []string{
 	Matched, BilledWithoutLabel, DuplicateCharge, AmountMismatch,
-	LabelNotBilled, KeyWithoutLabel, LabelWithoutKey, StuckIntent,
+	LabelNotBilled, KeyWithoutLabel, LabelWithoutKey, StuckIntent, Voided,
+}
+
+// IsDiscrepancy reports whether items of category c are discrepancies: every
+// category but matched and voided.
+func IsDiscrepancy(c string) bool {
+	return c != Matched && c != Voided
 }
 
 // Subjects: what an item is about.

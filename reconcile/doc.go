@@ -13,7 +13,19 @@
 // ever imported, once), reconcile_runs (one row per run, with its counts),
 // reconcile_items (the items of every run, one partition per run), the view
 // reconcile_item_details, and the unlogged scratch table
-// reconcile_scratch_labels.
+// reconcile_scratch_labels; and those of migration 008, the voids:
+// reconcile_voids (one row per carrier label asked to be voided, with its
+// outcome) and reconcile_void_items (the runs' items it was asked for).
+//
+// # Voids
+//
+// [Void] voids, at the carrier, the extra purchases a saved run found (the
+// duplicate charges, or the labels bought under our carrier keys that no
+// label of ours holds), never a carrier label a label or a completed key of
+// ours names: it records the requests and enqueues one job per label in one
+// transaction, and waits for the outcomes the job records ([TakeVoidAttempt],
+// [GuardVoid], [RecordVoid]). The next run nets each void's credit line
+// against its charge: both are [Voided].
 //
 // # A run
 //

@@ -31,17 +31,22 @@ func (r *Report) WriteText(_ context.Context, w io.Writer) error {
 		thousands(int64(r.Labels)), thousands(int64(r.LabelsInGrace)), r.Grace)
 
 	nameW, countW := len("category"), len("items")
-	for _, c := range Categories {
+	for _, c := range r.shown() {
 		nameW = max(nameW, len(c))
 		countW = max(countW, len(thousands(int64(r.Counts[c]))))
 	}
 	fmt.Fprintf(&b, "%-*s  %*s  %s\n", nameW, "category", countW, "items", "amount")
-	for _, c := range Categories {
+	for _, c := range r.shown() {
 		fmt.Fprintf(&b, "%-*s  %*s  %s\n", nameW, c, countW, thousands(int64(r.Counts[c])), money(r.Amounts[c]))
 	}
 	b.WriteString("(amount: billed, for matched; at stake, for the others)\n")
+	if r.Counts[Voided] > 0 {
+		b.WriteString("(voided: the charges the carrier credited back for a void)\n")
+	}
 	if n := r.Discrepancies(); n > 0 {
 		fmt.Fprintf(&b, "\n%s discrepancies: exit status 1\n", thousands(int64(n)))
+	} else if r.Counts[Voided] > 0 {
+		b.WriteString("\nevery item matched or voided: exit status 0\n")
 	} else {
 		b.WriteString("\nevery item matched: exit status 0\n")
 	}
@@ -291,7 +296,7 @@ func (r *Report) WriteJSON(ctx context.Context, w io.Writer) error {
 	}
 	// Counts and amounts in the order of the category table, not sorted by name.
 	var counts, amounts []string
-	for _, c := range Categories {
+	for _, c := range r.shown() {
 		counts = append(counts, fmt.Sprintf("%q: %d", c, r.Counts[c]))
 		if len(r.Amounts[c]) > 0 {
 			b, err := json.Marshal(r.Amounts[c])

@@ -84,7 +84,7 @@ func copyNew(ctx context.Context, tx pgx.Tx, lr *lineReader, first *Line, runID 
 	defer sp.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	enc := &copyEncoder{lr: lr, pending: first, runID: runID, progress: progress, days: map[time.Time]bool{}}
 	tag, err := sp.Conn().PgConn().CopyFrom(ctx, enc,
-		`COPY invoice_lines (`+strings.Join(invoiceColumns[:], ", ")+`, run_id) FROM STDIN (FORMAT binary)`)
+		`COPY invoice_lines (`+strings.Join(invoiceColumns[:], ", ")+`, charge_type, run_id) FROM STDIN (FORMAT binary)`)
 	if enc.err != nil {
 		return importResult{}, enc.err // the file's fault, not the database's
 	}
@@ -107,13 +107,13 @@ func stageAndMerge(ctx context.Context, tx pgx.Tx, rs io.Reader, source string, 
 		CREATE TEMP TABLE rc_stage (
 			seq int NOT NULL, invoice_no text NOT NULL, line_no int NOT NULL, billed_at timestamptz NOT NULL,
 			carrier_label_id text NOT NULL, tracking_no text NOT NULL, idempotency_key text NOT NULL,
-			reference text NOT NULL, cost_cents bigint NOT NULL, currency text NOT NULL
+			reference text NOT NULL, cost_cents bigint NOT NULL, currency text NOT NULL, charge_type text NOT NULL
 		) ON COMMIT DROP`); err != nil {
 		return importResult{}, err
 	}
 	enc := &copyEncoder{lr: lr, withSeq: true, progress: progress, days: map[time.Time]bool{}}
 	if _, err := tx.Conn().PgConn().CopyFrom(ctx, enc,
-		`COPY rc_stage (seq, `+strings.Join(invoiceColumns[:], ", ")+`) FROM STDIN (FORMAT binary)`); err != nil {
+		`COPY rc_stage (seq, `+strings.Join(invoiceColumns[:], ", ")+`, charge_type) FROM STDIN (FORMAT binary)`); err != nil {
 		if enc.err != nil {
 			return importResult{}, enc.err
 		}
@@ -127,12 +127,12 @@ func stageAndMerge(ctx context.Context, tx pgx.Tx, rs io.Reader, source string, 
 	// A line the file repeats: the same content is the same line, other content is an error.
 	const pair = `
 		SELECT b.seq, a.seq,
-		       a.billed_at, a.carrier_label_id, a.tracking_no, a.idempotency_key, a.reference, a.cost_cents, a.currency,
-		       b.billed_at, b.carrier_label_id, b.tracking_no, b.idempotency_key, b.reference, b.cost_cents, b.currency,
+		       a.billed_at, a.carrier_label_id, a.tracking_no, a.idempotency_key, a.reference, a.cost_cents, a.currency, a.charge_type,
+		       b.billed_at, b.carrier_label_id, b.tracking_no, b.idempotency_key, b.reference, b.cost_cents, b.currency, b.charge_type,
 		       b.invoice_no, b.line_no
 		  FROM %s a JOIN rc_stage b ON a.invoice_no = b.invoice_no AND a.line_no = b.line_no
-		 WHERE %s AND (a.billed_at, a.carrier_label_id, a.tracking_no, a.idempotency_key, a.reference, a.cost_cents, a.currency)
-		       IS DISTINCT FROM (b.billed_at, b.carrier_label_id, b.tracking_no, b.idempotency_key, b.reference, b.cost_cents, b.currency)
+		 WHERE %s AND (a.billed_at, a.carrier_label_id, a.tracking_no, a.idempotency_key, a.reference, a.cost_cents, a.currency, a.charge_type)
+		       IS DISTINCT FROM (b.billed_at, b.carrier_label_id, b.tracking_no, b.idempotency_key, b.reference, b.cost_cents, b.currency, b.charge_type)
 		 ORDER BY b.seq, a.seq
 		 LIMIT 1`
 	if err := conflict(ctx, tx, source, fmt.Sprintf(pair, "rc_stage", "a.seq < b.seq"), "appears again with other content (first on line %d)"); err != nil {
@@ -147,8 +147,8 @@ func stageAndMerge(ctx context.Context, tx pgx.Tx, rs io.Reader, source string, 
 		return res, err
 	}
 	tag, err := tx.Exec(ctx, `
-		INSERT INTO invoice_lines (invoice_no, line_no, billed_at, carrier_label_id, tracking_no, idempotency_key, reference, cost_cents, currency, run_id)
-		SELECT s.invoice_no, s.line_no, s.billed_at, s.carrier_label_id, s.tracking_no, s.idempotency_key, s.reference, s.cost_cents, s.currency, $1
+		INSERT INTO invoice_lines (invoice_no, line_no, billed_at, carrier_label_id, tracking_no, idempotency_key, reference, cost_cents, currency, charge_type, run_id)
+		SELECT s.invoice_no, s.line_no, s.billed_at, s.carrier_label_id, s.tracking_no, s.idempotency_key, s.reference, s.cost_cents, s.currency, s.charge_type, $1
 		  FROM rc_stage s
 		 WHERE NOT EXISTS (SELECT 1 FROM invoice_lines i WHERE i.invoice_no = s.invoice_no AND i.line_no = s.line_no)`, runID)
 	if err != nil {
@@ -174,8 +174,8 @@ func conflict(ctx context.Context, tx pgx.Tx, source, query, what string) error 
 		a, b          Line
 	)
 	err := tx.QueryRow(ctx, query).Scan(&seq, &firstSeq,
-		&a.BilledAt, &a.CarrierLabelID, &a.TrackingNo, &a.IdempotencyKey, &a.Reference, &a.CostCents, &a.Currency,
-		&b.BilledAt, &b.CarrierLabelID, &b.TrackingNo, &b.IdempotencyKey, &b.Reference, &b.CostCents, &b.Currency,
+		&a.BilledAt, &a.CarrierLabelID, &a.TrackingNo, &a.IdempotencyKey, &a.Reference, &a.CostCents, &a.Currency, &a.ChargeType,
+		&b.BilledAt, &b.CarrierLabelID, &b.TrackingNo, &b.IdempotencyKey, &b.Reference, &b.CostCents, &b.Currency, &b.ChargeType,
 		&b.InvoiceNo, &b.LineNo)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
@@ -269,7 +269,7 @@ func (e *copyEncoder) fill(want int) {
 			e.days[day] = true
 		}
 		e.noteKey(l.IdempotencyKey)
-		e.buf = binary.BigEndian.AppendUint16(e.buf, 10)
+		e.buf = binary.BigEndian.AppendUint16(e.buf, 11)
 		if e.withSeq {
 			e.int4(int32(e.lr.fileLine()))
 		}
@@ -283,6 +283,7 @@ func (e *copyEncoder) fill(want int) {
 		e.text(l.Reference)
 		e.int8(l.CostCents)
 		e.text(l.Currency)
+		e.text(l.ChargeType)
 		if !e.withSeq {
 			e.int8(e.runID)
 		}

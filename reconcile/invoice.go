@@ -25,6 +25,26 @@ type Line struct {
 	// CostCents is negative for a credit or refund.
 	CostCents int64
 	Currency  string
+	// ChargeType is the optional charge_type column: empty for a charge (the
+	// column absent, empty, or "charge"), [ChargeVoidCredit] for the credit
+	// of a voided label, any other value as the invoice gives it.
+	ChargeType string
+}
+
+// ChargeVoidCredit is the charge_type of the credit line of a voided label.
+const ChargeVoidCredit = "void_credit"
+
+// chargeTypeColumn is the optional column that tells a void's credit from
+// other lines. Carriers that void nothing leave it out.
+const chargeTypeColumn = "charge_type"
+
+// chargeType reads a charge_type value: a plain charge is stored as "", so a
+// line reads the same with the column and without it.
+func chargeType(v string) string {
+	if v == "charge" {
+		return ""
+	}
+	return v
 }
 
 // invoiceColumns are the columns of carrier.md, in its order.
@@ -60,6 +80,7 @@ type lineReader struct {
 	source string
 	r      *csv.Reader
 	col    [len(invoiceColumns)]int // column index of each field in the file
+	ctype  int                      // column index of charge_type, -1 when absent
 	rows   int                      // data rows read so far
 }
 
@@ -83,6 +104,15 @@ func newLineReader(src io.Reader, source string) (*lineReader, error) {
 			strings.Join(missing, ", "), strings.Join(invoiceColumns[:], ","))}
 	}
 	lr.col = col
+	lr.ctype = -1
+	for i, name := range header {
+		if i == 0 {
+			name = strings.TrimPrefix(name, "\ufeff")
+		}
+		if strings.TrimSpace(name) == chargeTypeColumn {
+			lr.ctype = i
+		}
+	}
 	r.FieldsPerRecord = len(header)
 	return lr, nil
 }
@@ -158,6 +188,20 @@ func (lr *lineReader) next(l *Line) error {
 	if !isCurrency(v[8]) {
 		return fail(8, "want a three-letter ISO 4217 code like USD, got %q", v[8])
 	}
+	var ct string
+	if lr.ctype >= 0 {
+		ct = rec[lr.ctype]
+		switch {
+		case len(ct) > maxField:
+			return &ParseError{Source: lr.source, Line: line, Column: chargeTypeColumn, Err: fmt.Errorf("longer than %d bytes", maxField)}
+		case !utf8.ValidString(ct) || strings.IndexByte(ct, 0) >= 0:
+			return &ParseError{Source: lr.source, Line: line, Column: chargeTypeColumn, Err: errors.New("not UTF-8 text")}
+		}
+		ct = chargeType(ct)
+		if ct == ChargeVoidCredit && cost >= 0 {
+			return &ParseError{Source: lr.source, Line: line, Column: invoiceColumns[7], Err: fmt.Errorf("a void_credit line must be negative, got %d", cost)}
+		}
+	}
 	*l = Line{
 		InvoiceNo:      v[0],
 		LineNo:         int(n),
@@ -168,6 +212,7 @@ func (lr *lineReader) next(l *Line) error {
 		Reference:      v[6],
 		CostCents:      cost,
 		Currency:       v[8],
+		ChargeType:     ct,
 	}
 	return nil
 }
@@ -217,5 +262,6 @@ func differences(a, b *Line) string {
 	add("reference", a.Reference, b.Reference)
 	add("cost_cents", strconv.FormatInt(a.CostCents, 10), strconv.FormatInt(b.CostCents, 10))
 	add("currency", a.Currency, b.Currency)
+	add("charge_type", a.ChargeType, b.ChargeType)
 	return strings.Join(d, "; ")
 }

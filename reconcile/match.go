@@ -94,9 +94,10 @@ SELECT invoice_no, line_no, billed_at, l_cost, l_cur, in_report,
        l_cl, l_tr, l_key, l_ref, label_id, lab_cost, lab_cur,
        CASE WHEN invoice_no IS NULL THEN created_at END AS created_at,
        in_period, has_key, key_state, how, same_cl,
-       CASE WHEN label_id IS NULL THEN g END AS g, maybe_more,
+       CASE WHEN label_id IS NULL THEN g END AS g, maybe_more OR v_cl IS NOT NULL AS maybe_more,
        false AS rev, NULL::text AS h_caller, NULL::text AS h_key, NULL::text AS h_detail,
-       k_caller, k_key, k_request, k_body
+       k_caller, k_key, k_request, k_body,
+       coalesce(vc, false) AS vc, v_cl, NULL::text AS v_inv, NULL::int AS v_line
   FROM (SELECT u.invoice_no, u.line_no, u.billed_at, u.cost_cents AS l_cost, u.currency AS l_cur, u.in_report,
                CASE WHEN lk.label_id IS NULL THEN u.carrier_label_id END AS l_cl,
                CASE WHEN lk.label_id IS NULL THEN u.tracking_no END AS l_tr,
@@ -112,9 +113,16 @@ SELECT invoice_no, line_no, billed_at, l_cost, l_cur, in_report,
                -- repeats. Every other group is one line (or one label) alone.
                coalesce(NOT u.in_report OR u.cost_cents < 0 OR lk.label_id IS NULL
                         OR u.idempotency_key IN (SELECT unnest($4::text[])), false) AS maybe_more,
-               lk.k_caller, lk.k_key, lk.k_request, lk.k_body
+               lk.k_caller, lk.k_key, lk.k_request, lk.k_body,
+               -- A void credit, and a charge of a carrier label some invoice
+               -- credits for a void (sqlPairVoids pairs them): the few lines
+               -- that keep their carrier label id.
+               u.charge_type = 'void_credit' AS vc,
+               CASE WHEN u.charge_type = 'void_credit'
+                         OR u.carrier_label_id IN (SELECT c.carrier_label_id FROM invoice_lines c WHERE c.charge_type = 'void_credit')
+                    THEN NULLIF(u.carrier_label_id, '') END AS v_cl
           FROM (SELECT i.invoice_no, i.line_no, i.billed_at, i.carrier_label_id, i.tracking_no, i.idempotency_key,
-                       i.reference, i.cost_cents, i.currency, r.in_report
+                       i.reference, i.cost_cents, i.currency, i.charge_type, r.in_report
                   FROM invoice_lines i, LATERAL (SELECT %[1]s AS in_report) r
                  WHERE i.billed_at >= $1 AND i.billed_at < $2
                    -- A line of another invoice only matters if it may bill a
@@ -228,6 +236,46 @@ DELETE FROM rc_m d
  WHERE d.invoice_no IS NULL AND d.label_id IN (SELECT label_id FROM info WHERE alone)
    AND EXISTS (SELECT 1 FROM upd)`
 
+	// Void credits net against the charge of their own carrier label, on
+	// whichever invoice and day each is: the carrier refunds the label it
+	// voided. The charges are those of the window, and the charge a void of
+	// ours was asked for (reconcile_voids), wherever it is; the credits come
+	// from every invoice, through their partial index. The k-th charge of a
+	// carrier label and amount pairs with its k-th credit, in billing order;
+	// both are reversed (rev) and name each other (v_inv, v_line). A carrier
+	// label a label of ours holds is left out: its credit nets as any other
+	// credit (sqlPairCredits), and the label shows what it was billed.
+	sqlPairVoids = `
+WITH v AS MATERIALIZED (
+       SELECT DISTINCT m.v_cl AS cl FROM rc_m m
+        WHERE m.v_cl IS NOT NULL AND NOT EXISTS (SELECT 1 FROM labels l WHERE l.carrier_label_id = m.v_cl)),
+     credits AS (
+       SELECT il.invoice_no, il.line_no, il.carrier_label_id AS cl, -il.cost_cents AS amount, il.currency, il.billed_at
+         FROM invoice_lines il
+        WHERE il.charge_type = 'void_credit' AND il.cost_cents < 0 AND il.carrier_label_id IN (SELECT cl FROM v)),
+     charges AS (
+       SELECT m.invoice_no, m.line_no, m.v_cl AS cl, m.l_cost AS amount, m.l_cur AS currency, m.billed_at
+         FROM rc_m m
+        WHERE m.v_cl IN (SELECT cl FROM v) AND NOT m.vc AND m.l_cost > 0 AND m.invoice_no IS NOT NULL
+       UNION
+       SELECT il.invoice_no, il.line_no, il.carrier_label_id, il.cost_cents, il.currency, il.billed_at
+         FROM reconcile_voids rv
+         JOIN invoice_lines il ON il.invoice_no = rv.invoice_no AND il.line_no = rv.line_no
+        WHERE rv.carrier_label_id IN (SELECT cl FROM v) AND il.carrier_label_id = rv.carrier_label_id
+          AND il.cost_cents > 0 AND il.charge_type <> 'void_credit'),
+     pairs AS (
+       SELECT c.invoice_no AS c_inv, c.line_no AS c_line, k.invoice_no AS k_inv, k.line_no AS k_line
+         FROM (SELECT *, row_number() OVER (PARTITION BY cl, amount, currency ORDER BY billed_at, invoice_no, line_no) AS rk FROM charges) c
+         JOIN (SELECT *, row_number() OVER (PARTITION BY cl, amount, currency ORDER BY billed_at, invoice_no, line_no) AS rk FROM credits) k
+           USING (cl, amount, currency, rk)),
+     ends AS (
+       SELECT c_inv AS inv, c_line AS line, k_inv AS p_inv, k_line AS p_line FROM pairs
+       UNION ALL
+       SELECT k_inv, k_line, c_inv, c_line FROM pairs)
+UPDATE rc_m m SET rev = true, v_inv = e.p_inv, v_line = e.p_line
+  FROM ends e
+ WHERE m.invoice_no = e.inv AND m.line_no = e.line AND m.v_cl IS NOT NULL`
+
 	// Credits net against their charge: in a group, each credit of -X reverses
 	// one charge of X, the least likely to be the label's own first (another
 	// carrier label id, then the latest). A credit that reverses no charge
@@ -242,7 +290,7 @@ UPDATE rc_m m SET rev = true
                        count(*) FILTER (WHERE l_cost > 0) OVER (PARTITION BY coalesce(g, label_id), abs(l_cost)) AS charges,
                        count(*) FILTER (WHERE l_cost < 0) OVER (PARTITION BY coalesce(g, label_id), abs(l_cost)) AS credits
                   FROM rc_m
-                 WHERE invoice_no IS NOT NULL AND l_cost <> 0 AND coalesce(g, label_id) IN (SELECT g FROM cg)) y
+                 WHERE invoice_no IS NOT NULL AND l_cost <> 0 AND NOT rev AND coalesce(g, label_id) IN (SELECT g FROM cg)) y
          WHERE rk <= CASE WHEN l_cost > 0 THEN credits ELSE charges END) r
  WHERE m.invoice_no = r.invoice_no AND m.line_no = r.line_no AND coalesce(m.g, m.label_id) IN (SELECT g FROM cg)`
 
@@ -270,10 +318,11 @@ WITH multi AS MATERIALIZED (SELECT DISTINCT coalesce(g, label_id) AS g FROM rc_m
               first_value(m.invoice_no) OVER wo AS p_inv,
               first_value(m.line_no) OVER wo AS p_line,
               first_value(CASE WHEN m.l_cost >= 0 AND NOT m.rev THEN m.l_cost END) OVER wo AS p_charge,
-              first_value(m.l_cur) OVER wo AS p_cur
+              first_value(m.l_cur) OVER wo AS p_cur,
+              bool_and(m.v_inv IS NOT NULL) OVER wa AS all_voided
          FROM rc_m m
         WHERE coalesce(m.g, m.label_id) IN (SELECT g FROM multi)
-       WINDOW wo AS (PARTITION BY coalesce(m.g, m.label_id) ORDER BY m.rev, m.l_cost < 0, m.same_cl DESC NULLS LAST,
+       WINDOW wo AS (PARTITION BY coalesce(m.g, m.label_id) ORDER BY m.rev, m.v_inv IS NOT NULL, m.l_cost < 0, m.same_cl DESC NULLS LAST,
                      m.billed_at, m.invoice_no, m.line_no),
               wa AS (wo ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)),
      c AS (
@@ -289,7 +338,8 @@ WITH multi AS MATERIALIZED (SELECT DISTINCT coalesce(g, label_id) AS g FROM rc_m
        -- Each row of c is at most one item: an invoice line of the run, or a
        -- label of the period whose own charge is not a line of the run (or
        -- that has none).
-       SELECT CASE WHEN NOT x.line THEN CASE WHEN x.no_key THEN 'label_without_key'::reconcile_category
+       SELECT CASE WHEN x.line AND x.v_inv IS NOT NULL THEN 'voided'::reconcile_category
+                   WHEN NOT x.line THEN CASE WHEN x.no_key THEN 'label_without_key'::reconcile_category
                                              WHEN x.invoice_no IS NULL THEN 'label_not_billed'::reconcile_category
                                              ELSE x.billing END
                    WHEN x.dup THEN 'duplicate_charge'::reconcile_category
@@ -297,22 +347,25 @@ WITH multi AS MATERIALIZED (SELECT DISTINCT coalesce(g, label_id) AS g FROM rc_m
                    WHEN x.rk = 1 AND x.no_key THEN 'label_without_key'::reconcile_category
                    ELSE x.billing END AS category,
               CASE WHEN NOT x.line THEN 'label'::reconcile_subject
-                   WHEN x.label_id IS NOT NULL AND x.rk = 1 AND x.in_period THEN 'line+label'::reconcile_subject
+                   WHEN x.label_id IS NOT NULL AND x.rk = 1 AND x.in_period AND x.v_inv IS NULL THEN 'line+label'::reconcile_subject
                    ELSE 'line'::reconcile_subject END AS subject,
               CASE WHEN x.line THEN x.invoice_no END AS invoice_no,
               CASE WHEN x.line THEN x.line_no END AS line_no,
               x.label_id,
               x.h_caller AS caller_id, x.h_key AS idem_key, NULL::text AS reference, NULL::text AS carrier_key,
-              CASE WHEN x.line AND (x.dup OR x.label_id IS NULL) THEN CASE WHEN x.rev THEN 0 ELSE x.l_cost END
+              CASE WHEN x.line AND x.v_inv IS NOT NULL THEN CASE WHEN x.vc THEN 0 ELSE x.l_cost END
+                   WHEN x.line AND (x.dup OR x.label_id IS NULL) THEN CASE WHEN x.rev THEN 0 ELSE x.l_cost END
                    WHEN x.line AND x.rk > 1 THEN 0
                    WHEN (x.rk = 1 AND x.no_key) OR x.invoice_no IS NULL THEN x.lab_cost
                    WHEN x.billing = 'amount_mismatch'::reconcile_category AND x.p_cur = x.lab_cur THEN x.eff - x.lab_cost
                    ELSE x.eff END AS amount_cents,
-              CASE WHEN x.line AND (x.dup OR x.label_id IS NULL OR x.rk > 1) THEN x.l_cur
+              CASE WHEN x.line AND (x.dup OR x.label_id IS NULL OR x.rk > 1 OR x.v_inv IS NOT NULL) THEN x.l_cur
                    WHEN (x.rk = 1 AND x.no_key) OR x.invoice_no IS NULL THEN x.lab_cur
                    ELSE x.p_cur END AS currency,
               CASE WHEN x.line THEN (ARRAY['idempotency_key', 'carrier_label_id', 'tracking_no', 'reference']::reconcile_match_key[])[x.how] END AS matched_by,
-              CASE WHEN x.line AND x.dup THEN 'duplicate of ' || x.p_inv || ' line ' || x.p_line
+              CASE WHEN x.line AND x.v_inv IS NOT NULL AND x.vc THEN 'the credit of the void of ' || x.v_inv || ' line ' || x.v_line
+                   WHEN x.line AND x.v_inv IS NOT NULL THEN 'voided: credited on ' || x.v_inv || ' line ' || x.v_line
+                   WHEN x.line AND x.dup THEN 'duplicate of ' || x.p_inv || ' line ' || x.p_line
                    WHEN x.line AND x.label_id IS NULL AND x.rev THEN 'a charge and a credit that cancel out'
                    WHEN x.line AND x.label_id IS NULL THEN x.h_detail
                    WHEN x.line AND x.rk > 1 THEN 'nets against ' || x.p_inv || ' line ' || x.p_line
@@ -326,8 +379,18 @@ WITH multi AS MATERIALIZED (SELECT DISTINCT coalesce(g, label_id) AS g FROM rc_m
               END AS detail
          FROM (SELECT c.*, coalesce(c.in_report, false) AS line FROM c) x
         WHERE x.line
-           OR (x.label_id IS NOT NULL AND x.in_period AND x.rk = 1
+           OR (x.label_id IS NOT NULL AND x.in_period AND x.rk = 1 AND x.v_inv IS NULL
                AND NOT (x.invoice_no IS NULL AND NOT x.no_key AND x.created_at > $2))
+       UNION ALL
+       -- A label of the period every line of whose group was voided (its own
+       -- charge is on no invoice of the window): the label alone.
+       SELECT CASE WHEN x.no_key THEN 'label_without_key'::reconcile_category ELSE 'label_not_billed'::reconcile_category END,
+              'label'::reconcile_subject, NULL, NULL, x.label_id, NULL, NULL, NULL, NULL,
+              x.lab_cost, x.lab_cur, NULL,
+              CASE WHEN x.no_key THEN coalesce(x.key_state, 'the key record names another label') END
+         FROM c x
+        WHERE x.all_voided AND x.rk = 1 AND x.label_id IS NOT NULL AND x.in_period
+          AND (x.no_key OR NOT EXISTS (SELECT 1 FROM labels l WHERE l.label_id = x.label_id AND l.created_at > $2))
        UNION ALL
        -- Almost every group is one line: a label's only charge, or a line
        -- with no label; or a label alone, unbilled or billed elsewhere. Its
@@ -442,6 +505,17 @@ func match(ctx context.Context, tx pgx.Tx, s scope, facts func() (scratchFacts, 
 	}
 	if err := exec("lines with no carrier key match", sqlUnmatched, s.lo, s.hi); err != nil {
 		return nil, 0, 0, err
+	}
+	// Without a void credit in the database (its partial index is read),
+	// no line can be voided and the pass is skipped.
+	var voids bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM invoice_lines WHERE charge_type = 'void_credit')`).Scan(&voids); err != nil {
+		return nil, 0, 0, fmt.Errorf("void credits: %w", err)
+	}
+	if voids {
+		if err := exec("net void credits", sqlPairVoids); err != nil {
+			return nil, 0, 0, err
+		}
 	}
 	if err := exec("net credits", sqlPairCredits); err != nil {
 		return nil, 0, 0, err

@@ -77,19 +77,28 @@ type Item struct {
 	Detail    string `json:"detail"`
 }
 
-// Discrepancies is the number of items not matched.
+// Discrepancies is the number of items neither matched nor voided.
 func (r *Report) Discrepancies() int {
 	n := 0
 	for c, k := range r.Counts {
-		if c != Matched {
+		if IsDiscrepancy(c) {
 			n += k
 		}
 	}
 	return n
 }
 
+// shown are the categories a report lists: every one, voided only when the
+// run has voided items.
+func (r *Report) shown() []string {
+	if r.Counts[Voided] > 0 {
+		return Categories
+	}
+	return Categories[:len(Categories)-1]
+}
+
 // ExitCode is the exit status operations.md gives a run that finished: 0 when
-// every item is matched, 1 when any discrepancy is found.
+// every item is matched (or voided), 1 when any discrepancy is found.
 func (r *Report) ExitCode() int {
 	if r.Discrepancies() > 0 {
 		return 1

@@ -1,5 +1,6 @@
 // Package worker puts together what a worker process runs: the River client
-// with the buy-label and sweep workers, and the outbox relay that feeds it.
+// with the buy-label, sweep and void-label workers, and the outbox relay that
+// feeds it.
 // cmd/worker, the test stacks and the tools build it with [New], so what is
 // tested and measured is what is deployed.
 package worker
@@ -68,6 +69,8 @@ type Config struct {
 	RelayPollInterval time.Duration
 	TestOnly          bool
 	AfterCarrierFunc  func(ctx context.Context, requestID string) error
+	// AfterVoidFunc is jobs.VoidLabelWorker's AfterCarrierFunc, for tests.
+	AfterVoidFunc func(ctx context.Context, carrierLabelID string) error
 }
 
 func (c *Config) defaults() {
@@ -131,6 +134,17 @@ func New(cfg Config) (*Worker, error) {
 	}))
 	river.AddWorker(workers, &jobs.SweepKeysWorker{Pool: cfg.Pool, Batch: cfg.SweepBatch, TombstoneRetention: cfg.TombstoneRetention,
 		Metrics: cfg.Metrics, Log: cfg.Log})
+	queues := map[string]river.QueueConfig{
+		jobs.QueueLabels:   {MaxWorkers: cfg.Concurrency},
+		river.QueueDefault: {MaxWorkers: 2},
+	}
+	// Every worker with a carrier that voids (carrier.Client does) runs the
+	// voids of `reconcile void`; one without takes none of them.
+	if voider, ok := cfg.Carrier.(jobs.Voider); ok {
+		queues[jobs.QueueVoids] = river.QueueConfig{MaxWorkers: 4}
+		river.AddWorker(workers, &jobs.VoidLabelWorker{Pool: cfg.Pool, Carrier: voider, CarrierTimeout: cfg.CarrierTimeout,
+			MaxAttempts: cfg.MaxAttempts, Metrics: cfg.Metrics, Log: cfg.Log, AfterCarrierFunc: cfg.AfterVoidFunc})
+	}
 	if cfg.AddWorkersFunc != nil {
 		if err := cfg.AddWorkersFunc(workers); err != nil {
 			return nil, err
@@ -144,10 +158,7 @@ func New(cfg Config) (*Worker, error) {
 	}
 	jobTimeout, rescueAfter := jobs.RiverTimings(cfg.LeaseDuration)
 	client, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{
-		Queues: map[string]river.QueueConfig{
-			jobs.QueueLabels:   {MaxWorkers: cfg.Concurrency},
-			river.QueueDefault: {MaxWorkers: 2},
-		},
+		Queues:               queues,
 		Workers:              workers,
 		PeriodicJobs:         periodic,
 		FetchPollInterval:    cfg.FetchPollInterval,

@@ -17,8 +17,16 @@ import (
 	"github.com/labelkit/labels/carrier"
 )
 
-// InvoiceHeader is the first line of every invoice.
+// InvoiceHeader is the first line of every invoice of a day without a void.
 const InvoiceHeader = "invoice_no,line_no,billed_at,carrier_label_id,tracking_no,idempotency_key,reference,cost_cents,currency"
+
+// ChargeTypeColumn is the column an invoice carries when it credits a void:
+// ChargeTypeCharge on a charge, ChargeTypeVoidCredit on the credit of a void.
+const (
+	ChargeTypeColumn     = "charge_type"
+	ChargeTypeCharge     = "charge"
+	ChargeTypeVoidCredit = "void_credit"
+)
 
 // Billing kinds, as [TruthLabel.Billing] names them.
 const (
@@ -87,14 +95,16 @@ type invoiceLine struct {
 	reference      string
 	costCents      int64
 	currency       string
+	voidCredit     bool
 }
 
 // invoiceWriter numbers and writes the lines of one day's invoice.
 type invoiceWriter struct {
-	cw        *csv.Writer
-	invoiceNo string
-	lines     int
-	record    []string
+	cw         *csv.Writer
+	invoiceNo  string
+	lines      int
+	record     []string
+	chargeType bool // the charge_type column is there
 }
 
 // dayStart returns UTC midnight of day's calendar date (in day's location).
@@ -103,13 +113,19 @@ func dayStart(day time.Time) time.Time {
 	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
 }
 
-func newInvoiceWriter(w io.Writer, day time.Time) (*invoiceWriter, error) {
+func newInvoiceWriter(w io.Writer, day time.Time, chargeType bool) (*invoiceWriter, error) {
 	iw := &invoiceWriter{
-		cw:        csv.NewWriter(w),
-		invoiceNo: "INV-" + day.Format("20060102"),
-		record:    make([]string, 9),
+		cw:         csv.NewWriter(w),
+		invoiceNo:  "INV-" + day.Format("20060102"),
+		record:     make([]string, 9),
+		chargeType: chargeType,
 	}
-	if err := iw.cw.Write(strings.Split(InvoiceHeader, ",")); err != nil {
+	header := strings.Split(InvoiceHeader, ",")
+	if chargeType {
+		header = append(header, ChargeTypeColumn)
+		iw.record = make([]string, 10)
+	}
+	if err := iw.cw.Write(header); err != nil {
 		return nil, err
 	}
 	return iw, nil
@@ -127,6 +143,12 @@ func (iw *invoiceWriter) write(l invoiceLine) error {
 	r[6] = l.reference
 	r[7] = strconv.FormatInt(l.costCents, 10)
 	r[8] = l.currency
+	if iw.chargeType {
+		r[9] = ChargeTypeCharge
+		if l.voidCredit {
+			r[9] = ChargeTypeVoidCredit
+		}
+	}
 	return iw.cw.Write(r)
 }
 
@@ -177,27 +199,49 @@ func foreignLine(rng *rand.Rand, labelID string, billedAt time.Time) invoiceLine
 }
 
 // WriteInvoice writes the invoice for the calendar date of day (in day's
-// location, naming a UTC day): every purchase of that UTC day in purchase order,
-// with the billing errors of the options in force.
+// location, naming a UTC day): every purchase and every void of that UTC day,
+// in the order they happened, the purchases with the billing errors of the
+// options in force. A void is billed as a credit line of the voided label
+// (its cost, negated, billed_at the void's time); the invoice of a day with
+// a void carries the charge_type column (charge, or void_credit), which an
+// invoice without one leaves out.
 func (s *Server) WriteInvoice(w io.Writer, day time.Time) error {
 	start := dayStart(day)
 	end := start.AddDate(0, 0, 1)
+	in := func(t time.Time) bool { return !t.Before(start) && t.Before(end) }
 	s.mu.Lock()
 	mix := s.opts.BillingMix()
 	seed := s.opts.Seed
-	var billed []Purchase
+	var billed, credited []Purchase
 	for _, p := range s.purchases {
-		if !p.PurchasedAt.Before(start) && p.PurchasedAt.Before(end) {
+		if in(p.PurchasedAt) {
 			billed = append(billed, p)
+		}
+	}
+	for _, v := range s.voids {
+		if in(v.at) {
+			p := s.purchases[v.index]
+			p.event = v.event
+			credited = append(credited, p)
 		}
 	}
 	s.mu.Unlock()
 
-	iw, err := newInvoiceWriter(w, start)
+	iw, err := newInvoiceWriter(w, start, len(credited) > 0)
 	if err != nil {
 		return err
 	}
-	for _, p := range billed {
+	for len(billed) > 0 || len(credited) > 0 {
+		if len(credited) > 0 && (len(billed) == 0 || credited[0].event < billed[0].event) {
+			p := credited[0]
+			credited = credited[1:]
+			if err := iw.write(creditLine(p)); err != nil {
+				return err
+			}
+			continue
+		}
+		p := billed[0]
+		billed = billed[1:]
 		// A random source per label, not per invoice: the label's lines stay the
 		// same when later purchases of the day are added.
 		rng := labelRand(seed, p.CarrierLabelID)
@@ -222,6 +266,25 @@ func (s *Server) WriteInvoice(w io.Writer, day time.Time) error {
 		}
 	}
 	return iw.flush()
+}
+
+// creditLine is the credit of a voided label: its charge reversed, under the
+// same carrier label id, key and reference.
+func creditLine(p Purchase) invoiceLine {
+	key := p.IdempotencyKey
+	if p.KeyIgnored {
+		key = ""
+	}
+	return invoiceLine{
+		billedAt:       *p.VoidedAt,
+		labelID:        p.CarrierLabelID,
+		trackingNo:     p.TrackingNo,
+		idempotencyKey: key,
+		reference:      p.Reference,
+		costCents:      -p.CostCents,
+		currency:       p.Currency,
+		voidCredit:     true,
+	}
 }
 
 func labelRand(seed int64, labelID string) *rand.Rand {
@@ -319,7 +382,7 @@ func WriteSyntheticInvoice(w io.Writer, day time.Time, n int, mix BillingMix, se
 	step := 24 * time.Hour / time.Duration(max(n, 1))
 
 	bw := bufio.NewWriterSize(w, 1<<16)
-	iw, err := newInvoiceWriter(bw, start)
+	iw, err := newInvoiceWriter(bw, start, false)
 	if err != nil {
 		return Truth{}, err
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // journal is the state file: JSON Lines, one record per purchase, appended
@@ -19,16 +20,27 @@ type journal struct {
 	f *os.File
 }
 
-// journalRecord is one line: a purchase, or after a reset the sequence to go on
-// from, so label ids are not reused across a reset and a restart.
+// journalRecord is one line: a purchase, a void, or after a reset the
+// sequence to go on from, so label ids are not reused across a reset and a
+// restart.
 type journalRecord struct {
-	Purchase *Purchase `json:"purchase,omitempty"`
-	NextSeq  int64     `json:"next_seq,omitempty"`
+	Purchase *Purchase    `json:"purchase,omitempty"`
+	Void     *journalVoid `json:"void,omitempty"`
+	NextSeq  int64        `json:"next_seq,omitempty"`
 }
 
-// openJournal reads the purchases in path (creating it if missing) and opens it
-// for appending. A last line cut short by a crash is dropped.
-func openJournal(path string) (j *journal, purchases []Purchase, nextSeq int64, err error) {
+// journalVoid is a void: which label, when, under which key. It follows the
+// purchase of its label in the file.
+type journalVoid struct {
+	CarrierLabelID string    `json:"carrier_label_id"`
+	VoidedAt       time.Time `json:"voided_at"`
+	Key            string    `json:"idempotency_key"`
+}
+
+// openJournal reads the purchases and voids in path, in the order they
+// happened (creating the file if missing), and opens it for appending. A last
+// line cut short by a crash is dropped.
+func openJournal(path string) (j *journal, records []journalRecord, nextSeq int64, err error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("state file: %w", err)
@@ -66,7 +78,9 @@ func openJournal(path string) (j *journal, purchases []Purchase, nextSeq int64, 
 				return nil, nil, 0, fmt.Errorf("state file %s line %d: %w", path, lineNo, err)
 			}
 			p.seq = seq
-			purchases = append(purchases, *p)
+		}
+		if rec.Purchase != nil || rec.Void != nil {
+			records = append(records, journalRecord{Purchase: rec.Purchase, Void: rec.Void})
 		}
 	}
 	if err := f.Truncate(good); err != nil {
@@ -75,7 +89,7 @@ func openJournal(path string) (j *journal, purchases []Purchase, nextSeq int64, 
 	if _, err := f.Seek(good, io.SeekStart); err != nil {
 		return nil, nil, 0, fmt.Errorf("state file: %w", err)
 	}
-	return &journal{f: f}, purchases, nextSeq, nil
+	return &journal{f: f}, records, nextSeq, nil
 }
 
 func parseSeq(labelID string) (int64, error) {
@@ -101,6 +115,10 @@ func (j *journal) write(rec journalRecord) error {
 
 func (j *journal) append(p Purchase) error {
 	return j.write(journalRecord{Purchase: &p})
+}
+
+func (j *journal) appendVoid(v journalVoid) error {
+	return j.write(journalRecord{Void: &v})
 }
 
 func (j *journal) reset(nextSeq int64) error {

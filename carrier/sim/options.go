@@ -13,6 +13,10 @@ import (
 // Options.TimeoutDelay is zero: longer than the worker's CARRIER_TIMEOUT (20s).
 const DefaultTimeoutDelay = 30 * time.Second
 
+// DefaultVoidWindow is how long after its purchase a label may be voided when
+// Options.VoidWindow is zero.
+const DefaultVoidWindow = 720 * time.Hour
+
 // AmountChangeCents is what a re-weigh adds to a billed amount.
 const AmountChangeCents = 150
 
@@ -56,9 +60,14 @@ type Options struct {
 	// negative line), which nets out.
 	CreditRate float64
 
-	// StateFile, when set, is the JSON Lines journal purchases are kept in. It
-	// is read at construction and cannot change afterwards.
+	// StateFile, when set, is the JSON Lines journal purchases and voids are
+	// kept in. It is read at construction and cannot change afterwards.
 	StateFile string
+
+	// VoidWindow is how long after its purchase a label may be voided; later
+	// voids answer 409 void_window_closed. Zero means [DefaultVoidWindow]. It
+	// is set at construction (POST /sim/clock ages labels instead).
+	VoidWindow time.Duration
 
 	// NowFunc tells the time of a purchase; nil means time.Now.
 	NowFunc func() time.Time
@@ -104,6 +113,7 @@ func (o *Options) Validate() error {
 		{"latency", o.Latency},
 		{"latency_jitter", o.LatencyJitter},
 		{"timeout_delay", o.TimeoutDelay},
+		{"void_window", o.VoidWindow},
 	} {
 		if d.v < 0 {
 			return fmt.Errorf("%s must not be negative, got %s", d.name, d.v)
@@ -144,6 +154,9 @@ func validateRate(name string, v float64) error {
 func (o *Options) normalize() {
 	if o.TimeoutDelay == 0 {
 		o.TimeoutDelay = DefaultTimeoutDelay
+	}
+	if o.VoidWindow == 0 {
+		o.VoidWindow = DefaultVoidWindow
 	}
 	if o.NowFunc == nil {
 		o.NowFunc = time.Now

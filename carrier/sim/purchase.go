@@ -239,7 +239,7 @@ func (s *Server) buy(key string, req carrier.PurchaseRequest, opts Options) (Pur
 		WeightG:        req.WeightG,
 		CostCents:      cost,
 		Currency:       "USD",
-		PurchasedAt:    s.opts.NowFunc().UTC().Truncate(time.Second),
+		PurchasedAt:    s.nowLocked().UTC().Truncate(time.Second),
 		seq:            seq,
 	}
 	if s.journal != nil {

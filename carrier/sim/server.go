@@ -29,8 +29,11 @@ type Purchase struct {
 	CostCents   int64     `json:"cost_cents"`
 	Currency    string    `json:"currency"`
 	PurchasedAt time.Time `json:"purchased_at"`
+	// VoidedAt is when the label was voided; absent while it is not.
+	VoidedAt *time.Time `json:"voided_at,omitempty"`
 
-	seq int64
+	seq   int64
+	event int64 // its place among the purchases and voids, for the invoice
 }
 
 // Stats counts what the simulator did since it started or was reset.
@@ -56,6 +59,12 @@ type Stats struct {
 	TimedOut int64 `json:"timed_out"`
 	// InFlight is the number of purchases started and not yet bought.
 	InFlight int `json:"in_flight"`
+	// Voids is the number of labels voided (a replay of a void is not one);
+	// absent while zero.
+	Voids int64 `json:"voids,omitempty"`
+	// VoidReplays is the number of void calls answered with a saved answer
+	// (Idempotent-Replayed: true); absent while zero.
+	VoidReplays int64 `json:"void_replays,omitempty"`
 }
 
 // Server is the carrier simulator. Build it with [New]; it is safe for
@@ -71,6 +80,11 @@ type Server struct {
 	byKey     map[string]int // key → index in purchases of the label it bought
 	tracking  map[string]bool
 	inFlight  map[string]bool // keys whose first purchase is under way
+	byLabel   map[string]int  // carrier label id → index in purchases
+	voidKeys  map[string]voidAnswer
+	voids     []voidEvent // in the order they happened
+	events    int64       // purchases and voids so far
+	offset    time.Duration
 	stats     Stats
 	journal   *journal
 	closing   bool
@@ -105,8 +119,13 @@ func New(opts *Options) (*Server, error) {
 		}
 		s.journal = j
 		s.nextSeq = max(s.nextSeq, nextSeq)
-		for _, p := range loaded {
-			s.addLocked(p)
+		for _, rec := range loaded {
+			switch {
+			case rec.Purchase != nil:
+				s.addLocked(*rec.Purchase)
+			case rec.Void != nil:
+				s.addVoidLocked(*rec.Void)
+			}
 		}
 	}
 	s.routes()
@@ -122,12 +141,19 @@ func (s *Server) clearLocked() {
 	s.byKey = map[string]int{}
 	s.tracking = map[string]bool{}
 	s.inFlight = map[string]bool{}
+	s.byLabel = map[string]int{}
+	s.voidKeys = map[string]voidAnswer{}
+	s.voids = nil
+	s.offset = 0
 	inFlight := s.stats.InFlight
 	s.stats = Stats{ByKey: map[string]int{}, InFlight: inFlight}
 }
 
 // addLocked records a purchase in memory (it is in the journal already).
 func (s *Server) addLocked(p Purchase) {
+	s.events++
+	p.event = s.events
+	s.byLabel[p.CarrierLabelID] = len(s.purchases)
 	s.purchases = append(s.purchases, p)
 	s.tracking[p.TrackingNo] = true
 	if p.IdempotencyKey != "" {
@@ -148,24 +174,30 @@ func (s *Server) routes() {
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.Handle("POST /v1/labels", s.auth(http.HandlerFunc(s.handleBuy)))
+	mux.Handle("POST /v1/labels/{carrier_label_id}/void", s.auth(http.HandlerFunc(s.handleVoid)))
 	mux.Handle("GET /v1/invoices", s.auth(http.HandlerFunc(s.handleInvoice)))
 	mux.Handle("GET /sim/config", s.auth(http.HandlerFunc(s.handleGetConfig)))
 	mux.Handle("POST /sim/config", s.auth(http.HandlerFunc(s.handleSetConfig)))
 	mux.Handle("GET /sim/purchases", s.auth(http.HandlerFunc(s.handlePurchases)))
 	mux.Handle("GET /sim/stats", s.auth(http.HandlerFunc(s.handleStats)))
 	mux.Handle("POST /sim/reset", s.auth(http.HandlerFunc(s.handleReset)))
+	mux.Handle("GET /sim/clock", s.auth(http.HandlerFunc(s.handleGetClock)))
+	mux.Handle("POST /sim/clock", s.auth(http.HandlerFunc(s.handleSetClock)))
 	s.mux = mux
 }
 
 // ServeHTTP serves the carrier protocol and the simulator's own endpoints:
 //
 //	POST /v1/labels                    buy a label (carrier.md)
+//	POST /v1/labels/{id}/void          void a label (carrier.md)
 //	GET  /v1/invoices?date=YYYY-MM-DD  the day's invoice, text/csv (carrier.md)
 //	GET  /sim/config                   the options as JSON, durations as "500ms"
 //	POST /sim/config                   change them; fields left out keep their value
 //	GET  /sim/purchases                every [Purchase], in order
 //	GET  /sim/stats                    [Stats]
 //	POST /sim/reset                    forget every purchase and counter
+//	GET  /sim/clock                    the simulator's time and its offset
+//	POST /sim/clock                    move the clock: {"advance": "721h"} or {"offset": "0s"}
 //	GET  /healthz                      "ok", no token needed
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(w, r)
@@ -235,8 +267,9 @@ func (s *Server) Stats() Stats {
 	return st
 }
 
-// Reset forgets every purchase and counter and restarts the random source from
-// Seed. Label ids keep counting. Purchases under way finish and are kept.
+// Reset forgets every purchase, void and counter, puts the clock back (no
+// offset), and restarts the random source from Seed. Label ids keep counting.
+// Purchases under way finish and are kept.
 func (s *Server) Reset() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -234,6 +234,15 @@ func serveSettings(c *Config) settings {
 		{flag: "drop-reply-rate", env: "SIM_DROP_REPLY_RATE", def: "0", kind: "share", usage: "share of purchases whose reply is dropped after buying", set: rateSetting(&o.DropReplyRate)},
 		{flag: "timeout-rate", env: "SIM_TIMEOUT_RATE", def: "0", kind: "share", usage: "share of purchases that wait --timeout-delay, then buy anyway", set: rateSetting(&o.TimeoutRate)},
 		{flag: "timeout-delay", env: "SIM_TIMEOUT_DELAY", def: "30s", kind: "duration", usage: "how long a timed-out purchase waits (or until the client leaves)", set: durationSetting(&o.TimeoutDelay)},
+		{flag: "void-window", env: "SIM_VOID_WINDOW", def: "720h", kind: "duration", usage: "how long after its purchase a label may be voided (later: 409 void_window_closed)", set: func(v string) error {
+			if err := durationSetting(&o.VoidWindow)(v); err != nil {
+				return err
+			}
+			if o.VoidWindow == 0 {
+				return errors.New("must be positive")
+			}
+			return nil
+		}},
 		{flag: "reject-postal-code", env: "SIM_REJECT_POSTAL_CODE", kind: "code", usage: "postal code always rejected with 422 address_invalid", set: stringSetting(&o.RejectPostalCode)},
 		{flag: "no-keys", env: "SIM_NO_KEYS", def: "false", kind: "bool", usage: "ignore Idempotency-Key: every call buys again", set: func(v string) error {
 			b, err := strconv.ParseBool(v)

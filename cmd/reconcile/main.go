@@ -4,10 +4,13 @@
 //
 //	reconcile (--invoice FILE | --date YYYY-MM-DD) [--format text|json|csv] [--out FILE]
 //	          [--grace DURATION] [--stuck-after DURATION]
+//	reconcile void --run RUN_ID [--category duplicate_charge|billed_without_label] [--dry-run]
+//	          [--format text|json|csv] [--out FILE] [--wait DURATION]
 //
 // It exits 0 when every item is matched, 1 when any discrepancy is found, and 2
 // on an error (a bad flag, an unreadable invoice, an unreachable database or
-// carrier), so that a scheduler can alert on 1. See docs/reconcile.md.
+// carrier), so that a scheduler can alert on 1. `reconcile void` voids the
+// extra purchases a saved run found (void.go). See docs/reconcile.md.
 package main
 
 import (
@@ -65,6 +68,7 @@ type Config struct {
 }
 
 const usage = `Usage: reconcile (--invoice FILE | --date YYYY-MM-DD) [flags]
+       reconcile void --run RUN_ID [flags]   (reconcile void --help)
 
 Matches a carrier invoice against our labels and completed keys, saves the run
 and its items in the database, and prints a report. Exit status: 0 when every
@@ -185,6 +189,9 @@ func newLogger(w io.Writer, level zerolog.Level, format string) zerolog.Logger {
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
 		args = args[1:]
+	}
+	if len(args) > 0 && args[0] == "void" {
+		return runVoid(ctx, args[1:], getenv, stdout, stderr)
 	}
 	cfg, help, err := parseConfig(args, getenv)
 	if help {

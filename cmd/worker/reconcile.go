@@ -31,7 +31,7 @@ func addReconcileWorker(workers *river.Workers, pool *pgxpool.Pool, cfg Config, 
 		Log:     log,
 		ReportFunc: func(rep *reconcile.Report) {
 			for _, c := range reconcile.Categories {
-				if c != reconcile.Matched && rep.Counts[c] > 0 {
+				if reconcile.IsDiscrepancy(c) && rep.Counts[c] > 0 {
 					m.ReconcileDiscrepancies.WithLabelValues(c).Add(float64(rep.Counts[c]))
 				}
 			}

@@ -76,6 +76,11 @@ type demo struct {
 	labelDay   time.Time
 	purchases  int
 	reconciled string // the reconcile verdict for the summary
+
+	dupLabelID string // parcel 2's label, and the carrier label it holds
+	dupKept    string
+	runID      int64 // the reconcile run that found the duplicate
+	voided     bool
 }
 
 func newDemo(cfg Config, stdout, stderr io.Writer) *demo {
@@ -100,6 +105,10 @@ func (d *demo) run(ctx context.Context) error {
 		d.reuse,
 		d.carrierView,
 		d.reconcile,
+		d.duplicate,
+		d.findDuplicate,
+		d.voidDuplicate,
+		d.afterVoid,
 	} {
 		if err := step(ctx); err != nil {
 			if ctx.Err() != nil {
@@ -484,6 +493,9 @@ func (d *demo) dumpLogs() {
 func (d *demo) summary() {
 	d.say.line("")
 	d.say.line("Demo OK: 202 -> succeeded -> 201 with Idempotent-Replayed: true -> 422 idempotency_key_reused; the carrier sold %d label; reconcile: %s.", d.purchases, d.reconciled)
+	if d.voided {
+		d.say.line("Then a carrier without keys sold parcel 2 twice: reconcile found the duplicate (run %d), reconcile void voided it once, and the next reconcile netted its credit.", d.runID)
+	}
 }
 
 // post sends the seed's example under its key with the given weight.

@@ -4,7 +4,11 @@
 // 1, 1,450 g, ground, key label:918273:1:v1) three times: new (202, then
 // polled until it succeeded), repeated (201 with Idempotent-Replayed: true) and
 // with a changed weight (422 idempotency_key_reused). It then shows what the
-// carrier sold, reconciles today's invoice, and stops everything it started.
+// carrier sold and reconciles today's invoice. Last, the simulator ignores
+// keys and drops one reply, so that parcel 2 is bought twice: reconcile finds
+// the duplicate, `reconcile void` voids it through the worker (a dry run
+// first), and a last reconcile nets its credit. Then it stops everything it
+// started.
 //
 //	go tool task demo            (DATABASE_URL from tools/devdb)
 //	go run ./tools/demo [flags]
@@ -38,7 +42,8 @@ const usage = `Usage: demo [flags]
 
 Runs the label service end to end (carrier simulator, API, worker) against a
 fresh database and narrates the seed's example: 202, polled to succeeded, the
-201 replay, the 422 for a changed body, the carrier's view and a reconciliation.
+201 replay, the 422 for a changed body, the carrier's view and a reconciliation;
+then a duplicate bought from a carrier without keys, found, voided, netted.
 
 Flags:
   --database NAME   database to drop and create afresh on the server of

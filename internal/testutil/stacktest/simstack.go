@@ -36,6 +36,9 @@ type SimOpts struct {
 	Downtime time.Duration
 	// OpenAPI is served at /openapi.yaml when set.
 	OpenAPI []byte
+	// AfterVoidFunc runs between the carrier's answer to a void and its
+	// record (worker.Config.AfterVoidFunc): an error is a crash there.
+	AfterVoidFunc func(ctx context.Context, carrierLabelID string) error
 }
 
 // SimStack is the whole pipeline as a caller meets it: the API behind a
@@ -100,7 +103,7 @@ func NewSim(t testing.TB, o SimOpts) *SimStack {
 		w = startWorker(t, ctx, worker.Config{
 			Pool: pool, Carrier: carrier.NewClient(simHTTP.URL, nil), CarrierTimeout: o.CarrierTimeout,
 			LeaseDuration: o.LeaseDuration, MaxAttempts: o.MaxAttempts, RetryBase: o.RetryBase,
-			Metrics: m, Log: log, Notifier: notifier, Listener: listener,
+			Metrics: m, Log: log, Notifier: notifier, Listener: listener, AfterVoidFunc: o.AfterVoidFunc,
 		})
 	}
 	t.Cleanup(func() {
