@@ -46,12 +46,14 @@ type SimOpts struct {
 // River workers that buy over HTTP from a [sim.Server] with the real carrier
 // client.
 type SimStack struct {
-	T       testing.TB
-	Pool    *pgxpool.Pool
-	URL     string // the API's base URL, the same across restarts
-	Faults  *Faults
-	Sim     *sim.Server
-	Metrics *metrics.Metrics
+	T      testing.TB
+	Pool   *pgxpool.Pool
+	URL    string // the API's base URL, the same across restarts
+	Faults *Faults
+	Sim    *sim.Server
+	// CarrierURL is the simulator's base URL, for processes of the test's own.
+	CarrierURL string
+	Metrics    *metrics.Metrics
 
 	newAPI   func() http.Handler
 	downtime time.Duration
@@ -61,6 +63,7 @@ type SimStack struct {
 	srv      *http.Server
 	restarts int
 	closed   bool
+	worker   *worker.Worker
 }
 
 // NewSim starts a stack that buys from the simulator; everything stops when
@@ -87,7 +90,7 @@ func NewSim(t testing.TB, o SimOpts) *SimStack {
 	wg.Go(func() { listener.Run(ctx) })
 	wg.Go(func() { notifier.Run(ctx) })
 
-	s := &SimStack{T: t, Pool: pool, Sim: carrierSim, Metrics: m, downtime: o.Downtime}
+	s := &SimStack{T: t, Pool: pool, Sim: carrierSim, CarrierURL: simHTTP.URL, Metrics: m, downtime: o.Downtime}
 	s.newAPI = func() http.Handler {
 		return httpapi.NewServer(httpapi.Deps{Pool: pool, Listener: listener, Notifier: notifier, Metrics: m, Log: log, OpenAPI: o.OpenAPI})
 	}
@@ -98,9 +101,8 @@ func NewSim(t testing.TB, o SimOpts) *SimStack {
 	s.URL = "http://" + s.addr
 	s.serve(ln)
 
-	var w *worker.Worker
 	if !o.NoWorker {
-		w = startWorker(t, ctx, worker.Config{
+		s.worker = startWorker(t, ctx, worker.Config{
 			Pool: pool, Carrier: carrier.NewClient(simHTTP.URL, nil), CarrierTimeout: o.CarrierTimeout,
 			LeaseDuration: o.LeaseDuration, MaxAttempts: o.MaxAttempts, RetryBase: o.RetryBase,
 			Metrics: m, Log: log, Notifier: notifier, Listener: listener, AfterVoidFunc: o.AfterVoidFunc,
@@ -111,17 +113,29 @@ func NewSim(t testing.TB, o SimOpts) *SimStack {
 		s.closed = true
 		_ = s.srv.Close()
 		s.mu.Unlock()
-		if w != nil {
-			sctx, scancel := context.WithTimeout(context.Background(), 20*time.Second)
-			_ = w.Stop(sctx)
-			scancel()
-		}
+		s.StopWorker()
 		cancel()
 		wg.Wait()
 		_ = carrierSim.Close()
 		simHTTP.Close()
 	})
 	return s
+}
+
+// StopWorker stops the stack's in-process worker (waiting for its jobs), so
+// that a test's own worker processes take what follows. It is safe to call
+// more than once.
+func (s *SimStack) StopWorker() {
+	s.mu.Lock()
+	w := s.worker
+	s.worker = nil
+	s.mu.Unlock()
+	if w == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_ = w.Stop(ctx)
 }
 
 // serve starts an API server on ln. Callers hold s.mu or own s exclusively.
