@@ -68,9 +68,14 @@ func (r *Report) WriteText(_ context.Context, w io.Writer) error {
 			return err
 		}
 	}
-	// tabwriter pads empty last cells: no line ends in blanks.
+	return writeTrimmed(w, b.String())
+}
+
+// writeTrimmed writes text with no line ending in blanks (tabwriter pads
+// empty last cells).
+func writeTrimmed(w io.Writer, text string) error {
 	bw := bufio.NewWriter(w)
-	for _, line := range strings.SplitAfter(b.String(), "\n") {
+	for _, line := range strings.SplitAfter(text, "\n") {
 		if line == "" {
 			continue
 		}

@@ -61,15 +61,7 @@ func (r *VoidReport) WriteText(w io.Writer) error {
 	default:
 		b.WriteString("\nsome labels are not voided: exit status 1\n")
 	}
-	bw := bufio.NewWriter(w)
-	for _, line := range strings.SplitAfter(b.String(), "\n") {
-		if line == "" {
-			continue
-		}
-		bw.WriteString(strings.TrimRight(line, " \n"))
-		bw.WriteByte('\n')
-	}
-	return bw.Flush()
+	return writeTrimmed(w, b.String())
 }
 
 // plural is "1 item", "2 items".

@@ -8,13 +8,13 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels/internal/testutil/dbtest"
+	"github.com/labelkit/labels/internal/testutil/logtest"
 )
 
 func env(m map[string]string) func(string) string {
@@ -42,24 +42,6 @@ func TestHelpAndBadConfig(t *testing.T) {
 	require.Equal(t, 2, run(context.Background(), []string{"api", "--bogus"}, env(nil), io.Discard, io.Discard))
 }
 
-// syncBuffer is a bytes.Buffer safe for the server goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // migrate twice, add a caller, serve on a free port, answer a request with the
 // printed token, and stop cleanly on cancellation.
 func TestMigrateCallerServe(t *testing.T) {
@@ -79,7 +61,7 @@ func TestMigrateCallerServe(t *testing.T) {
 	require.Equal(t, 2, run(ctx, []string{"api", "caller", "add", "bad name"}, e, io.Discard, io.Discard))
 
 	sctx, cancel := context.WithCancel(ctx)
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	done := make(chan int, 1)
 	go func() { done <- run(sctx, []string{"api"}, e, io.Discard, logs) }()
 	var addr string

@@ -19,25 +19,8 @@ import (
 
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/carrier/sim"
+	"github.com/labelkit/labels/internal/testutil/logtest"
 )
-
-// syncBuffer is a bytes.Buffer that run may write while the test reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 func fakeEnv(env map[string]string) func(string) string {
 	return func(k string) string { return env[k] }
@@ -45,7 +28,7 @@ func fakeEnv(env map[string]string) func(string) string {
 
 type running struct {
 	url    string
-	stderr *syncBuffer
+	stderr *logtest.Buffer
 	stop   func() int // cancels run's context and returns its exit code
 }
 
@@ -54,7 +37,7 @@ func start(t *testing.T, env map[string]string, args ...string) *running {
 	t.Helper()
 	env["CARRIER_ADDR"] = "127.0.0.1:0"
 	ctx, cancel := context.WithCancel(context.Background())
-	stderr := &syncBuffer{}
+	stderr := &logtest.Buffer{}
 	code := make(chan int, 1)
 	go func() {
 		code <- run(ctx, append([]string{"carrier"}, args...), fakeEnv(env), &bytes.Buffer{}, stderr)

@@ -371,8 +371,7 @@ func (c *capReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// writeReport writes the report to stdout, or to --out through a temporary
-// file renamed at the end, so that a reader never sees half a report.
+// writeReport writes the report to stdout, or to --out (see [writeAtomically]).
 func writeReport(ctx context.Context, cfg Config, rep *reconcile.Report, stdout io.Writer) error {
 	write := rep.WriteText
 	switch cfg.Format {
@@ -384,12 +383,18 @@ func writeReport(ctx context.Context, cfg Config, rep *reconcile.Report, stdout 
 	if cfg.Out == "" {
 		return write(ctx, stdout)
 	}
-	f, err := os.CreateTemp(filepath.Dir(cfg.Out), "."+filepath.Base(cfg.Out)+".*")
+	return writeAtomically(cfg.Out, func(w io.Writer) error { return write(ctx, w) })
+}
+
+// writeAtomically writes path through a temporary file beside it, renamed at
+// the end, so that a reader never sees half a report.
+func writeAtomically(path string, write func(io.Writer) error) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(f.Name()) //nolint:errcheck // gone after the rename
-	if err := write(ctx, f); err != nil {
+	if err := write(f); err != nil {
 		f.Close()
 		return err
 	}
@@ -399,7 +404,7 @@ func writeReport(ctx context.Context, cfg Config, rep *reconcile.Report, stdout 
 	if err := os.Chmod(f.Name(), 0o644); err != nil {
 		return err
 	}
-	return os.Rename(f.Name(), cfg.Out)
+	return os.Rename(f.Name(), path)
 }
 
 // isTerminal reports whether w is a terminal (a character device), where

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -225,8 +224,7 @@ func voidOnce(ctx context.Context, cfg VoidConfig) (*reconcile.VoidReport, error
 	})
 }
 
-// writeVoidReport writes the report to stdout, or to --out through a
-// temporary file renamed at the end.
+// writeVoidReport writes the report to stdout, or to --out (see [writeAtomically]).
 func writeVoidReport(cfg VoidConfig, rep *reconcile.VoidReport, stdout io.Writer) error {
 	write := rep.WriteText
 	switch cfg.Format {
@@ -238,20 +236,5 @@ func writeVoidReport(cfg VoidConfig, rep *reconcile.VoidReport, stdout io.Writer
 	if cfg.Out == "" {
 		return write(stdout)
 	}
-	f, err := os.CreateTemp(filepath.Dir(cfg.Out), "."+filepath.Base(cfg.Out)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name()) //nolint:errcheck // gone after the rename
-	if err := write(f); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(f.Name(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), cfg.Out)
+	return writeAtomically(cfg.Out, write)
 }

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,27 +23,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels/internal/testutil/dbtest"
+	"github.com/labelkit/labels/internal/testutil/logtest"
 	"github.com/labelkit/labels/internal/testutil/proctest"
 	"github.com/labelkit/labels/jobs"
 )
-
-// syncBuffer collects log lines written from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestAdminConfig(t *testing.T) {
 	t.Parallel()
@@ -107,7 +89,7 @@ func get(t *testing.T, u, user, password string) (*http.Response, []byte) {
 func TestAdminBasicAuth(t *testing.T) {
 	t.Parallel()
 	pool, _ := dbtest.New(t)
-	var logs syncBuffer
+	var logs logtest.Buffer
 	base := startAdmin(t, pool, "operator", "correct horse", zerolog.New(&logs))
 	require.Contains(t, logs.String(), `"message":"admin listening"`)
 	require.Contains(t, logs.String(), strings.TrimPrefix(base, "http://"))
@@ -285,7 +267,7 @@ func TestAdminUIListsLabelJobs(t *testing.T) {
 	pool, err := pgxpool.New(t.Context(), f.dbURL)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	var logs syncBuffer
+	var logs logtest.Buffer
 	base := startAdmin(t, pool, "operator", "correct horse", zerolog.New(&logs))
 
 	// Headless Chromium cannot answer a basic-auth prompt, and a page loaded

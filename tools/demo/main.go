@@ -28,7 +28,6 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
-	"sync"
 	"syscall"
 
 	"github.com/labelkit/labels/tools/internal/cmdline"
@@ -100,7 +99,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	// The processes' log lines arrive on their own goroutines.
-	stderr = &lockedWriter{w: stderr}
+	stderr = &cmdline.LockedWriter{W: stderr}
 	ctx, hurry, stopSignals := signalContexts(ctx, stderr)
 	defer stopSignals()
 	d := newDemo(cfg, stdout, stderr)
@@ -153,16 +152,4 @@ func signalContexts(parent context.Context, stderr io.Writer) (ctx, hurry contex
 		cancel()
 		cancelHurry()
 	}
-}
-
-// lockedWriter serialises writes from several goroutines.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(b)
 }

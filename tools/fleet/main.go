@@ -122,7 +122,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cfg.AdminPassword = hex.EncodeToString(b)
 	}
 
-	f := &fleet{cfg: cfg, stdout: stdout, stderr: &lockedWriter{w: stderr}}
+	f := &fleet{cfg: cfg, stdout: stdout, stderr: &cmdline.LockedWriter{W: stderr}}
 	err := f.start(ctx)
 	if err == nil {
 		f.summary()
@@ -340,16 +340,4 @@ func (f *fleet) cleanup() {
 	if f.bins != nil {
 		_ = f.bins.Remove()
 	}
-}
-
-// lockedWriter serialises writes from the processes' goroutines.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(b)
 }

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"sync"
 )
 
 // Parse parses args (without the command's name) with fs, whose output it
@@ -31,4 +32,18 @@ func Parse(fs *flag.FlagSet, args []string, usage string, stdout, stderr io.Writ
 		return 2, false
 	}
 	return 0, true
+}
+
+// LockedWriter serialises writes to W from several goroutines (a command's
+// own output and the lines of the processes it runs).
+type LockedWriter struct {
+	mu sync.Mutex
+	W  io.Writer
+}
+
+// Write implements io.Writer.
+func (l *LockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.W.Write(b)
 }
