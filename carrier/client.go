@@ -118,23 +118,53 @@ func (c *Client) Buy(ctx context.Context, carrierKey string, req PurchaseRequest
 	if err != nil {
 		return nil, fmt.Errorf("carrier: encode purchase: %w", err)
 	}
-	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+"/v1/labels", bytes.NewReader(body))
+	resp, err := c.post(ctx, "/v1/labels", carrierKey, body)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return readPurchase(resp, time.Now())
+}
+
+// post sends one keyed POST to the carrier (body is JSON, or nil for none).
+// A failure to get an answer is an [*UnknownOutcomeError]: refused, reset,
+// timed out, or the caller's context ended, the request may have reached the
+// carrier, so its effect may have happened.
+func (c *Client) post(ctx context.Context, path, carrierKey string, body []byte) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+path, rd)
 	if err != nil {
 		return nil, fmt.Errorf("carrier: build request: %w", err)
 	}
 	c.setHeaders(httpReq)
 	httpReq.Header.Set("Idempotency-Key", carrierKey)
-	httpReq.Header.Set("Content-Type", "application/json")
+	if body != nil {
+		httpReq.Header.Set("Content-Type", "application/json")
+	}
 	httpReq.Header.Set("Accept", "application/json")
-
 	resp, err := c.httpClient.Do(httpReq)
 	if err != nil {
-		// Refused, reset, timed out, or the caller's context ended: the request
-		// may have reached the carrier, so the purchase may have happened.
 		return nil, &UnknownOutcomeError{Err: unwrapURLError(err)}
 	}
-	defer resp.Body.Close()
-	return readPurchase(resp, time.Now())
+	return resp, nil
+}
+
+// decodeOK decodes the body of a 200 or 201 into v, what naming it in errors:
+// a body we cannot read or decode leaves the outcome unknown.
+func decodeOK(status int, body []byte, readErr error, what string, v any) error {
+	if readErr != nil {
+		return &UnknownOutcomeError{Status: status, Err: fmt.Errorf("read %s: %w", what, readErr)}
+	}
+	if len(body) > maxLabelBody {
+		return &UnknownOutcomeError{Status: status, Err: fmt.Errorf("%s body over %d bytes", what, maxLabelBody)}
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return &UnknownOutcomeError{Status: status, Err: fmt.Errorf("decode %s: %w", what, err)}
+	}
+	return nil
 }
 
 // readPurchase classifies one answer to POST /v1/labels.
@@ -145,15 +175,9 @@ func readPurchase(resp *http.Response, now time.Time) (*Label, error) {
 
 	switch {
 	case status == http.StatusOK || status == http.StatusCreated:
-		if readErr != nil {
-			return nil, &UnknownOutcomeError{Status: status, Err: fmt.Errorf("read label: %w", readErr)}
-		}
-		if len(body) > maxLabelBody {
-			return nil, &UnknownOutcomeError{Status: status, Err: fmt.Errorf("label body over %d bytes", maxLabelBody)}
-		}
 		var label Label
-		if err := json.Unmarshal(body, &label); err != nil {
-			return nil, &UnknownOutcomeError{Status: status, Err: fmt.Errorf("decode label: %w", err)}
+		if err := decodeOK(status, body, readErr, "label", &label); err != nil {
+			return nil, err
 		}
 		if missing := label.missingFields(); missing != "" {
 			return nil, &UnknownOutcomeError{Status: status, Err: fmt.Errorf("label without %s", missing)}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -66,18 +65,9 @@ func (c *Client) Void(ctx context.Context, carrierKey, carrierLabelID string) (*
 	if carrierLabelID == "" {
 		return nil, errors.New("carrier: void: empty carrier label id")
 	}
-	u := c.baseURL + "/v1/labels/" + url.PathEscape(carrierLabelID) + "/void"
-	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
+	resp, err := c.post(ctx, "/v1/labels/"+url.PathEscape(carrierLabelID)+"/void", carrierKey, nil)
 	if err != nil {
-		return nil, fmt.Errorf("carrier: build request: %w", err)
-	}
-	c.setHeaders(httpReq)
-	httpReq.Header.Set("Idempotency-Key", carrierKey)
-	httpReq.Header.Set("Accept", "application/json")
-
-	resp, err := c.httpClient.Do(httpReq)
-	if err != nil {
-		return nil, &UnknownOutcomeError{Err: unwrapURLError(err)}
+		return nil, err
 	}
 	defer resp.Body.Close()
 	return readVoid(resp, time.Now())
@@ -91,15 +81,9 @@ func readVoid(resp *http.Response, now time.Time) (*VoidedLabel, error) {
 
 	switch {
 	case status == http.StatusOK:
-		if readErr != nil {
-			return nil, &UnknownOutcomeError{Status: status, Err: fmt.Errorf("read voided label: %w", readErr)}
-		}
-		if len(body) > maxLabelBody {
-			return nil, &UnknownOutcomeError{Status: status, Err: fmt.Errorf("voided label body over %d bytes", maxLabelBody)}
-		}
 		var v VoidedLabel
-		if err := json.Unmarshal(body, &v); err != nil {
-			return nil, &UnknownOutcomeError{Status: status, Err: fmt.Errorf("decode voided label: %w", err)}
+		if err := decodeOK(status, body, readErr, "voided label", &v); err != nil {
+			return nil, err
 		}
 		var missing []string
 		if v.CarrierLabelID == "" {
