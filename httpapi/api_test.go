@@ -263,16 +263,54 @@ func TestValidation(t *testing.T) {
 			require.Contains(t, fields, c.field)
 		})
 	}
-	r := s.Do(http.MethodPost, "/v1/labels", tok, stacktest.ParcelBody(5, 1, 100), "Idempotency-Key", "ct", "Content-Type", "text/plain")
-	r2 := s.Do(http.MethodPost, "/v1/labels", tok, nil, "Idempotency-Key", "ct", "Content-Type", "text/plain")
-	requireProblem(t, r2, http.StatusBadRequest, "invalid_request")
-	_ = r
+	for _, ct := range []string{"text/plain", "", "application/json; charset=latin1"} {
+		r := s.Do(http.MethodPost, "/v1/labels", tok, stacktest.ParcelBody(5, 1, 100), "Idempotency-Key", "ct", "Content-Type", ct)
+		requireProblem(t, r, http.StatusUnsupportedMediaType, "unsupported_media_type")
+	}
 	big := bytes.Repeat([]byte(" "), 64<<10+1)
 	requireProblem(t, s.Create(tok, "big", big), http.StatusRequestEntityTooLarge, "payload_too_large")
 
 	// Nothing was stored; the same key with a corrected body is new.
 	require.Equal(t, 0, count(t, s, `SELECT count(*) FROM idempotency_keys`))
 	require.Equal(t, http.StatusAccepted, s.Create(tok, "v-order_zero", stacktest.ParcelBody(5, 1, 100)).Status)
+}
+
+// Each refusal says what is actually wrong: the texts are pinned.
+func TestErrorTexts(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{NoWorker: true})
+	tok := s.Token("fulfilment")
+
+	truncated := requireProblem(t, s.Create(tok, "t-1", []byte(`{"order_id":`)), http.StatusBadRequest, "invalid_request")
+	require.Equal(t, "the request body is invalid: see errors", truncated.Detail)
+	require.Len(t, truncated.Errors, 1)
+	require.Equal(t, "", truncated.Errors[0].Field)
+	require.Equal(t, "malformed JSON: the body ends before the JSON value is complete (truncated)", truncated.Errors[0].Message)
+	for _, body := range []string{`{"order_id":1`, `{"order_id`, `{"order_id":1,"ship_to":{`, `[1,`} {
+		p := requireProblem(t, s.Create(tok, "t-2", []byte(body)), http.StatusBadRequest, "invalid_request")
+		require.Contains(t, p.Errors[0].Message, "truncated", body)
+	}
+	for _, body := range []string{"", "  \n"} {
+		p := requireProblem(t, s.Create(tok, "t-3", []byte(body)), http.StatusBadRequest, "invalid_request")
+		require.Equal(t, "the body is empty", p.Errors[0].Message)
+	}
+	bad := requireProblem(t, s.Create(tok, "t-4", []byte(`{"order_id":}`)), http.StatusBadRequest, "invalid_request")
+	require.Contains(t, bad.Errors[0].Message, "malformed JSON: invalid character '}'")
+
+	missing := requireProblem(t, s.Do(http.MethodGet, "/v1/label-requests", tok, nil), http.StatusBadRequest, "invalid_request")
+	require.Equal(t, "the idempotency_key query parameter is missing", missing.Detail)
+	require.Len(t, missing.Errors, 1)
+	require.Equal(t, "idempotency_key", missing.Errors[0].Field)
+	require.Equal(t, "is required: GET /v1/label-requests?idempotency_key=KEY", missing.Errors[0].Message)
+	invalid := requireProblem(t, s.Do(http.MethodGet, "/v1/label-requests?idempotency_key=a&idempotency_key=b", tok, nil), http.StatusBadRequest, "invalid_request")
+	require.Equal(t, "the idempotency_key query parameter is invalid", invalid.Detail)
+
+	r := s.Do(http.MethodPost, "/v1/labels", tok, stacktest.ParcelBody(5, 1, 100), "Idempotency-Key", "t-5", "Content-Type", "text/plain")
+	media := requireProblem(t, r, http.StatusUnsupportedMediaType, "unsupported_media_type")
+	require.Equal(t, "Unsupported media type", media.Title)
+	require.Equal(t, "the body must be sent as Content-Type: application/json", media.Detail)
+	require.Equal(t, "application/json", r.Header.Get("Accept-Post"))
+	require.Equal(t, 0, count(t, s, `SELECT count(*) FROM idempotency_keys`), "a refusal stores nothing")
 }
 
 // A second caller with the same key makes an independent request; everything

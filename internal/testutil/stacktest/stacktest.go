@@ -132,6 +132,14 @@ func (s *Stack) Do(method, path, token string, body []byte, headers ...string) R
 		req.Header.Set("Content-Type", "application/json")
 	}
 	for i := 0; i+1 < len(headers); i += 2 {
+		// A Content-Type given replaces the default ("" removes it); any
+		// other header is added, so that a test can repeat one.
+		if http.CanonicalHeaderKey(headers[i]) == "Content-Type" {
+			req.Header.Del("Content-Type")
+			if headers[i+1] == "" {
+				continue
+			}
+		}
 		req.Header.Add(headers[i], headers[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)
