@@ -607,3 +607,26 @@ func TestRunbookNamesRealMetrics(t *testing.T) {
 		require.True(t, known[n], "docs/operations.md names %s, which no collector exports", n)
 	}
 }
+
+// The metrics table of docs/operations.md lists every metric once, with the
+// process that exports it, as package metrics registers them.
+func TestRunbookMetricsTableMatchesTheProcesses(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../docs/operations.md")
+	require.NoError(t, err)
+	row := regexp.MustCompile("^\\| `(labels_[a-z_]+)` \\| ([a-z]+) \\|")
+	documented := map[string]string{}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if m := row.FindStringSubmatch(line); m != nil {
+			require.NotContains(t, documented, m[1], "%s listed twice", m[1])
+			documented[m[1]] = m[2]
+		}
+	}
+	exported := map[string]string{}
+	for _, p := range []metrics.Process{metrics.API, metrics.Worker} {
+		for _, n := range metrics.Names(p) {
+			exported[n] = string(p)
+		}
+	}
+	require.Equal(t, exported, documented, "docs/operations.md's metrics table (metric, exported by) against package metrics")
+}

@@ -100,7 +100,7 @@ const batchMax = 64
 // NewBuyLabelWorker returns a worker.
 func NewBuyLabelWorker(cfg BuyLabelConfig) *BuyLabelWorker {
 	if cfg.Metrics == nil {
-		cfg.Metrics = metrics.New()
+		cfg.Metrics = metrics.New(metrics.Worker)
 	}
 	w := &BuyLabelWorker{cfg: cfg}
 	if cfg.BatchMax >= 0 {

@@ -97,7 +97,7 @@ func (c *Config) defaults() {
 		c.SweepBatch = 1000
 	}
 	if c.Metrics == nil {
-		c.Metrics = metrics.New()
+		c.Metrics = metrics.New(metrics.Worker)
 	}
 }
 

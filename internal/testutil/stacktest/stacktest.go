@@ -69,7 +69,7 @@ func New(t testing.TB, o Opts) *Stack {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
-	m := metrics.New()
+	m := metrics.New(metrics.API, metrics.Worker)
 	s := &Stack{T: t, Pool: pool, Carrier: NewFakeCarrier(), Metrics: m}
 
 	listener := notify.NewListener(pool.Config().ConnConfig.Copy(), log, notify.ChannelFinal, notify.ChannelIntents)
