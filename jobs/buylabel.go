@@ -307,6 +307,9 @@ func newLabel(in *postgres.Intent, bought *carrier.Label) *postgres.Label {
 	if !bought.PurchasedAt.IsZero() {
 		rec.PurchasedAt = &bought.PurchasedAt
 	}
+	if bought.HasDocument() {
+		rec.Document = &labels.Document{URL: bought.LabelURL, ContentType: bought.LabelContentType, SizeBytes: *bought.LabelSizeBytes}
+	}
 	return rec
 }
 
