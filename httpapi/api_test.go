@@ -115,6 +115,42 @@ func TestCreatePollReplayReuse(t *testing.T) {
 	require.Equal(t, 1, total)
 }
 
+// The label document the carrier named is stored with the label and
+// returned in the 201, its replays, the label request and GET /v1/labels/{id},
+// all the same bytes; a label whose carrier named none has no document member.
+func TestLabelDocument(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{})
+	tok := s.Token("fulfilment")
+	// The fake carrier names a document for its first label, none for its second.
+	for i, want := range []map[string]any{
+		{"url": "https://carrier.test/v1/labels/CL-1/document", "content_type": "application/zpl", "size_bytes": 1001.0},
+		nil,
+	} {
+		key := fmt.Sprintf("doc-%d", i)
+		body := stacktest.ParcelBody(int64(8100+i), 1, 1450)
+		lr := decode[labelRequest](t, s.Create(tok, key, body).Body)
+		final := decode[labelRequest](t, s.WaitFinal(tok, lr.ID).Body)
+		require.Equal(t, "succeeded", final.Status)
+		replay := s.Create(tok, key, body)
+		require.Equal(t, http.StatusCreated, replay.Status)
+		label := decode[map[string]any](t, replay.Body)
+		if want == nil {
+			require.NotContains(t, label, "document")
+		} else {
+			require.Equal(t, want, label["document"])
+		}
+		got := s.Do(http.MethodGet, "/v1/labels/"+label["label_id"].(string), tok, nil)
+		require.Equal(t, replay.Body, got.Body, "GET /v1/labels/{id} is the saved 201, byte for byte")
+		require.Equal(t, string(replay.Body), string(final.Label))
+		var url, ctype *string
+		var size *int64
+		require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT document_url, document_content_type, document_size_bytes FROM labels WHERE label_id = $1`,
+			label["label_id"]).Scan(&url, &ctype, &size))
+		require.Equal(t, want == nil, url == nil && ctype == nil && size == nil, "stored with the label")
+	}
+}
+
 func carrierKeyOf(t *testing.T, s *stacktest.Stack, callerID, key string) string {
 	t.Helper()
 	var ck string

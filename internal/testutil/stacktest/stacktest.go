@@ -228,6 +228,12 @@ func (c *FakeCarrier) Buy(ctx context.Context, key string, req carrier.PurchaseR
 		c.seq++
 		l = &carrier.Label{CarrierLabelID: fmt.Sprintf("CL-%d", c.seq), TrackingNo: fmt.Sprintf("GRD%09d-%d", req.OrderID, c.seq),
 			CostCents: 612, Currency: "USD", PurchasedAt: time.Now().UTC()}
+		// Every other label names a document, as a carrier may or may not.
+		if c.seq%2 == 1 {
+			size := int64(1000 + c.seq)
+			l.LabelURL = fmt.Sprintf("https://carrier.test/v1/labels/CL-%d/document", c.seq)
+			l.LabelContentType, l.LabelSizeBytes = "application/zpl", &size
+		}
 		c.byKey[key] = l
 		c.purchases[key]++
 	}
