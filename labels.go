@@ -45,16 +45,30 @@ type Parcel struct {
 
 // Label is a label we bought, as api.md shapes it.
 type Label struct {
-	LabelID        string    `json:"label_id"`
-	OrderID        int64     `json:"order_id"`
-	ParcelNo       int       `json:"parcel_no"`
-	LabelVersion   int       `json:"label_version"`
-	Service        string    `json:"service"`
-	TrackingNo     string    `json:"tracking_no"`
-	CarrierLabelID string    `json:"carrier_label_id"`
-	CostCents      int64     `json:"cost_cents"`
-	Currency       string    `json:"currency"`
-	CreatedAt      time.Time `json:"created_at"`
+	LabelID        string `json:"label_id"`
+	OrderID        int64  `json:"order_id"`
+	ParcelNo       int    `json:"parcel_no"`
+	LabelVersion   int    `json:"label_version"`
+	Service        string `json:"service"`
+	TrackingNo     string `json:"tracking_no"`
+	CarrierLabelID string `json:"carrier_label_id"`
+	// CostCents and Currency are what the carrier charged for the label, in
+	// the currency it billed in: no conversion is made.
+	CostCents int64     `json:"cost_cents"`
+	Currency  string    `json:"currency"`
+	CreatedAt time.Time `json:"created_at"`
+	// Document is the printable label the carrier named, nil when it named
+	// none. Left out of the JSON when nil, so that a label without one renders
+	// to the bytes it always did.
+	Document *Document `json:"document,omitempty"`
+}
+
+// Document is the printable label (a PDF or ZPL file) at the carrier: where to
+// fetch it (with the carrier's credentials), its media type and its size.
+type Document struct {
+	URL         string `json:"url"`
+	ContentType string `json:"content_type"`
+	SizeBytes   int64  `json:"size_bytes"`
 }
 
 // Body renders the label as the JSON saved at completion and replayed after.

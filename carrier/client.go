@@ -46,9 +46,22 @@ type Label struct {
 	CostCents      int64     `json:"cost_cents"`
 	Currency       string    `json:"currency"`
 	PurchasedAt    time.Time `json:"purchased_at"`
+	// LabelURL names the printable label document (PDF or ZPL) the carrier
+	// serves, of media type LabelContentType and LabelSizeBytes bytes. The
+	// three are optional in the protocol and go together: a carrier that
+	// names no document (or only part of one) still sold the label.
+	LabelURL         string `json:"label_url,omitempty"`
+	LabelContentType string `json:"label_content_type,omitempty"`
+	LabelSizeBytes   *int64 `json:"label_size_bytes,omitempty"`
 	// Replayed is true when the carrier answered 200: the key had bought this
 	// label before, on an attempt whose reply we may never have seen.
 	Replayed bool `json:"-"`
+}
+
+// HasDocument tells whether the answer named a whole label document: a URL,
+// a media type and a size.
+func (l *Label) HasDocument() bool {
+	return l.LabelURL != "" && l.LabelContentType != "" && l.LabelSizeBytes != nil && *l.LabelSizeBytes >= 0
 }
 
 // ClientOpts configures a [Client].

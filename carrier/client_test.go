@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -478,4 +479,38 @@ func TestIdleConnectionsForInFlight(t *testing.T) {
 	require.EqualValues(t, n, dials.Load(), "the first wave opens a connection per call")
 	wave()
 	require.EqualValues(t, n, dials.Load(), "the second wave finds every connection open")
+}
+
+// The label document is optional and goes whole: an answer that names a URL,
+// a media type and a size has one; one that names part of it has none, and
+// is still a label bought.
+func TestBuyLabelDocument(t *testing.T) {
+	t.Parallel()
+	base := strings.TrimSuffix(labelJSON, "}")
+	for _, c := range []struct {
+		name, extra string
+		has         bool
+	}{
+		{"whole", `,"label_url":"https://c.example/v1/labels/CL-5521/document","label_content_type":"application/zpl","label_size_bytes":812`, true},
+		{"empty document", `,"label_url":"https://c.example/d","label_content_type":"application/pdf","label_size_bytes":0`, true},
+		{"none", ``, false},
+		{"no size", `,"label_url":"https://c.example/d","label_content_type":"application/pdf"`, false},
+		{"no type", `,"label_url":"https://c.example/d","label_size_bytes":812`, false},
+		{"no url", `,"label_content_type":"application/pdf","label_size_bytes":812`, false},
+		{"negative size", `,"label_url":"https://c.example/d","label_content_type":"application/pdf","label_size_bytes":-1`, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, "", answer(http.StatusCreated, base+c.extra+"}"))
+			label, err := b.client.Buy(context.Background(), testKey, testReq)
+			require.NoError(t, err)
+			require.Equal(t, "CL-5521", label.CarrierLabelID)
+			require.Equal(t, c.has, label.HasDocument())
+			if c.name == "whole" {
+				require.Equal(t, "https://c.example/v1/labels/CL-5521/document", label.LabelURL)
+				require.Equal(t, "application/zpl", label.LabelContentType)
+				require.Equal(t, int64(812), *label.LabelSizeBytes)
+			}
+		})
+	}
 }

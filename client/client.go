@@ -192,8 +192,7 @@ func (c *Client) await(ctx context.Context, key string, acc *accepted) (*labels.
 			continue
 		}
 		if a.status != http.StatusOK {
-			p := readProblem(a)
-			return nil, &ProblemError{Key: key, RequestID: acc.requestID, Problem: p}
+			return nil, newProblemError(key, acc.requestID, a)
 		}
 		var lr labels.LabelRequest
 		if err := json.Unmarshal(a.body, &lr); err != nil {
@@ -260,12 +259,11 @@ func (c *Client) classifyCreate(key string, a answer) verdict {
 	case p.Code == labels.CodeCarrierRejected || p.Code == labels.CodeCarrierUnavailable:
 		return verdict{err: finalProblem(key, requestID, replayed, p)}
 	case a.status == http.StatusConflict:
-		err := &ProblemError{Key: key, RequestID: requestID, Replayed: replayed, Problem: p}
-		return verdict{retry: p.Code == labels.CodeRequestInProgress, err: err}
+		return verdict{retry: p.Code == labels.CodeRequestInProgress, err: newProblemError(key, requestID, a)}
 	case transient(a.status):
-		return verdict{retry: true, err: &ProblemError{Key: key, Replayed: replayed, Problem: p}}
+		return verdict{retry: true, err: newProblemError(key, "", a)}
 	}
-	return verdict{err: &ProblemError{Key: key, RequestID: requestID, Replayed: replayed, Problem: p}}
+	return verdict{err: newProblemError(key, requestID, a)}
 }
 
 // transient tells the statuses worth another attempt with the same key.

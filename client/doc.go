@@ -71,4 +71,18 @@
 //
 // [IsTemporary] tells the errors after which calling again later with the same
 // parcel and key is the right thing to do.
+//
+// A [*ProblemError] carries the problem document (with every invalid field of
+// a 400 in Problem.Errors, and in its error text) and the answer's
+// X-Request-Id (HTTPRequestID), the id the service logged the request under.
+//
+// # Reading
+//
+// [Client.GetLabel] reads a label by id, with the printable document the
+// carrier named (Label.Document: where to fetch it, its media type and size).
+// [Client.GetLabelRequest] reads a label request by id and [Client.FindByKey]
+// by idempotency key, without waiting: pending, or final with the label or
+// the saved problem. Reads change nothing, so they retry what is transient
+// within the same bounds as CreateLabel; a label or request that is not the
+// caller's is a [*ProblemError] matching [ErrNotFound].
 package client

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/labelkit/labels"
 )
@@ -44,23 +45,51 @@ type ProblemError struct {
 	RequestID string
 	// Replayed is true when the answer carried Idempotent-Replayed: true.
 	Replayed bool
-	// Problem is the problem document; Status and Code are always set.
+	// Problem is the problem document; Status is always set, Code when the
+	// answer was a problem document of the API.
 	Problem labels.Problem
+	// HTTPRequestID is the answer's X-Request-Id: the id under which the
+	// service logged the request (http_request_id), to quote when asking
+	// its operators. Empty when the answer had none.
+	HTTPRequestID string
 }
 
-// Error implements error.
+// Error implements error. It names the key (for a create), the status, the
+// code and the detail, every invalid field with its message, and the
+// X-Request-Id, e.g.
+//
+//	labels: key "label:1:1:v1": 400 invalid_request: the request body is invalid: see errors: weight_g: must be an integer from 1 to 70000 (X-Request-Id 01JF…)
 func (e *ProblemError) Error() string {
-	s := fmt.Sprintf("labels: key %q: %d", e.Key, e.Problem.Status)
+	var b strings.Builder
+	b.WriteString("labels: ")
+	if e.Key != "" {
+		fmt.Fprintf(&b, "key %q: ", e.Key)
+	}
+	fmt.Fprintf(&b, "%d", e.Problem.Status)
 	if e.Problem.Code != "" {
-		s += " " + e.Problem.Code
+		b.WriteString(" " + e.Problem.Code)
 	}
 	switch {
 	case e.Problem.Detail != "":
-		s += ": " + e.Problem.Detail
+		b.WriteString(": " + e.Problem.Detail)
 	case e.Problem.Title != "":
-		s += ": " + e.Problem.Title
+		b.WriteString(": " + e.Problem.Title)
 	}
-	return s
+	for i, fe := range e.Problem.Errors {
+		sep := "; "
+		if i == 0 {
+			sep = ": "
+		}
+		field := fe.Field
+		if field == "" {
+			field = "body"
+		}
+		b.WriteString(sep + field + ": " + fe.Message)
+	}
+	if e.HTTPRequestID != "" {
+		b.WriteString(" (X-Request-Id " + e.HTTPRequestID + ")")
+	}
+	return b.String()
 }
 
 // Is matches the sentinel of the problem's code.

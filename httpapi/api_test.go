@@ -115,6 +115,42 @@ func TestCreatePollReplayReuse(t *testing.T) {
 	require.Equal(t, 1, total)
 }
 
+// The label document the carrier named is stored with the label and
+// returned in the 201, its replays, the label request and GET /v1/labels/{id},
+// all the same bytes; a label whose carrier named none has no document member.
+func TestLabelDocument(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{})
+	tok := s.Token("fulfilment")
+	// The fake carrier names a document for its first label, none for its second.
+	for i, want := range []map[string]any{
+		{"url": "https://carrier.test/v1/labels/CL-1/document", "content_type": "application/zpl", "size_bytes": 1001.0},
+		nil,
+	} {
+		key := fmt.Sprintf("doc-%d", i)
+		body := stacktest.ParcelBody(int64(8100+i), 1, 1450)
+		lr := decode[labelRequest](t, s.Create(tok, key, body).Body)
+		final := decode[labelRequest](t, s.WaitFinal(tok, lr.ID).Body)
+		require.Equal(t, "succeeded", final.Status)
+		replay := s.Create(tok, key, body)
+		require.Equal(t, http.StatusCreated, replay.Status)
+		label := decode[map[string]any](t, replay.Body)
+		if want == nil {
+			require.NotContains(t, label, "document")
+		} else {
+			require.Equal(t, want, label["document"])
+		}
+		got := s.Do(http.MethodGet, "/v1/labels/"+label["label_id"].(string), tok, nil)
+		require.Equal(t, replay.Body, got.Body, "GET /v1/labels/{id} is the saved 201, byte for byte")
+		require.Equal(t, string(replay.Body), string(final.Label))
+		var url, ctype *string
+		var size *int64
+		require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT document_url, document_content_type, document_size_bytes FROM labels WHERE label_id = $1`,
+			label["label_id"]).Scan(&url, &ctype, &size))
+		require.Equal(t, want == nil, url == nil && ctype == nil && size == nil, "stored with the label")
+	}
+}
+
 func carrierKeyOf(t *testing.T, s *stacktest.Stack, callerID, key string) string {
 	t.Helper()
 	var ck string
@@ -263,16 +299,54 @@ func TestValidation(t *testing.T) {
 			require.Contains(t, fields, c.field)
 		})
 	}
-	r := s.Do(http.MethodPost, "/v1/labels", tok, stacktest.ParcelBody(5, 1, 100), "Idempotency-Key", "ct", "Content-Type", "text/plain")
-	r2 := s.Do(http.MethodPost, "/v1/labels", tok, nil, "Idempotency-Key", "ct", "Content-Type", "text/plain")
-	requireProblem(t, r2, http.StatusBadRequest, "invalid_request")
-	_ = r
+	for _, ct := range []string{"text/plain", "", "application/json; charset=latin1"} {
+		r := s.Do(http.MethodPost, "/v1/labels", tok, stacktest.ParcelBody(5, 1, 100), "Idempotency-Key", "ct", "Content-Type", ct)
+		requireProblem(t, r, http.StatusUnsupportedMediaType, "unsupported_media_type")
+	}
 	big := bytes.Repeat([]byte(" "), 64<<10+1)
 	requireProblem(t, s.Create(tok, "big", big), http.StatusRequestEntityTooLarge, "payload_too_large")
 
 	// Nothing was stored; the same key with a corrected body is new.
 	require.Equal(t, 0, count(t, s, `SELECT count(*) FROM idempotency_keys`))
 	require.Equal(t, http.StatusAccepted, s.Create(tok, "v-order_zero", stacktest.ParcelBody(5, 1, 100)).Status)
+}
+
+// Each refusal says what is actually wrong: the texts are pinned.
+func TestErrorTexts(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{NoWorker: true})
+	tok := s.Token("fulfilment")
+
+	truncated := requireProblem(t, s.Create(tok, "t-1", []byte(`{"order_id":`)), http.StatusBadRequest, "invalid_request")
+	require.Equal(t, "the request body is invalid: see errors", truncated.Detail)
+	require.Len(t, truncated.Errors, 1)
+	require.Equal(t, "", truncated.Errors[0].Field)
+	require.Equal(t, "malformed JSON: the body ends before the JSON value is complete (truncated)", truncated.Errors[0].Message)
+	for _, body := range []string{`{"order_id":1`, `{"order_id`, `{"order_id":1,"ship_to":{`, `[1,`} {
+		p := requireProblem(t, s.Create(tok, "t-2", []byte(body)), http.StatusBadRequest, "invalid_request")
+		require.Contains(t, p.Errors[0].Message, "truncated", body)
+	}
+	for _, body := range []string{"", "  \n"} {
+		p := requireProblem(t, s.Create(tok, "t-3", []byte(body)), http.StatusBadRequest, "invalid_request")
+		require.Equal(t, "the body is empty", p.Errors[0].Message)
+	}
+	bad := requireProblem(t, s.Create(tok, "t-4", []byte(`{"order_id":}`)), http.StatusBadRequest, "invalid_request")
+	require.Contains(t, bad.Errors[0].Message, "malformed JSON: invalid character '}'")
+
+	missing := requireProblem(t, s.Do(http.MethodGet, "/v1/label-requests", tok, nil), http.StatusBadRequest, "invalid_request")
+	require.Equal(t, "the idempotency_key query parameter is missing", missing.Detail)
+	require.Len(t, missing.Errors, 1)
+	require.Equal(t, "idempotency_key", missing.Errors[0].Field)
+	require.Equal(t, "is required: GET /v1/label-requests?idempotency_key=KEY", missing.Errors[0].Message)
+	invalid := requireProblem(t, s.Do(http.MethodGet, "/v1/label-requests?idempotency_key=a&idempotency_key=b", tok, nil), http.StatusBadRequest, "invalid_request")
+	require.Equal(t, "the idempotency_key query parameter is invalid", invalid.Detail)
+
+	r := s.Do(http.MethodPost, "/v1/labels", tok, stacktest.ParcelBody(5, 1, 100), "Idempotency-Key", "t-5", "Content-Type", "text/plain")
+	media := requireProblem(t, r, http.StatusUnsupportedMediaType, "unsupported_media_type")
+	require.Equal(t, "Unsupported media type", media.Title)
+	require.Equal(t, "the body must be sent as Content-Type: application/json", media.Detail)
+	require.Equal(t, "application/json", r.Header.Get("Accept-Post"))
+	require.Equal(t, 0, count(t, s, `SELECT count(*) FROM idempotency_keys`), "a refusal stores nothing")
 }
 
 // A second caller with the same key makes an independent request; everything

@@ -177,7 +177,7 @@ func TestRoutesAndOps(t *testing.T) {
 	m := s.Do(http.MethodGet, "/metrics", "", nil)
 	require.Equal(t, http.StatusOK, m.Status)
 	require.Contains(t, string(m.Body), `labels_idempotency_outcomes_total{outcome="new"} 1`)
-	require.Contains(t, string(m.Body), `labels_http_requests_total{route="create_label",status="`+strconv.Itoa(http.StatusAccepted)+`"} 1`)
+	require.Contains(t, string(m.Body), `labels_http_requests_total{method="POST",route="create_label",status="`+strconv.Itoa(http.StatusAccepted)+`"} 1`)
 }
 
 // A key that arrives after its record was purged is treated as new, counted

@@ -40,8 +40,10 @@ func (s *Server) handleCreateLabel(w http.ResponseWriter, r *http.Request, calle
 		writeProblem(w, r, labels.CodePayloadTooLarge, "the body is larger than 64 KiB")
 		return
 	}
-	if ferr := checkContentType(r.Header.Values("Content-Type")); ferr != nil {
-		writeInvalid(w, r, []labels.FieldError{*ferr})
+	if !jsonContentType(r.Header.Values("Content-Type")) {
+		// RFC 9110 §15.5.16: a body in a format the resource does not take.
+		w.Header().Set("Accept-Post", "application/json")
+		writeProblem(w, r, labels.CodeUnsupportedMediaType, "the body must be sent as Content-Type: application/json")
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
@@ -232,26 +234,36 @@ func parsePreferWait(values []string) (time.Duration, bool) {
 	return 0, false
 }
 
-// checkContentType accepts application/json, with an optional UTF-8 charset.
-func checkContentType(values []string) *labels.FieldError {
-	bad := &labels.FieldError{Field: "", Message: "Content-Type must be application/json"}
+// jsonContentType accepts one Content-Type, application/json, with an
+// optional UTF-8 charset.
+func jsonContentType(values []string) bool {
 	if len(values) != 1 {
-		return bad
+		return false
 	}
 	mt, params, err := mime.ParseMediaType(values[0])
 	if err != nil || mt != "application/json" {
-		return bad
+		return false
 	}
 	for k, v := range params {
 		if k != "charset" || !strings.EqualFold(v, "utf-8") {
-			return bad
+			return false
 		}
 	}
-	return nil
+	return true
 }
 
+// writeInvalid answers 400 invalid_request for a body that does not validate.
 func writeInvalid(w http.ResponseWriter, r *http.Request, errs []labels.FieldError) {
-	p := labels.NewProblem(labels.CodeInvalidRequest, "the request body is invalid: see errors")
+	writeInvalidDetail(w, r, "the request body is invalid: see errors", errs...)
+}
+
+// writeInvalidQuery answers 400 invalid_request for a query parameter.
+func writeInvalidQuery(w http.ResponseWriter, r *http.Request, detail string, e labels.FieldError) {
+	writeInvalidDetail(w, r, detail, e)
+}
+
+func writeInvalidDetail(w http.ResponseWriter, r *http.Request, detail string, errs ...labels.FieldError) {
+	p := labels.NewProblem(labels.CodeInvalidRequest, detail)
 	p.Errors = errs
 	noteOutcome(r, labels.CodeInvalidRequest)
 	writeProblemBody(w, p.Status, p.Body())

@@ -23,8 +23,14 @@ func (s *Server) handleGetLabelRequest(w http.ResponseWriter, r *http.Request, c
 // handleFindLabelRequest is GET /v1/label-requests?idempotency_key=K.
 func (s *Server) handleFindLabelRequest(w http.ResponseWriter, r *http.Request, callerID string) {
 	key, err := idempotency.ParseKey(r.URL.Query()["idempotency_key"])
-	if err != nil {
-		writeInvalid(w, r, []labels.FieldError{{Field: "idempotency_key", Message: "one idempotency_key query parameter of 1 to 255 visible ASCII characters is required"}})
+	switch {
+	case errors.Is(err, idempotency.ErrKeyMissing):
+		writeInvalidQuery(w, r, "the idempotency_key query parameter is missing",
+			labels.FieldError{Field: "idempotency_key", Message: "is required: GET /v1/label-requests?idempotency_key=KEY"})
+		return
+	case err != nil:
+		writeInvalidQuery(w, r, "the idempotency_key query parameter is invalid",
+			labels.FieldError{Field: "idempotency_key", Message: "must be one query parameter of 1 to 255 visible ASCII characters"})
 		return
 	}
 	infoFrom(r).key = key

@@ -59,7 +59,7 @@ type Server struct {
 // NewServer returns the API as an http.Handler.
 func NewServer(deps Deps) http.Handler {
 	if deps.Metrics == nil {
-		deps.Metrics = metrics.New()
+		deps.Metrics = metrics.New(metrics.API)
 	}
 	if deps.StoreTimeout <= 0 {
 		deps.StoreTimeout = 5 * time.Second
@@ -154,7 +154,7 @@ func (s *Server) observe(route string, h http.HandlerFunc) http.HandlerFunc {
 				}
 			}
 			d := time.Since(start)
-			s.deps.Metrics.HTTPRequests.WithLabelValues(route, strconv.Itoa(sw.status)).Inc()
+			s.deps.Metrics.HTTPRequests.WithLabelValues(route, r.Method, strconv.Itoa(sw.status)).Inc()
 			s.deps.Metrics.HTTPDuration.WithLabelValues(route).Observe(d.Seconds())
 			if route == "ops" {
 				return // health probes and scrapes would drown the log

@@ -40,6 +40,9 @@ func decodeStrict(body []byte) (any, error) {
 // decodeTokens is decodeStrict walking encoding/json's tokens: every body
 // decodeFast passes on comes here, which says exactly what is wrong with it.
 func decodeTokens(body []byte) (any, error) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil, errors.New("the body is empty")
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	v, err := decodeValue(dec, 0)
@@ -55,10 +58,7 @@ func decodeTokens(body []byte) (any, error) {
 func decodeValue(dec *json.Decoder, depth int) (any, error) {
 	tok, err := dec.Token()
 	if err != nil {
-		if err == io.EOF {
-			return nil, errors.New("the body is empty")
-		}
-		return nil, fmt.Errorf("malformed JSON: %w", err)
+		return nil, malformed(err)
 	}
 	switch t := tok.(type) {
 	case json.Delim:
@@ -71,7 +71,7 @@ func decodeValue(dec *json.Decoder, depth int) (any, error) {
 			for dec.More() {
 				kt, err := dec.Token()
 				if err != nil {
-					return nil, fmt.Errorf("malformed JSON: %w", err)
+					return nil, malformed(err)
 				}
 				k := kt.(string)
 				if _, dup := obj[k]; dup {
@@ -84,7 +84,7 @@ func decodeValue(dec *json.Decoder, depth int) (any, error) {
 				obj[k] = v
 			}
 			if _, err := dec.Token(); err != nil {
-				return nil, fmt.Errorf("malformed JSON: %w", err)
+				return nil, malformed(err)
 			}
 			return obj, nil
 		case '[':
@@ -97,7 +97,7 @@ func decodeValue(dec *json.Decoder, depth int) (any, error) {
 				arr = append(arr, v)
 			}
 			if _, err := dec.Token(); err != nil {
-				return nil, fmt.Errorf("malformed JSON: %w", err)
+				return nil, malformed(err)
 			}
 			return arr, nil
 		}
@@ -105,6 +105,16 @@ func decodeValue(dec *json.Decoder, depth int) (any, error) {
 	default:
 		return t, nil
 	}
+}
+
+// malformed names what is wrong with JSON that does not parse. A body that
+// ends inside a value (`{"order_id":`) is truncated, which is worth saying
+// plainly: it is what a client that lost part of its body sends.
+func malformed(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return errors.New("malformed JSON: the body ends before the JSON value is complete (truncated)")
+	}
+	return fmt.Errorf("malformed JSON: %w", err)
 }
 
 var countryRE = regexp.MustCompile(`^[A-Z]{2}$`)

@@ -100,7 +100,7 @@ const batchMax = 64
 // NewBuyLabelWorker returns a worker.
 func NewBuyLabelWorker(cfg BuyLabelConfig) *BuyLabelWorker {
 	if cfg.Metrics == nil {
-		cfg.Metrics = metrics.New()
+		cfg.Metrics = metrics.New(metrics.Worker)
 	}
 	w := &BuyLabelWorker{cfg: cfg}
 	if cfg.BatchMax >= 0 {
@@ -306,6 +306,9 @@ func newLabel(in *postgres.Intent, bought *carrier.Label) *postgres.Label {
 	}
 	if !bought.PurchasedAt.IsZero() {
 		rec.PurchasedAt = &bought.PurchasedAt
+	}
+	if bought.HasDocument() {
+		rec.Document = &labels.Document{URL: bought.LabelURL, ContentType: bought.LabelContentType, SizeBytes: *bought.LabelSizeBytes}
 	}
 	return rec
 }

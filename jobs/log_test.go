@@ -54,7 +54,7 @@ func TestJobAttemptLogLine(t *testing.T) {
 		Pool:           s.Pool,
 		Carrier:        carrier.NewClient(carrierSrv.URL, &carrier.ClientOpts{Token: carrierToken}),
 		CarrierTimeout: 5 * time.Second, LeaseDuration: 30 * time.Second, KeyRetention: time.Hour, MaxAttempts: 5,
-		Metrics: metrics.New(),
+		Metrics: metrics.New(metrics.Worker),
 		Log:     zerolog.New(&buf),
 	}))
 	client, err := river.NewClient(riverpgxv5.New(s.Pool), &river.Config{

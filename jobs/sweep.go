@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -19,10 +20,21 @@ type SweepKeysArgs struct{}
 // Kind implements river.JobArgs.
 func (SweepKeysArgs) Kind() string { return "sweep_keys" }
 
+// QueueMaintenance is the queue of the periodic maintenance job sweep_keys:
+// apart from the purchases, so that River UI's queue view shows them apart.
+const QueueMaintenance = "maintenance"
+
+// MaintenanceJobRetention is how long a completed sweep_keys job is kept.
+// River's completed-job retention (KEY_RETENTION) is one setting for every
+// job, and a sweep every minute would otherwise leave ~1,440 completed rows
+// a day to bury the buy_label jobs in River UI; each sweep deletes the
+// completed sweeps older than this.
+const MaintenanceJobRetention = time.Hour
+
 // InsertOpts makes sweeps unique while one is queued or running, so that a
 // slow purge is not joined by a second one.
 func (SweepKeysArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{MaxAttempts: 3, UniqueOpts: river.UniqueOpts{ByState: []rivertype.JobState{
+	return river.InsertOpts{Queue: QueueMaintenance, MaxAttempts: 3, UniqueOpts: river.UniqueOpts{ByState: []rivertype.JobState{
 		rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
 		rivertype.JobStateRetryable, rivertype.JobStateScheduled,
 	}}}
@@ -40,7 +52,10 @@ type SweepKeysWorker struct {
 	// TombstoneRetention is how long the tombstone of a purged key is kept
 	// (default 30 days).
 	TombstoneRetention time.Duration
-	NowFunc            func() time.Time // nil: time.Now
+	// JobRetention is how long completed sweep_keys jobs are kept (default
+	// MaintenanceJobRetention).
+	JobRetention time.Duration
+	NowFunc      func() time.Time // nil: time.Now
 }
 
 // Work implements river.Worker.
@@ -59,8 +74,34 @@ func (w *SweepKeysWorker) Work(ctx context.Context, _ *river.Job[SweepKeysArgs])
 		retention = 30 * 24 * time.Hour
 	}
 	tn, err := SweepTombstones(ctx, w.Pool, w.now().Add(-retention), w.Batch)
-	w.Log.Info().Int64("deleted", n).Int64("tombstones_deleted", tn).Err(err).Msg("sweep_keys")
+	jn := 0
+	if err == nil {
+		jn, err = w.pruneSweeps(ctx)
+	}
+	w.Log.Info().Int64("deleted", n).Int64("tombstones_deleted", tn).Int("sweep_jobs_deleted", jn).Err(err).Msg("sweep_keys")
 	return err
+}
+
+// pruneSweeps deletes the completed sweep_keys jobs finished more than
+// JobRetention ago, through River's own API (River owns its tables).
+func (w *SweepKeysWorker) pruneSweeps(ctx context.Context) (int, error) {
+	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+	if err != nil {
+		return 0, nil // not run by a River client (a direct call): nothing to prune
+	}
+	keep := w.JobRetention
+	if keep <= 0 {
+		keep = MaintenanceJobRetention
+	}
+	res, err := client.JobDeleteMany(ctx, river.NewJobDeleteManyParams().
+		Kinds(SweepKeysArgs{}.Kind()).
+		States(rivertype.JobStateCompleted).
+		Where("finalized_at < @before", river.NamedArgs{"before": w.now().Add(-keep)}).
+		First(10000))
+	if err != nil {
+		return 0, err
+	}
+	return len(res.Jobs), nil
 }
 
 func (w *SweepKeysWorker) now() time.Time {

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels/internal/testutil/dbtest"
@@ -87,4 +90,46 @@ func TestRetryPolicyFullJitter(t *testing.T) {
 		seen[p.Delay(10)] = true
 	}
 	require.Greater(t, len(seen), 100)
+}
+
+// Completed sweep_keys jobs are kept only briefly, on their own queue: each
+// sweep deletes the completed sweeps older than its JobRetention, and leaves
+// younger ones and every other job, however old, to River's retention.
+func TestCompletedSweepsAreKeptBriefly(t *testing.T) {
+	t.Parallel()
+	pool, _ := dbtest.New(t)
+	ctx := context.Background()
+	// An old completed sweep and an old completed purchase, as River leaves them.
+	for _, kind := range []string{"sweep_keys", "buy_label"} {
+		_, err := pool.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, attempt, attempted_at, created_at, scheduled_at, finalized_at)
+			VALUES ('{}', $1, 3, 'maintenance', 'completed', 1, now() - interval '3 hours', now() - interval '3 hours', now() - interval '3 hours', now() - interval '3 hours')`, kind)
+		require.NoError(t, err)
+	}
+
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &jobs.SweepKeysWorker{Pool: pool, Batch: 100, Log: zerolog.Nop(), JobRetention: time.Hour})
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:  map[string]river.QueueConfig{jobs.QueueMaintenance: {MaxWorkers: 1}},
+		Workers: workers,
+		PeriodicJobs: []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(100*time.Millisecond),
+			func() (river.JobArgs, *river.InsertOpts) { return jobs.SweepKeysArgs{}, nil }, &river.PeriodicJobOpts{RunOnStart: true})},
+		FetchPollInterval: 100 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() { _ = client.Stop(context.WithoutCancel(ctx)) })
+
+	count := func(where string) int {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE `+where).Scan(&n))
+		return n
+	}
+	// Two sweeps have run: the first deleted the old one, the second kept the
+	// first, which is young.
+	require.Eventually(t, func() bool {
+		return count(`kind = 'sweep_keys' AND state = 'completed'`) >= 2
+	}, 30*time.Second, 20*time.Millisecond)
+	require.Zero(t, count(`kind = 'sweep_keys' AND state = 'completed' AND finalized_at < now() - interval '1 hour'`), "the old sweep is gone")
+	require.Equal(t, 1, count(`kind = 'buy_label'`), "other jobs are left to River's retention")
+	require.Zero(t, count(`kind = 'sweep_keys' AND queue <> 'maintenance'`), "sweeps run on the maintenance queue")
 }

@@ -1,9 +1,12 @@
 // Package metrics defines the Prometheus metrics of the label service in one
-// place, so that every name, label and help text can be read together and the
-// API and the worker register exactly the ones they update.
+// place, so that every name, label and help text can be read together, and
+// says which process exports each (Metrics.exports): the API registers the
+// ones it updates, the worker its own, so neither exports series that stay 0.
 package metrics
 
 import (
+	"regexp"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -29,11 +32,22 @@ var outcomes = []string{OutcomeNew, OutcomeReplayed, OutcomeKeyReused, OutcomeIn
 var DiscrepancyCategories = []string{"billed_without_label", "duplicate_charge", "amount_mismatch",
 	"label_not_billed", "key_without_label", "label_without_key", "stuck_intent"}
 
-// Metrics holds every collector; a process registers it once.
+// Process names a binary that exports metrics.
+type Process string
+
+// The processes that export metrics.
+const (
+	API    Process = "api"
+	Worker Process = "worker"
+)
+
+// Metrics holds every collector. Each process creates it once with New,
+// which registers only the collectors of that process; the others are still
+// usable (an update is harmless) but not exported.
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	HTTPRequests        *prometheus.CounterVec   // route, status
+	HTTPRequests        *prometheus.CounterVec   // route, method, status
 	HTTPDuration        *prometheus.HistogramVec // route
 	IdempotencyOutcomes *prometheus.CounterVec   // outcome
 	WaitOutcomes        *prometheus.CounterVec   // final|timeout
@@ -60,16 +74,17 @@ type Metrics struct {
 // VoidOutcomes are the values of VoidOutcomes' outcome label.
 var VoidOutcomes = []string{"voided", "window_closed", "not_found", "failed"}
 
-// New returns a fresh set of metrics on a new registry that also carries the Go
-// and process collectors.
-func New() *Metrics {
+// New returns a fresh set of metrics on a new registry that carries the Go
+// and process collectors and the collectors of the given processes (a test
+// that runs the API and a worker in one process passes both).
+func New(processes ...Process) *Metrics {
 	r := prometheus.NewRegistry()
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := &Metrics{
 		Registry: r,
 		HTTPRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "labels_http_requests_total", Help: "HTTP requests answered, by route and status.",
-		}, []string{"route", "status"}),
+			Name: "labels_http_requests_total", Help: "HTTP requests answered, by route, method and status.",
+		}, []string{"route", "method", "status"}),
 		HTTPDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "labels_http_request_duration_seconds", Help: "HTTP request duration, by route.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
@@ -121,8 +136,70 @@ func New() *Metrics {
 	for _, o := range VoidOutcomes {
 		m.VoidOutcomes.WithLabelValues(o)
 	}
-	r.MustRegister(m.HTTPRequests, m.HTTPDuration, m.IdempotencyOutcomes, m.WaitOutcomes, m.RelayDispatched,
-		m.CarrierCalls, m.CarrierDuration, m.LeaseTakeovers, m.FencingRejections, m.JobOutcomes, m.SweeperDeleted,
-		m.ReconcileDiscrepancies, m.VoidOutcomes, m.VoidRecoveredCents)
+	for _, e := range m.exports() {
+		for _, p := range processes {
+			if e.by == p {
+				r.MustRegister(e.c)
+				break
+			}
+		}
+	}
 	return m
 }
+
+// export says which process exports one collector.
+type export struct {
+	c  prometheus.Collector
+	by Process
+}
+
+// exports is the one table of which process exports what: one row per
+// collector of Metrics (a test checks that none is left out). The database
+// gauges (StoreCollector) are the worker's, registered where it serves
+// /metrics.
+func (m *Metrics) exports() []export {
+	return []export{
+		{m.HTTPRequests, API},
+		{m.HTTPDuration, API},
+		{m.IdempotencyOutcomes, API},
+		{m.WaitOutcomes, API},
+
+		{m.RelayDispatched, Worker},
+		{m.CarrierCalls, Worker},
+		{m.CarrierDuration, Worker},
+		{m.LeaseTakeovers, Worker},
+		{m.FencingRejections, Worker},
+		{m.JobOutcomes, Worker},
+		{m.SweeperDeleted, Worker},
+		{m.ReconcileDiscrepancies, Worker},
+		{m.VoidOutcomes, Worker},
+		{m.VoidRecoveredCents, Worker},
+	}
+}
+
+// Names returns the names of the metrics process p exports, the database
+// gauges of StoreCollector included for the worker.
+func Names(p Process) []string {
+	m := New()
+	ch := make(chan *prometheus.Desc, 64)
+	go func() {
+		for _, e := range m.exports() {
+			if e.by == p {
+				e.c.Describe(ch)
+			}
+		}
+		if p == Worker {
+			NewStoreCollector(nil).Describe(ch)
+		}
+		close(ch)
+	}()
+	var names []string
+	for d := range ch {
+		names = append(names, fqNameRE.FindStringSubmatch(d.String())[1])
+	}
+	return names
+}
+
+// fqNameRE finds a metric's name in a Desc's String (the only place the
+// client library shows it).
+var fqNameRE = regexp.MustCompile(`fqName: "([^"]+)"`)

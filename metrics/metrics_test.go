@@ -116,7 +116,7 @@ var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
 
 func TestMetricNamesAreStable(t *testing.T) {
 	t.Parallel()
-	m := metrics.New()
+	m := metrics.New(metrics.API, metrics.Worker)
 	ch := make(chan *prometheus.Desc, 100)
 	v := reflect.ValueOf(m).Elem()
 	for i := range v.NumField() {
@@ -147,7 +147,7 @@ func TestMetricNamesAreStable(t *testing.T) {
 // the start, so that rate() and increase() see the first event.
 func TestOutcomeAndCategorySeriesStartAtZero(t *testing.T) {
 	t.Parallel()
-	m := metrics.New()
+	m := metrics.New(metrics.API, metrics.Worker)
 	for _, o := range []string{metrics.OutcomeNew, metrics.OutcomeReplayed, metrics.OutcomeKeyReused, metrics.OutcomeInProgress,
 		metrics.OutcomeDuplicate, metrics.OutcomeParcelLabelled, metrics.OutcomePurgedKeyReused} {
 		_, ok := sample(t, m.Registry, "labels_idempotency_outcomes_total", "outcome", o)
@@ -176,10 +176,10 @@ func TestHTTPRequestsByRouteStatusAndDuration(t *testing.T) {
 	require.Equal(t, http.StatusOK, s.Do(http.MethodGet, "/v1/label-requests/"+lr.ID, tok, nil).Status)
 	require.Equal(t, http.StatusNotFound, s.Do(http.MethodGet, "/v1/label-requests/lr_nope", tok, nil).Status)
 
-	require.Equal(t, 1.0, value(t, g, "labels_http_requests_total", "route", "create_label", "status", "202"))
-	require.Equal(t, 1.0, value(t, g, "labels_http_requests_total", "route", "create_label", "status", "401"))
-	require.Equal(t, 1.0, value(t, g, "labels_http_requests_total", "route", "get_label_request", "status", "200"))
-	require.Equal(t, 1.0, value(t, g, "labels_http_requests_total", "route", "get_label_request", "status", "404"))
+	require.Equal(t, 1.0, value(t, g, "labels_http_requests_total", "route", "create_label", "method", "POST", "status", "202"))
+	require.Equal(t, 1.0, value(t, g, "labels_http_requests_total", "route", "create_label", "method", "POST", "status", "401"))
+	require.Equal(t, 1.0, value(t, g, "labels_http_requests_total", "route", "get_label_request", "method", "GET", "status", "200"))
+	require.Equal(t, 1.0, value(t, g, "labels_http_requests_total", "route", "get_label_request", "method", "GET", "status", "404"))
 	require.Equal(t, 2.0, value(t, g, "labels_http_request_duration_seconds", "route", "create_label"))
 	require.Equal(t, 2.0, value(t, g, "labels_http_request_duration_seconds", "route", "get_label_request"))
 	h, _ := sample(t, g, "labels_http_request_duration_seconds", "route", "create_label")

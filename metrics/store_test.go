@@ -94,7 +94,7 @@ func TestRiverJobsByQueueAndState(t *testing.T) {
 	require.NoError(t, err)
 
 	require.Equal(t, 3.0, value(t, g, "labels_river_jobs", "queue", jobs.QueueLabels, "state", "available"))
-	require.Equal(t, 1.0, value(t, g, "labels_river_jobs", "queue", river.QueueDefault, "state", "available"))
+	require.Equal(t, 1.0, value(t, g, "labels_river_jobs", "queue", jobs.QueueMaintenance, "state", "available"))
 
 	exec(t, pool, `UPDATE river_job SET state = 'retryable', scheduled_at = now() + interval '1 hour' WHERE args->>'request_id' = 'lr_a'`)
 	exec(t, pool, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE args->>'request_id' = 'lr_b'`)

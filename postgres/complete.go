@@ -47,10 +47,12 @@ const sqlComplete = `
 WITH inp AS (
        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[], $5::int[], $6::text[],
                             $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[],
-                            $13::bigint[], $14::bigint[], $15::int[], $16::int[], $17::timestamptz[], $18::timestamptz[])
+                            $13::bigint[], $14::bigint[], $15::int[], $16::int[], $17::timestamptz[], $18::timestamptz[],
+                            $20::text[], $21::text[], $22::bigint[])
          AS t(request_id, caller_id, idem_key, token, status, body,
               label_id, service, tracking_no, carrier_label_id, carrier_key, currency,
-              order_id, cost_cents, parcel_no, label_version, purchased_at, created_at)),
+              order_id, cost_cents, parcel_no, label_version, purchased_at, created_at,
+              document_url, document_content_type, document_size_bytes)),
      ok AS MATERIALIZED (
        SELECT inp.*
          FROM inp
@@ -63,10 +65,12 @@ WITH inp AS (
      lab AS (
        INSERT INTO labels (label_id, caller_id, request_id, order_id, parcel_no, label_version, service,
                            tracking_no, carrier_label_id, carrier_key, cost_cents, currency,
-                           created_by_key, purchased_at, created_at)
+                           created_by_key, purchased_at, created_at,
+                           document_url, document_content_type, document_size_bytes)
        SELECT label_id, caller_id, request_id, order_id, parcel_no, label_version, service,
               tracking_no, carrier_label_id, carrier_key, cost_cents, currency,
-              idem_key, purchased_at, created_at
+              idem_key, purchased_at, created_at,
+              document_url, document_content_type, document_size_bytes
          FROM ok WHERE label_id IS NOT NULL
        ON CONFLICT DO NOTHING
        RETURNING request_id),
@@ -112,6 +116,7 @@ func Complete(ctx context.Context, pool *pgxpool.Pool, cs []Completion, retentio
 		labelIDs, services, trackings, cls, ckeys, curs = make([]*string, 0, n), make([]*string, 0, n), make([]*string, 0, n), make([]*string, 0, n), make([]*string, 0, n), make([]*string, 0, n)
 		orderIDs, costs                                 = make([]*int64, 0, n), make([]*int64, 0, n)
 		purchased, created                              = make([]*time.Time, 0, n), make([]*time.Time, 0, n)
+		docURLs, docTypes, docSizes                     = make([]*string, 0, n), make([]*string, 0, n), make([]*int64, 0, n)
 		at                                              = make(map[string]int, n)
 	)
 	outs := make([]CompleteResult, n)
@@ -129,18 +134,24 @@ func Complete(ctx context.Context, pool *pgxpool.Pool, cs []Completion, retentio
 			orderIDs, costs = append(orderIDs, &l.OrderID), append(costs, &l.CostCents)
 			parcelNos, versions = append(parcelNos, &l.ParcelNo), append(versions, &l.LabelVersion)
 			purchased, created = append(purchased, l.PurchasedAt), append(created, &l.CreatedAt)
+			if d := l.Document; d != nil {
+				docURLs, docTypes, docSizes = append(docURLs, &d.URL), append(docTypes, &d.ContentType), append(docSizes, &d.SizeBytes)
+			} else {
+				docURLs, docTypes, docSizes = append(docURLs, nil), append(docTypes, nil), append(docSizes, nil)
+			}
 		} else {
 			labelIDs, services, trackings = append(labelIDs, nil), append(services, nil), append(trackings, nil)
 			cls, ckeys, curs = append(cls, nil), append(ckeys, nil), append(curs, nil)
 			orderIDs, costs = append(orderIDs, nil), append(costs, nil)
 			parcelNos, versions = append(parcelNos, nil), append(versions, nil)
 			purchased, created = append(purchased, nil), append(created, nil)
+			docURLs, docTypes, docSizes = append(docURLs, nil), append(docTypes, nil), append(docSizes, nil)
 		}
 	}
 	err := sendShared(ctx, pool, workerLockTimeout, func(b *pgx.Batch) {
 		b.Queue(sqlComplete, ids, callers, keys, tokens, statuses, bodies,
 			labelIDs, services, trackings, cls, ckeys, curs, orderIDs, costs, parcelNos, versions,
-			purchased, created, retention.Seconds()).Query(func(rs pgx.Rows) error {
+			purchased, created, retention.Seconds(), docURLs, docTypes, docSizes).Query(func(rs pgx.Rows) error {
 			var id string
 			var r CompleteResult
 			_, err := pgx.ForEachRow(rs, []any{&id, &r}, func() error {

@@ -23,12 +23,16 @@ type Label struct {
 }
 
 const labelColumns = `label_id, caller_id, request_id, order_id, parcel_no, label_version, service, tracking_no,
-	carrier_label_id, carrier_key, cost_cents, currency, created_by_key, purchased_at, created_at`
+	carrier_label_id, carrier_key, cost_cents, currency, created_by_key, purchased_at, created_at,
+	document_url, document_content_type, document_size_bytes`
 
 func getLabel(row pgx.Row) (*Label, error) {
 	var r Label
+	var docURL, docType *string
+	var docSize *int64
 	err := row.Scan(&r.LabelID, &r.CallerID, &r.RequestID, &r.OrderID, &r.ParcelNo, &r.LabelVersion, &r.Service,
-		&r.TrackingNo, &r.CarrierLabelID, &r.CarrierKey, &r.CostCents, &r.Currency, &r.CreatedByKey, &r.PurchasedAt, &r.CreatedAt)
+		&r.TrackingNo, &r.CarrierLabelID, &r.CarrierKey, &r.CostCents, &r.Currency, &r.CreatedByKey, &r.PurchasedAt, &r.CreatedAt,
+		&docURL, &docType, &docSize)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -36,6 +40,9 @@ func getLabel(row pgx.Row) (*Label, error) {
 		return nil, err
 	}
 	r.CreatedAt = r.CreatedAt.UTC()
+	if docURL != nil && docType != nil && docSize != nil {
+		r.Document = &labels.Document{URL: *docURL, ContentType: *docType, SizeBytes: *docSize}
+	}
 	return &r, nil
 }
 

@@ -43,8 +43,8 @@ func TestPlansProbe(t *testing.T) {
 		num := "'{1}'"
 		dbtest.RequireProbes(t, conn, postgres.PlanSettings, lock, postgres.SQLComplete,
 			[]string{"text[]", "text[]", "text[]", "uuid[]", "int[]", "text[]", "text[]", "text[]", "text[]", "text[]", "text[]", "text[]",
-				"bigint[]", "bigint[]", "int[]", "int[]", "timestamptz[]", "timestamptz[]", "float8"},
-			[]string{a, a, a, uid, num, `'{"{}"}'`, a, a, a, a, a, a, num, num, num, num, ts, ts, "86400"},
+				"bigint[]", "bigint[]", "int[]", "int[]", "timestamptz[]", "timestamptz[]", "float8", "text[]", "text[]", "bigint[]"},
+			[]string{a, a, a, uid, num, `'{"{}"}'`, a, a, a, a, a, a, num, num, num, num, ts, ts, "86400", a, a, num},
 			"idempotency_keys", "label_intents")
 	})
 }

@@ -97,7 +97,7 @@ func (c *Config) defaults() {
 		c.SweepBatch = 1000
 	}
 	if c.Metrics == nil {
-		c.Metrics = metrics.New()
+		c.Metrics = metrics.New(metrics.Worker)
 	}
 }
 
@@ -137,6 +137,8 @@ func New(cfg Config) (*Worker, error) {
 	queues := map[string]river.QueueConfig{
 		jobs.QueueLabels:   {MaxWorkers: cfg.Concurrency},
 		river.QueueDefault: {MaxWorkers: 2},
+		// sweep_keys, apart, so that River UI shows purchases apart from it.
+		jobs.QueueMaintenance: {MaxWorkers: 1},
 	}
 	// Every worker with a carrier that voids (carrier.Client does) runs the
 	// voids of `reconcile void`; one without takes none of them.

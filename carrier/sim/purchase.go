@@ -130,7 +130,7 @@ func (s *Server) handleBuy(w http.ResponseWriter, r *http.Request) {
 	}
 	if !opts.NoKeys {
 		if i, ok := s.byKey[key]; ok {
-			label := s.purchases[i].label()
+			label := s.purchases[i].label(baseURL(r))
 			s.stats.Replays++
 			s.mu.Unlock()
 			writeJSON(w, http.StatusOK, label)
@@ -177,7 +177,7 @@ func (s *Server) handleBuy(w http.ResponseWriter, r *http.Request) {
 		dropReply(w)
 		return
 	}
-	writeJSON(w, http.StatusCreated, p.label())
+	writeJSON(w, http.StatusCreated, p.label(baseURL(r)))
 }
 
 func (s *Server) count(f func(*Stats)) {
@@ -263,16 +263,6 @@ func (s *Server) trackingLocked(prefix string, orderID int64) string {
 		if t := fmt.Sprintf("%s-%d", base, n); !s.tracking[t] {
 			return t
 		}
-	}
-}
-
-func (p Purchase) label() carrier.Label {
-	return carrier.Label{
-		CarrierLabelID: p.CarrierLabelID,
-		TrackingNo:     p.TrackingNo,
-		CostCents:      p.CostCents,
-		Currency:       p.Currency,
-		PurchasedAt:    p.PurchasedAt,
 	}
 }
 

@@ -175,6 +175,7 @@ func (s *Server) routes() {
 	})
 	mux.Handle("POST /v1/labels", s.auth(http.HandlerFunc(s.handleBuy)))
 	mux.Handle("POST /v1/labels/{carrier_label_id}/void", s.auth(http.HandlerFunc(s.handleVoid)))
+	mux.Handle("GET /v1/labels/{carrier_label_id}/document", s.auth(http.HandlerFunc(s.handleDocument)))
 	mux.Handle("GET /v1/invoices", s.auth(http.HandlerFunc(s.handleInvoice)))
 	mux.Handle("GET /sim/config", s.auth(http.HandlerFunc(s.handleGetConfig)))
 	mux.Handle("POST /sim/config", s.auth(http.HandlerFunc(s.handleSetConfig)))

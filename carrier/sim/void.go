@@ -64,7 +64,7 @@ func (s *Server) addVoidLocked(v journalVoid) {
 }
 
 func (p Purchase) voided() voidedLabel {
-	return voidedLabel{Label: p.label(), Status: carrier.StatusVoided, VoidedAt: *p.VoidedAt}
+	return voidedLabel{Label: p.label(""), Status: carrier.StatusVoided, VoidedAt: *p.VoidedAt}
 }
 
 // handleVoid serves POST /v1/labels/{carrier_label_id}/void. A void is

@@ -15,6 +15,7 @@ import (
 
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/logtest"
+	"github.com/labelkit/labels/metrics"
 )
 
 func env(m map[string]string) func(string) string {
@@ -88,6 +89,16 @@ func TestMigrateCallerServe(t *testing.T) {
 	require.NotContains(t, logs.String(), "Exampleton", "the address is never logged")
 	require.NotContains(t, logs.String(), token, "the token is never logged")
 
+	// The API exports its own series and none of the worker's.
+	scraped := scrapeNames(t, "http://"+addr+"/metrics")
+	require.Contains(t, scraped, `labels_http_requests_total{method="POST",route="create_label",status="202"}`)
+	require.Contains(t, scraped, `labels_idempotency_outcomes_total{outcome="new"}`)
+	for _, n := range metrics.Names(metrics.Worker) {
+		for s := range scraped {
+			require.False(t, s == n || strings.HasPrefix(s, n+"{") || strings.HasPrefix(s, n+"_"), "the API exports the worker's %s", s)
+		}
+	}
+
 	cancel()
 	select {
 	case code := <-done:
@@ -95,4 +106,25 @@ func TestMigrateCallerServe(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("api did not stop")
 	}
+}
+
+// scrapeNames returns the series of a /metrics page (name and labels), each
+// with its value.
+func scrapeNames(t *testing.T, url string) map[string]string {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	series := map[string]string{}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		series[line[:i]] = line[i+1:]
+	}
+	return series
 }

@@ -76,7 +76,8 @@ item is matched, 1 when any discrepancy is found, 2 on an error.
 
 Flags:
   --invoice FILE          the carrier's invoice CSV (carrier.md)
-  --date YYYY-MM-DD       fetch that day's invoice from CARRIER_URL instead
+  --date DAY              fetch that day's invoice from CARRIER_URL instead: YYYY-MM-DD,
+                          or yesterday or today (UTC), as a nightly job runs it
   --format FORMAT         text (a summary), json or csv (every item) (default text)
   --out FILE              write the report to FILE instead of standard output
   --grace DURATION        unbilled labels younger than this are not reported (default 48h)
@@ -140,8 +141,8 @@ func parseConfig(args []string, getenv func(string) string) (cfg Config, help bo
 	case cfg.InvoicePath != "" && date != "":
 		return cfg, false, errors.New("give --invoice or --date, not both")
 	case date != "":
-		if cfg.Date, err = time.Parse(time.DateOnly, date); err != nil {
-			return cfg, false, fmt.Errorf("invalid --date %q: want YYYY-MM-DD", date)
+		if cfg.Date, err = parseDate(date, time.Now()); err != nil {
+			return cfg, false, fmt.Errorf("invalid --date %q: want YYYY-MM-DD, today or yesterday", date)
 		}
 		if u, err := url.Parse(cfg.CarrierURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return cfg, false, fmt.Errorf("invalid CARRIER_URL %q: want http(s)://host[:port]", cfg.CarrierURL)
@@ -160,6 +161,20 @@ func parseConfig(args []string, getenv func(string) string) (cfg Config, help bo
 		return cfg, false, fmt.Errorf("invalid DATABASE_URL: %v", redact(err))
 	}
 	return cfg, false, nil
+}
+
+// parseDate reads --date: a calendar day, or "today" or "yesterday" (UTC,
+// the carrier's billing days) counted from now, so that a nightly job needs
+// no shell to compute the day.
+func parseDate(v string, now time.Time) (time.Time, error) {
+	today := now.UTC().Truncate(24 * time.Hour)
+	switch v {
+	case "today":
+		return today, nil
+	case "yesterday":
+		return today.AddDate(0, 0, -1), nil
+	}
+	return time.Parse(time.DateOnly, v)
 }
 
 func duration(name, v string) (time.Duration, error) {

@@ -217,6 +217,13 @@ func TestDate(t *testing.T) {
 	r = runCmd(env, "--date", day.AddDate(0, 0, -1).Format(time.DateOnly))
 	require.Equal(t, 0, r.code, r.stderr)
 
+	// The nightly form, which needs no shell to compute the day: yesterday (UTC).
+	before := time.Now().UTC().AddDate(0, 0, -1).Format(time.DateOnly)
+	r = runCmd(env, "--date", "yesterday")
+	after := time.Now().UTC().AddDate(0, 0, -1).Format(time.DateOnly)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.True(t, strings.Contains(r.stdout, "carrier:"+before) || strings.Contains(r.stdout, "carrier:"+after), r.stdout)
+
 	env["CARRIER_TOKEN"] = "wrong"
 	r = runCmd(env, "--date", day.Format(time.DateOnly))
 	require.Equal(t, 2, r.code)
@@ -389,4 +396,19 @@ func TestFetchInvoiceLimit(t *testing.T) {
 	var rejected *carrier.RejectedError
 	require.ErrorAs(t, err, &rejected)
 	require.Equal(t, "no_invoice", rejected.Code)
+}
+
+func TestParseDate(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 3, 0, 30, 0, 0, time.FixedZone("CET", 3600)) // 2026-12-02 23:30 UTC
+	for in, want := range map[string]string{"yesterday": "2026-12-01", "today": "2026-12-02", "2026-11-30": "2026-11-30"} {
+		got, err := parseDate(in, now)
+		require.NoError(t, err, in)
+		require.Equal(t, want, got.Format(time.DateOnly), in)
+		require.Equal(t, time.UTC, got.Location(), in)
+	}
+	for _, bad := range []string{"Yesterday", "tomorrow", "-1d", "2026-12-32", ""} {
+		_, err := parseDate(bad, now)
+		require.Error(t, err, bad)
+	}
 }

@@ -179,7 +179,7 @@ func work(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, periodic []*
 		return 1
 	}
 	defer pool.Close()
-	m := metrics.New()
+	m := metrics.New(metrics.Worker)
 
 	notifier := notify.NewNotifier(pool, 0, log)
 	listener := notify.NewListener(poolCfg.ConnConfig.Copy(), log, notify.ChannelIntents)

@@ -52,7 +52,7 @@ func Start(ctx context.Context, poolCfg *pgxpool.Config, o Options, log zerolog.
 		Pool:         pool,
 		Listener:     listener,
 		Notifier:     notifier,
-		Metrics:      metrics.New(),
+		Metrics:      metrics.New(metrics.API),
 		Log:          log,
 		KeyRetention: o.KeyRetention,
 		OpenAPI:      api.OpenAPI,

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -42,8 +43,10 @@ func Chart(path string, r *Results) error {
 	thr.Y.Label.Text = "per second"
 	axisX(thr)
 	thr.Y.Min = 0
-	thr.Legend.Top = true
-	thr.Legend.Left = true
+	// The legends are drawn below their plots (see the end), where they
+	// cover neither the data nor the axes' ticks.
+	thrLegend := plot.NewLegend()
+	thrLegend.Top, thrLegend.Left = true, true
 
 	lat := plot.New()
 	lat.Title.Text = "Latency"
@@ -51,8 +54,8 @@ func Chart(path string, r *Results) error {
 	axisX(lat)
 	lat.Y.Scale = plot.LogScale{}
 	lat.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-	lat.Legend.Top = true
-	lat.Legend.Left = true
+	latLegend := plot.NewLegend()
+	latLegend.Top, latLegend.Left = true, true
 
 	var ceilTPS, ceilP50, ceilP99, accPS, accP50, accP99 plotter.XYs
 	for _, c := range r.Ceiling {
@@ -75,10 +78,10 @@ func Chart(path string, r *Results) error {
 	for _, xy := range append(append(plotter.XYs{}, ceilTPS...), accPS...) {
 		ymax = math.Max(ymax, xy.Y)
 	}
-	if err := addLine(thr, ceilTPS, "ceiling: pgbench tps", colCeiling, false); err != nil {
+	if err := addLine(thr, &thrLegend, ceilTPS, "ceiling: pgbench tps", colCeiling, false); err != nil {
 		return err
 	}
-	if err := addLine(thr, accPS, "accept: requests/s", colAccept, false); err != nil {
+	if err := addLine(thr, &thrLegend, accPS, "accept: requests/s", colAccept, false); err != nil {
 		return err
 	}
 	for i, e := range r.EndToEnd {
@@ -97,7 +100,7 @@ func Chart(path string, r *Results) error {
 		s.GlyphStyle.Radius = vg.Points(4)
 		s.GlyphStyle.Shape = draw.PyramidGlyph{}
 		thr.Add(s)
-		thr.Legend.Add(fmt.Sprintf("end to end, sim %g ms: creates/s", e.SimLatencyMs), s)
+		thrLegend.Add(fmt.Sprintf("end to end, sim %g ms: creates/s", e.SimLatencyMs), s)
 		ymax = math.Max(ymax, e.CreatesPerSec)
 	}
 	thr.Y.Max = ymax * 1.25
@@ -114,7 +117,7 @@ func Chart(path string, r *Results) error {
 		{accP50, "accept p50", colAccept, true},
 		{accP99, "accept p99", colAccept, false},
 	} {
-		if err := addLine(lat, l.xys, l.name, l.col, l.dashed); err != nil {
+		if err := addLine(lat, &latLegend, l.xys, l.name, l.col, l.dashed); err != nil {
 			return err
 		}
 	}
@@ -126,16 +129,34 @@ func Chart(path string, r *Results) error {
 	bar.LineStyle.Color = colE2E
 	bar.LineStyle.Dashes = []vg.Length{vg.Points(2), vg.Points(3)}
 	lat.Add(bar)
-	lat.Legend.Add("bar: p99 ≤ 25 ms at 32", bar)
+	latLegend.Add("bar: p99 ≤ 25 ms at 32", bar)
 	lat.Add(plotter.NewGrid())
 
-	img := vgimg.New(vg.Points(960), vg.Points(400))
+	// The figure: a title naming the run's date and machine, the two plots,
+	// and each plot's legend in a band below it.
+	const width, height, titleBand, legendBand = 960, 500, 34, 86
+	img := vgimg.New(vg.Points(width), vg.Points(height))
 	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Points(24), PadTop: vg.Points(8), PadBottom: vg.Points(8), PadLeft: vg.Points(8), PadRight: vg.Points(12)}
+	title := thr.Title.TextStyle
+	title.Font.Size = vg.Points(13)
+	title.XAlign, title.YAlign = draw.XCenter, draw.YCenter
+	dc.FillText(title, vg.Point{X: vg.Points(width / 2), Y: vg.Points(height - titleBand/2)}, ChartTitle(r))
+
+	body := draw.Crop(dc, 0, 0, vg.Points(legendBand), -vg.Points(titleBand))
+	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Points(24), PadTop: vg.Points(4), PadBottom: vg.Points(8), PadLeft: vg.Points(8), PadRight: vg.Points(12)}
 	plots := [][]*plot.Plot{{thr, lat}}
-	canvases := plot.Align(plots, tiles, dc)
+	canvases := plot.Align(plots, tiles, body)
 	thr.Draw(canvases[0][0])
 	lat.Draw(canvases[0][1])
+	for i, l := range []*plot.Legend{&thrLegend, &latLegend} {
+		// Under its plot's data area, left-aligned with the plot's canvas.
+		c := canvases[0][i]
+		band := draw.Canvas{Canvas: dc.Canvas, Rectangle: vg.Rectangle{
+			Min: vg.Point{X: c.Min.X + vg.Points(48), Y: vg.Points(4)},
+			Max: vg.Point{X: c.Max.X, Y: vg.Points(legendBand - 4)},
+		}}
+		l.Draw(band)
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -147,7 +168,22 @@ func Chart(path string, r *Results) error {
 	return f.Close()
 }
 
-func addLine(p *plot.Plot, xys plotter.XYs, name string, col color.Color, dashed bool) error {
+// ChartTitle names what the chart shows, when and where it was measured:
+// the run's date and mode, and the machine.
+func ChartTitle(r *Results) string {
+	m := r.Machine
+	t := fmt.Sprintf("labels bench %s (%s run) · %d × %s, %.0f GiB", r.Date, r.Mode, m.CPUs, m.CPUModel, m.MemoryGiB)
+	// "PostgreSQL 15.20 (Debian …) on x86_64-pc-linux-gnu, compiled by …": the name and version.
+	if f := strings.Fields(m.PostgreSQL); len(f) >= 2 {
+		t += " · " + f[0] + " " + f[1]
+	}
+	if m.GoVersion != "" {
+		t += " · " + m.GoVersion
+	}
+	return t
+}
+
+func addLine(p *plot.Plot, legend *plot.Legend, xys plotter.XYs, name string, col color.Color, dashed bool) error {
 	if len(xys) == 0 {
 		return nil
 	}
@@ -161,7 +197,7 @@ func addLine(p *plot.Plot, xys plotter.XYs, name string, col color.Color, dashed
 	}
 	s.GlyphStyle.Color, s.GlyphStyle.Radius, s.GlyphStyle.Shape = col, vg.Points(2.5), draw.CircleGlyph{}
 	p.Add(l, s)
-	p.Legend.Add(name, l, s)
+	legend.Add(name, l, s)
 	return nil
 }
 

@@ -77,7 +77,7 @@ func NewSim(t testing.TB, o SimOpts) *SimStack {
 	pool, _ := dbtest.New(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
-	m := metrics.New()
+	m := metrics.New(metrics.API, metrics.Worker)
 
 	simOpts := o.Sim
 	carrierSim, err := sim.New(&simOpts)

@@ -69,7 +69,7 @@ func New(t testing.TB, o Opts) *Stack {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
-	m := metrics.New()
+	m := metrics.New(metrics.API, metrics.Worker)
 	s := &Stack{T: t, Pool: pool, Carrier: NewFakeCarrier(), Metrics: m}
 
 	listener := notify.NewListener(pool.Config().ConnConfig.Copy(), log, notify.ChannelFinal, notify.ChannelIntents)
@@ -132,6 +132,14 @@ func (s *Stack) Do(method, path, token string, body []byte, headers ...string) R
 		req.Header.Set("Content-Type", "application/json")
 	}
 	for i := 0; i+1 < len(headers); i += 2 {
+		// A Content-Type given replaces the default ("" removes it); any
+		// other header is added, so that a test can repeat one.
+		if http.CanonicalHeaderKey(headers[i]) == "Content-Type" {
+			req.Header.Del("Content-Type")
+			if headers[i+1] == "" {
+				continue
+			}
+		}
 		req.Header.Add(headers[i], headers[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)
@@ -220,6 +228,12 @@ func (c *FakeCarrier) Buy(ctx context.Context, key string, req carrier.PurchaseR
 		c.seq++
 		l = &carrier.Label{CarrierLabelID: fmt.Sprintf("CL-%d", c.seq), TrackingNo: fmt.Sprintf("GRD%09d-%d", req.OrderID, c.seq),
 			CostCents: 612, Currency: "USD", PurchasedAt: time.Now().UTC()}
+		// Every other label names a document, as a carrier may or may not.
+		if c.seq%2 == 1 {
+			size := int64(1000 + c.seq)
+			l.LabelURL = fmt.Sprintf("https://carrier.test/v1/labels/CL-%d/document", c.seq)
+			l.LabelContentType, l.LabelSizeBytes = "application/zpl", &size
+		}
 		c.byKey[key] = l
 		c.purchases[key]++
 	}

@@ -1,0 +1,140 @@
+package sim
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labelkit/labels/carrier"
+)
+
+// DocumentContentType is the media type of the label documents the simulator
+// serves: a one-page PDF, 4 by 6 inches, as a thermal label printer takes it.
+const DocumentContentType = "application/pdf"
+
+// documentPath is where a label's document is served, under the base URL.
+func documentPath(carrierLabelID string) string {
+	return "/v1/labels/" + carrierLabelID + "/document"
+}
+
+// label renders the purchase as the protocol's answer. base is the URL the
+// client reached the simulator at ("http://host:port"); it names the label
+// document, and an empty base leaves the document out (the void answer).
+func (p Purchase) label(base string) carrier.Label {
+	l := carrier.Label{
+		CarrierLabelID: p.CarrierLabelID,
+		TrackingNo:     p.TrackingNo,
+		CostCents:      p.CostCents,
+		Currency:       p.Currency,
+		PurchasedAt:    p.PurchasedAt,
+	}
+	if base != "" {
+		size := int64(len(p.document()))
+		l.LabelURL = base + documentPath(p.CarrierLabelID)
+		l.LabelContentType = DocumentContentType
+		l.LabelSizeBytes = &size
+	}
+	return l
+}
+
+// baseURL is the simulator's URL as the client of r reached it.
+func baseURL(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}
+
+// handleDocument is GET /v1/labels/{carrier_label_id}/document: the label's
+// PDF, the same bytes every time (voided labels included: a carrier keeps
+// what it sold).
+func (s *Server) handleDocument(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("carrier_label_id")
+	s.mu.Lock()
+	i, ok := s.byLabel[id]
+	var p Purchase
+	if ok {
+		p = s.purchases[i]
+	}
+	s.mu.Unlock()
+	if !ok {
+		writeProblem(w, http.StatusNotFound, "not_found", "no label "+id)
+		return
+	}
+	doc := p.document()
+	w.Header().Set("Content-Type", DocumentContentType)
+	w.Header().Set("Content-Length", strconv.Itoa(len(doc)))
+	w.Header().Set("Content-Disposition", `inline; filename="`+p.CarrierLabelID+`.pdf"`)
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(doc)
+	}
+}
+
+// document renders the label as a minimal PDF 1.4 file: one 288 x 432 point
+// page (4 x 6 in) of Helvetica text. It is built from the purchase alone, so
+// the same label is the same bytes, also after a restart from the state file.
+// The address is not kept by the simulator, so it is not printed.
+func (p Purchase) document() []byte {
+	lines := []string{
+		"LABELKIT CARRIER SIMULATOR",
+		"",
+		strings.ToUpper(p.Service),
+		"Tracking " + p.TrackingNo,
+		"Label " + p.CarrierLabelID,
+		fmt.Sprintf("Order %d / parcel %d", p.OrderID, p.ParcelNo),
+		fmt.Sprintf("Weight %d g", p.WeightG),
+		"Reference " + p.Reference,
+		"Purchased " + p.PurchasedAt.UTC().Format(time.RFC3339),
+	}
+	var content strings.Builder
+	content.WriteString("BT /F1 14 Tf 18 400 Td 16 TL\n")
+	for _, l := range lines {
+		content.WriteString("(" + pdfEscape(l) + ") Tj T*\n")
+	}
+	content.WriteString("ET\n")
+	stream := content.String()
+
+	objects := []string{
+		"<< /Type /Catalog /Pages 2 0 R >>",
+		"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+		"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 288 432] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
+		fmt.Sprintf("<< /Length %d >>\nstream\n%sendstream", len(stream), stream),
+		"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>",
+	}
+	var b strings.Builder
+	b.WriteString("%PDF-1.4\n")
+	offsets := make([]int, len(objects))
+	for i, o := range objects {
+		offsets[i] = b.Len()
+		fmt.Fprintf(&b, "%d 0 obj\n%s\nendobj\n", i+1, o)
+	}
+	xref := b.Len()
+	fmt.Fprintf(&b, "xref\n0 %d\n0000000000 65535 f \n", len(objects)+1)
+	for _, off := range offsets {
+		fmt.Fprintf(&b, "%010d 00000 n \n", off)
+	}
+	fmt.Fprintf(&b, "trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n", len(objects)+1, xref)
+	return []byte(b.String())
+}
+
+// pdfEscape makes s a PDF literal string's content: printable ASCII, with
+// the delimiters escaped.
+func pdfEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '(' || r == ')' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r >= 0x20 && r < 0x7f:
+			b.WriteRune(r)
+		default:
+			b.WriteByte('?')
+		}
+	}
+	return b.String()
+}

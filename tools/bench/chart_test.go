@@ -1,0 +1,35 @@
+package main
+
+import (
+	"encoding/json"
+	"image/png"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The chart of a saved run renders from its JSON, titled with the run's date
+// and machine (RENDER_CHART=path keeps a copy to look at).
+func TestChartOfSavedResults(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../bench/results/2026-12-03.json")
+	require.NoError(t, err)
+	var r Results
+	require.NoError(t, json.Unmarshal(b, &r))
+	require.Equal(t, "labels bench 2026-12-03 (full run) · 2 × Intel(R) Xeon(R) Processor @ 2.80GHz, 24 GiB · PostgreSQL 15.20 · go1.26.8", ChartTitle(&r))
+
+	path := filepath.Join(t.TempDir(), "chart.png")
+	if p := os.Getenv("RENDER_CHART"); p != "" {
+		path = p
+	}
+	require.NoError(t, Chart(path, &r))
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	img, err := png.Decode(f)
+	require.NoError(t, err)
+	require.Equal(t, 1280, img.Bounds().Dx(), "960 points at 96 dpi")
+	require.InDelta(t, 667, img.Bounds().Dy(), 1)
+}
