@@ -22,6 +22,7 @@ import (
 	"github.com/labelkit/labels/internal/testutil/pgbouncertest"
 	"github.com/labelkit/labels/internal/testutil/proctest"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
+	"github.com/labelkit/labels/postgres"
 )
 
 // poolerPoolSize is PgBouncer's default_pool_size in these tests: every
@@ -298,14 +299,19 @@ func TestStackThroughPgBouncer(t *testing.T) {
 	s.checkSessions()
 }
 
-// checkSessions holds both of PgBouncer's server connections at once, each
-// in a transaction, and requires each session to be as a new one is: no
-// prepared statement, no LISTEN, no advisory lock, no setting changed for
-// the session. With server_reset_query empty, anything a statement of the
-// stack left on its session would be seen here (and met by the next
-// client).
+// checkSessions requires every server session of the pooler to be as a new
+// one is (see sessionState).
 func (s *pooledStack) checkSessions() {
-	t := s.t
+	s.t.Helper()
+	require.Empty(s.t, sessionState(s.t, s.pooledURL), "with server_reset_query empty, what a statement left on its session meets the next client")
+}
+
+// sessionState holds all poolerPoolSize server connections of the pooler at
+// pooledURL at once, each in a transaction, and returns what makes a session
+// differ from a new one: a prepared statement, a LISTEN, an advisory lock, a
+// setting changed for the session.
+func sessionState(t *testing.T, pooledURL string) []string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const check = `SELECT pg_backend_pid(),
@@ -321,24 +327,131 @@ func (s *pooledStack) checkSessions() {
 			_ = c.Close(context.Background())
 		}
 	}()
+	var found []string
 	pids := map[int]bool{}
 	for range poolerPoolSize {
-		cfg, err := pgx.ParseConfig(s.pooledURL)
-		require.NoError(t, err)
-		cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-		c, err := pgx.ConnectConfig(ctx, cfg)
-		require.NoError(t, err)
+		c := simpleConn(t, pooledURL)
 		conns = append(conns, c)
-		_, err = c.Exec(ctx, "BEGIN")
+		_, err := c.Exec(ctx, "BEGIN")
 		require.NoError(t, err)
 		var pid, prepared, listening, locks int
 		var settings string
 		require.NoError(t, c.QueryRow(ctx, check).Scan(&pid, &prepared, &listening, &locks, &settings))
 		pids[pid] = true
-		require.Zero(t, prepared, "a prepared statement outlived its transaction on session %d", pid)
-		require.Zero(t, listening, "session %d listens", pid)
-		require.Zero(t, locks, "session %d holds an advisory lock", pid)
-		require.Empty(t, settings, "session %d carries settings", pid)
+		if prepared > 0 {
+			found = append(found, fmt.Sprintf("session %d: %d prepared statements", pid, prepared))
+		}
+		if listening > 0 {
+			found = append(found, fmt.Sprintf("session %d: listens on %d channels", pid, listening))
+		}
+		if locks > 0 {
+			found = append(found, fmt.Sprintf("session %d: holds %d advisory locks", pid, locks))
+		}
+		if settings != "" {
+			found = append(found, fmt.Sprintf("session %d: settings %s", pid, settings))
+		}
 	}
-	require.Len(t, pids, poolerPoolSize, "both server connections were checked")
+	require.Len(t, pids, poolerPoolSize, "every server connection was checked")
+	return found
+}
+
+// simpleConn connects through the pooler with the simple protocol, which
+// prepares nothing.
+func simpleConn(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	require.NoError(t, err)
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	c, err := pgx.ConnectConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	return c
+}
+
+// The checks above can fail: through the same PgBouncer, pgx's default
+// (named prepared statements, cached per client connection) breaks, where
+// the services' pooled configuration does not; and a session-level SET, a
+// session advisory lock or a LISTEN is found on the server session by
+// sessionState.
+func TestPoolerCatchesSessionState(t *testing.T) {
+	t.Parallel()
+	_, dbURL := dbtest.New(t)
+	bouncer := pgbouncertest.Start(t, dbURL, poolerPoolSize)
+	url := bouncer.URL(dbURL)
+	ctx := context.Background()
+
+	// Many clients, each running the same statement several times.
+	load := func(cfg *pgxpool.Config) error {
+		cfg.MaxConns = 10
+		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		require.NoError(t, err)
+		defer p.Close()
+		var mu sync.Mutex
+		var first error
+		var wg sync.WaitGroup
+		for i := range 40 {
+			wg.Go(func() {
+				for j := range 10 {
+					var n int
+					err := p.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys WHERE idem_key = $1`, fmt.Sprint(i, j)).Scan(&n)
+					mu.Lock()
+					if err != nil && first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		return first
+	}
+	naive, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	err = load(naive)
+	require.Error(t, err, "named prepared statements do not survive transaction pooling")
+	require.Contains(t, err.Error(), "prepared statement")
+	t.Logf("pgx's default through PgBouncer: %v", err)
+	db, err := postgres.ParseEndpoints(url, dbURL, true)
+	require.NoError(t, err)
+	require.NoError(t, load(db.Pool))
+	require.Equal(t, pgx.QueryExecModeCacheDescribe, db.Pool.ConnConfig.DefaultQueryExecMode)
+	require.NotContains(t, db.Pool.ConnConfig.RuntimeParams, "idle_in_transaction_session_timeout", "PgBouncer refuses it")
+
+	// Session state left behind is found. The naive pool's statements were
+	// prepared on the sessions too: start from clean ones.
+	cleanSessions(t, url)
+	require.Empty(t, sessionState(t, url))
+	for _, leak := range []struct{ sql, want string }{
+		{"SET lock_timeout = '1s'", "settings lock_timeout=1000"},
+		{"SELECT pg_advisory_lock(42)", "holds 1 advisory locks"},
+		{"LISTEN some_channel", "listens on 1 channels"},
+	} {
+		c := simpleConn(t, url)
+		_, err := c.Exec(ctx, leak.sql)
+		require.NoError(t, err)
+		require.NoError(t, c.Close(ctx))
+		found := sessionState(t, url)
+		require.Len(t, found, 1, leak.sql)
+		require.Contains(t, found[0], leak.want)
+		cleanSessions(t, url)
+		require.Empty(t, sessionState(t, url), "cleaned after %s", leak.sql)
+	}
+}
+
+// cleanSessions holds every server session of the pooler at once and resets
+// each (effective at each commit).
+func cleanSessions(t *testing.T, url string) {
+	t.Helper()
+	ctx := context.Background()
+	var conns []*pgx.Conn
+	for range poolerPoolSize {
+		c := simpleConn(t, url)
+		conns = append(conns, c)
+		_, err := c.Exec(ctx, "BEGIN; DEALLOCATE ALL; RESET ALL; SELECT pg_advisory_unlock_all(); UNLISTEN *")
+		require.NoError(t, err)
+	}
+	for _, c := range conns {
+		_, err := c.Exec(ctx, "COMMIT")
+		require.NoError(t, err)
+		require.NoError(t, c.Close(ctx))
+	}
 }
