@@ -1,0 +1,333 @@
+// Package pooler measures what PgBouncer in transaction mode buys a fleet on
+// one PostgreSQL server: the server connections that N APIs and M workers
+// hold, idle and under load, straight to PostgreSQL and through the pooler,
+// the end-to-end throughput of each (same run, one after the other on the
+// same fleet), and the largest fleet the server's max_connections serves
+// each way. It runs the real binaries (./cmd/api, ./cmd/worker,
+// ./cmd/carrier) in a scratch database; `go run ./tools/bench pooler`.
+package pooler
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/labelkit/labels/internal/devdb"
+	"github.com/labelkit/labels/internal/pgbouncer"
+	"github.com/labelkit/labels/internal/testutil/proctest"
+	"github.com/labelkit/labels/tools/bench/internal/scratch"
+)
+
+// Fleet is N APIs and M workers.
+type Fleet struct{ APIs, Workers int }
+
+func (f Fleet) String() string { return fmt.Sprintf("%dx%d", f.APIs, f.Workers) }
+
+// Config is one measurement.
+type Config struct {
+	ServerURL string        // DATABASE_URL's server; empty: 127.0.0.1:5432, else a private one
+	Fleets    []Fleet       // default 1x1, 2x4, 5x10, 10x20
+	PoolSize  int           // PgBouncer's default_pool_size (default 20)
+	Clients   int           // closed-loop clients of the load (default 32)
+	Load      time.Duration // load per fleet and mode (default 10s)
+	BinDir    string        // prebuilt binaries; empty builds them
+	Log       func(format string, args ...any)
+}
+
+// Run is one fleet in one mode.
+type Run struct {
+	Fleet  string `json:"fleet"`
+	Pooled bool   `json:"pooled"`
+	// Idle is the fleet's server connections after every process is
+	// healthy, before any request; Peak the most during the load.
+	Idle int `json:"idle_connections"`
+	Peak int `json:"peak_connections"`
+	// Labels is the labels bought during the load (201 within Prefer:
+	// wait), PerSecond their rate; Failed the other answers and errors.
+	Labels    int     `json:"labels"`
+	PerSecond float64 `json:"labels_per_second"`
+	Failed    int     `json:"failed"`
+	// Refused counts "too many clients" in the processes' logs.
+	Refused int `json:"too_many_clients"`
+}
+
+// Report is the whole measurement.
+type Report struct {
+	When           time.Time `json:"when"`
+	MaxConnections int       `json:"max_connections"`
+	Reserved       int       `json:"superuser_reserved_connections"`
+	PoolSize       int       `json:"pool_size"`
+	Clients        int       `json:"clients"`
+	LoadSeconds    float64   `json:"load_seconds"`
+	Runs           []Run     `json:"runs"`
+}
+
+func (c *Config) defaults() {
+	if len(c.Fleets) == 0 {
+		c.Fleets = []Fleet{{1, 1}, {2, 4}, {5, 10}, {10, 20}}
+	}
+	if c.PoolSize <= 0 {
+		c.PoolSize = 20
+	}
+	if c.Clients <= 0 {
+		c.Clients = 32
+	}
+	if c.Load <= 0 {
+		c.Load = 10 * time.Second
+	}
+	if c.Log == nil {
+		c.Log = func(string, ...any) {}
+	}
+}
+
+// Measure runs every fleet straight to PostgreSQL and then through
+// PgBouncer, in a scratch database dropped at the end.
+func Measure(ctx context.Context, cfg Config) (*Report, error) {
+	cfg.defaults()
+	server, err := devdb.Ensure(ctx, devdb.Options{URL: cfg.ServerURL, Log: cfg.Log})
+	if err != nil {
+		return nil, err
+	}
+	const prefix = "labels_pooler_"
+	name := scratch.Name(prefix)
+	dbURL, err := devdb.EnsureDatabase(ctx, server, name)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = scratch.Drop(context.WithoutCancel(ctx), server, name, prefix) }()
+	monitor, err := pgxpool.New(ctx, server)
+	if err != nil {
+		return nil, err
+	}
+	defer monitor.Close()
+	rep := &Report{When: time.Now().UTC(), PoolSize: cfg.PoolSize, Clients: cfg.Clients, LoadSeconds: cfg.Load.Seconds()}
+	if err := monitor.QueryRow(ctx, `SELECT current_setting('max_connections')::int, current_setting('superuser_reserved_connections')::int`).
+		Scan(&rep.MaxConnections, &rep.Reserved); err != nil {
+		return nil, err
+	}
+
+	bins := &proctest.Binaries{Dir: cfg.BinDir}
+	if cfg.BinDir == "" {
+		cfg.Log("building ./cmd/api ./cmd/worker ./cmd/carrier")
+		if bins, err = proctest.Build(ctx, &proctest.BuildOpts{Packages: []string{"./cmd/api", "./cmd/worker", "./cmd/carrier"}}); err != nil {
+			return nil, err
+		}
+		defer func() { _ = bins.Remove() }()
+	}
+	bouncer, err := pgbouncer.Start(ctx, pgbouncer.Options{Server: dbURL, PoolSize: cfg.PoolSize})
+	if err != nil {
+		return nil, err
+	}
+	defer bouncer.Stop()
+	m := &measurer{cfg: cfg, bins: bins, dbURL: dbURL, pooledURL: bouncer.URL(dbURL), db: name, monitor: monitor}
+	if _, err := proctest.Run(ctx, bins.Path("api"), &proctest.Opts{Args: []string{"migrate"}, Env: m.env(false, false)}); err != nil {
+		return nil, err
+	}
+	res, err := proctest.Run(ctx, bins.Path("api"), &proctest.Opts{Args: []string{"caller", "add", "bench"}, Env: m.env(false, false)})
+	if err != nil {
+		return nil, err
+	}
+	m.token = res.LastLine()
+	carrier, err := proctest.Start(context.WithoutCancel(ctx), bins.Path("carrier"), &proctest.Opts{Env: []string{"CARRIER_ADDR=127.0.0.1:0", "SIM_LATENCY=20ms"}})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = carrier.Stop(context.Background()) }()
+	addr, err := carrier.WaitListening(ctx, "listening")
+	if err != nil {
+		return nil, err
+	}
+	m.carrierURL = "http://" + addr
+
+	for _, f := range cfg.Fleets {
+		for _, pooled := range []bool{false, true} {
+			r, err := m.run(ctx, f, pooled)
+			if err != nil {
+				return rep, fmt.Errorf("fleet %s (pooled %v): %w", f, pooled, err)
+			}
+			cfg.Log("fleet %s pooled=%v: idle %d, peak %d server connections; %d labels, %.1f/s, %d failed, %d refused",
+				f, pooled, r.Idle, r.Peak, r.Labels, r.PerSecond, r.Failed, r.Refused)
+			rep.Runs = append(rep.Runs, *r)
+		}
+	}
+	return rep, nil
+}
+
+type measurer struct {
+	cfg                  Config
+	bins                 *proctest.Binaries
+	dbURL, pooledURL, db string
+	token, carrierURL    string
+	monitor              *pgxpool.Pool
+	order                atomic.Int64
+}
+
+// env is a process's database settings: straight, or through the pooler
+// with the direct URL for LISTEN.
+func (m *measurer) env(pooled, direct bool) []string {
+	switch {
+	case pooled && direct:
+		return []string{"DATABASE_URL=" + m.pooledURL, "DATABASE_DIRECT_URL=" + m.dbURL, "LOG_FORMAT=json"}
+	case pooled:
+		return []string{"DATABASE_URL=" + m.pooledURL, "DATABASE_POOLED=true", "LOG_FORMAT=json"}
+	}
+	return []string{"DATABASE_URL=" + m.dbURL, "LOG_FORMAT=json"}
+}
+
+// connections counts the server sessions of the scratch database but the
+// monitor's own.
+func (m *measurer) connections(ctx context.Context) (int, error) {
+	var n int
+	err := m.monitor.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, m.db).Scan(&n)
+	return n, err
+}
+
+func (m *measurer) run(ctx context.Context, f Fleet, pooled bool) (*Run, error) {
+	r := &Run{Fleet: f.String(), Pooled: pooled}
+	var procs []*proctest.Process
+	defer func() {
+		var wg sync.WaitGroup
+		for _, p := range procs {
+			wg.Go(func() {
+				sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				_ = p.Stop(sctx)
+			})
+		}
+		wg.Wait()
+		for _, p := range procs {
+			for _, l := range p.Lines() {
+				if strings.Contains(l.Text, "too many clients") {
+					r.Refused++
+				}
+			}
+		}
+	}()
+	start := func(bin, listening string, env []string) (string, error) {
+		p, err := proctest.Start(context.WithoutCancel(ctx), m.bins.Path(bin), &proctest.Opts{Env: env, KeepLines: 500})
+		if err != nil {
+			return "", err
+		}
+		procs = append(procs, p)
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		addr, err := p.WaitListening(sctx, listening)
+		if err == nil {
+			err = p.WaitHealthy(sctx, "http://"+addr)
+		}
+		return "http://" + addr, err
+	}
+	var apis []string
+	for range f.APIs {
+		u, err := start("api", "listening", append(m.env(pooled, true), "API_ADDR=127.0.0.1:0"))
+		if err != nil {
+			return nil, err
+		}
+		apis = append(apis, u)
+	}
+	for range f.Workers {
+		if _, err := start("worker", "metrics listening", append(m.env(pooled, true), "CARRIER_URL="+m.carrierURL, "METRICS_ADDR=127.0.0.1:0")); err != nil {
+			return nil, err
+		}
+	}
+	time.Sleep(2 * time.Second) // River's start-up queries settle
+	var err error
+	if r.Idle, err = m.connections(ctx); err != nil {
+		return nil, err
+	}
+
+	lctx, cancel := context.WithTimeout(ctx, m.cfg.Load)
+	defer cancel()
+	var peak atomic.Int64
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for lctx.Err() == nil {
+			if n, err := m.connections(ctx); err == nil && int64(n) > peak.Load() {
+				peak.Store(int64(n))
+			}
+			select {
+			case <-lctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	var labels, failed atomic.Int64
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: m.cfg.Clients}}
+	began := time.Now()
+	var wg sync.WaitGroup
+	for i := range m.cfg.Clients {
+		wg.Go(func() {
+			for lctx.Err() == nil {
+				n := m.order.Add(1)
+				ok := m.buy(ctx, client, apis[(i+int(n))%len(apis)], n)
+				if lctx.Err() != nil {
+					return // an answer after the window counts for nothing
+				}
+				if ok {
+					labels.Add(1)
+				} else {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(began)
+	<-sampled
+	r.Peak = int(peak.Load())
+	r.Labels, r.Failed = int(labels.Load()), int(failed.Load())
+	r.PerSecond = math.Round(float64(r.Labels)/elapsed.Seconds()*10) / 10
+	return r, nil
+}
+
+// buy sends one new intent with Prefer: wait=10 and says whether the label
+// came back.
+func (m *measurer) buy(ctx context.Context, c *http.Client, api string, n int64) bool {
+	body := fmt.Sprintf(`{"order_id":%d,"parcel_no":1,"weight_g":500,"service":"ground","ship_to":{"name":"A. Example","line1":"1 Example Street","city":"Exampleton","postal_code":"10115","country":"DE"}}`, 5_000_000+n)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, api+"/v1/labels", strings.NewReader(body))
+	if err != nil {
+		return false
+	}
+	req.Header.Set("Authorization", "Bearer "+m.token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", fmt.Sprintf("pooler-bench-%d", n))
+	req.Header.Set("Prefer", "wait=10")
+	resp, err := c.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode == http.StatusCreated
+}
+
+// Print writes the report as a table, the throughput ratio per fleet, and
+// the largest fleets max_connections serves each way.
+func (r *Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "PostgreSQL max_connections %d (%d reserved); PgBouncer default_pool_size %d; %d clients, %.0f s per run\n\n",
+		r.MaxConnections, r.Reserved, r.PoolSize, r.Clients, r.LoadSeconds)
+	fmt.Fprintf(w, "| fleet (APIs x workers) | direct: idle · peak connections | pooled: idle · peak | direct labels/s (failed) | pooled labels/s (failed) | pooled / direct |\n")
+	fmt.Fprintf(w, "| --- | ---: | ---: | ---: | ---: | ---: |\n")
+	for i := 0; i+1 < len(r.Runs); i += 2 {
+		d, p := r.Runs[i], r.Runs[i+1]
+		ratio := "-"
+		if d.PerSecond > 0 {
+			ratio = fmt.Sprintf("%.2f", p.PerSecond/d.PerSecond)
+		}
+		fmt.Fprintf(w, "| %s | %d · %d | %d · %d | %.1f (%d) | %.1f (%d) | %s |\n",
+			d.Fleet, d.Idle, d.Peak, p.Idle, p.Peak, d.PerSecond, d.Failed, p.PerSecond, p.Failed, ratio)
+	}
+}
+
+// JSON renders the report.
+func (r *Report) JSON() ([]byte, error) { return json.MarshalIndent(r, "", "  ") }
