@@ -51,6 +51,9 @@ type Run struct {
 	// healthy, before any request; Peak the most during the load.
 	Idle int `json:"idle_connections"`
 	Peak int `json:"peak_connections"`
+	// Listening is the sessions whose last statement was a LISTEN (the
+	// notify listeners and River's, on the direct connection).
+	Listening int `json:"listening"`
 	// Labels is the labels bought during the load (201 within Prefer:
 	// wait), PerSecond their rate; Failed the other answers and errors.
 	Labels    int     `json:"labels"`
@@ -123,12 +126,7 @@ func Measure(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		defer func() { _ = bins.Remove() }()
 	}
-	bouncer, err := pgbouncer.Start(ctx, pgbouncer.Options{Server: dbURL, PoolSize: cfg.PoolSize})
-	if err != nil {
-		return nil, err
-	}
-	defer bouncer.Stop()
-	m := &measurer{cfg: cfg, bins: bins, dbURL: dbURL, pooledURL: bouncer.URL(dbURL), db: name, monitor: monitor}
+	m := &measurer{cfg: cfg, bins: bins, dbURL: dbURL, db: name, monitor: monitor}
 	if _, err := proctest.Run(ctx, bins.Path("api"), &proctest.Opts{Args: []string{"migrate"}, Env: m.env(false, false)}); err != nil {
 		return nil, err
 	}
@@ -154,8 +152,8 @@ func Measure(ctx context.Context, cfg Config) (*Report, error) {
 			if err != nil {
 				return rep, fmt.Errorf("fleet %s (pooled %v): %w", f, pooled, err)
 			}
-			cfg.Log("fleet %s pooled=%v: idle %d, peak %d server connections; %d labels, %.1f/s, %d failed, %d refused",
-				f, pooled, r.Idle, r.Peak, r.Labels, r.PerSecond, r.Failed, r.Refused)
+			cfg.Log("fleet %s pooled=%v: idle %d (%d listening), peak %d server connections; %d labels, %.1f/s, %d failed, %d refused",
+				f, pooled, r.Idle, r.Listening, r.Peak, r.Labels, r.PerSecond, r.Failed, r.Refused)
 			rep.Runs = append(rep.Runs, *r)
 		}
 	}
@@ -193,6 +191,15 @@ func (m *measurer) connections(ctx context.Context) (int, error) {
 
 func (m *measurer) run(ctx context.Context, f Fleet, pooled bool) (*Run, error) {
 	r := &Run{Fleet: f.String(), Pooled: pooled}
+	if pooled {
+		// A PgBouncer of the run's own: its server connections are the run's.
+		bouncer, err := pgbouncer.Start(ctx, pgbouncer.Options{Server: m.dbURL, PoolSize: m.cfg.PoolSize})
+		if err != nil {
+			return nil, err
+		}
+		defer bouncer.Stop()
+		m.pooledURL = bouncer.URL(m.dbURL)
+	}
 	var procs []*proctest.Process
 	defer func() {
 		var wg sync.WaitGroup
@@ -204,6 +211,13 @@ func (m *measurer) run(ctx context.Context, f Fleet, pooled bool) (*Run, error) 
 			})
 		}
 		wg.Wait()
+		// The next run starts from a server without this one's sessions.
+		for i := 0; i < 50; i++ {
+			if n, err := m.connections(context.Background()); err != nil || n == 0 {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 		for _, p := range procs {
 			for _, l := range p.Lines() {
 				if strings.Contains(l.Text, "too many clients") {
@@ -242,6 +256,9 @@ func (m *measurer) run(ctx context.Context, f Fleet, pooled bool) (*Run, error) 
 	time.Sleep(2 * time.Second) // River's start-up queries settle
 	var err error
 	if r.Idle, err = m.connections(ctx); err != nil {
+		return nil, err
+	}
+	if err := m.monitor.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND query ILIKE 'listen%'`, m.db).Scan(&r.Listening); err != nil {
 		return nil, err
 	}
 
