@@ -14,6 +14,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,17 +37,31 @@ func (f Fleet) String() string { return fmt.Sprintf("%dx%d", f.APIs, f.Workers) 
 type Config struct {
 	ServerURL string        // DATABASE_URL's server; empty: 127.0.0.1:5432, else a private one
 	Fleets    []Fleet       // default 1x1, 2x4, 5x10, 10x20
+	Modes     []string      // default direct, pooled, polled
 	PoolSize  int           // PgBouncer's default_pool_size (default 20)
 	Clients   int           // closed-loop clients of the load (default 32)
 	Load      time.Duration // load per fleet and mode (default 10s)
+	// Repeat runs each fleet's modes this many times, alternating (default
+	// 1): on a shared machine one run of each is noise.
+	Repeat int
 	BinDir    string        // prebuilt binaries; empty builds them
 	Log       func(format string, args ...any)
 }
 
+// The modes of a run.
+const (
+	Direct = "direct" // DATABASE_URL straight to PostgreSQL
+	Pooled = "pooled" // DATABASE_URL through PgBouncer, DATABASE_DIRECT_URL for LISTEN
+	Polled = "polled" // through PgBouncer, no direct URL: nothing listens, everything polls
+	// Describe is Direct with the pooled runs' statement mode (pgx's
+	// cache_describe): what the statement mode alone costs, without the hop.
+	Describe = "describe"
+)
+
 // Run is one fleet in one mode.
 type Run struct {
-	Fleet  string `json:"fleet"`
-	Pooled bool   `json:"pooled"`
+	Fleet string `json:"fleet"`
+	Mode  string `json:"mode"`
 	// Idle is the fleet's server connections after every process is
 	// healthy, before any request; Peak the most during the load.
 	Idle int `json:"idle_connections"`
@@ -71,15 +86,22 @@ type Report struct {
 	PoolSize       int       `json:"pool_size"`
 	Clients        int       `json:"clients"`
 	LoadSeconds    float64   `json:"load_seconds"`
+	Repeat         int       `json:"repeat"`
 	Runs           []Run     `json:"runs"`
 }
 
 func (c *Config) defaults() {
+	if len(c.Modes) == 0 {
+		c.Modes = []string{Direct, Pooled, Polled}
+	}
 	if len(c.Fleets) == 0 {
 		c.Fleets = []Fleet{{1, 1}, {2, 4}, {5, 10}, {10, 20}}
 	}
 	if c.PoolSize <= 0 {
 		c.PoolSize = 20
+	}
+	if c.Repeat <= 0 {
+		c.Repeat = 1
 	}
 	if c.Clients <= 0 {
 		c.Clients = 32
@@ -112,7 +134,7 @@ func Measure(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer monitor.Close()
-	rep := &Report{When: time.Now().UTC(), PoolSize: cfg.PoolSize, Clients: cfg.Clients, LoadSeconds: cfg.Load.Seconds()}
+	rep := &Report{When: time.Now().UTC(), PoolSize: cfg.PoolSize, Clients: cfg.Clients, LoadSeconds: cfg.Load.Seconds(), Repeat: cfg.Repeat}
 	if err := monitor.QueryRow(ctx, `SELECT current_setting('max_connections')::int, current_setting('superuser_reserved_connections')::int`).
 		Scan(&rep.MaxConnections, &rep.Reserved); err != nil {
 		return nil, err
@@ -127,10 +149,10 @@ func Measure(ctx context.Context, cfg Config) (*Report, error) {
 		defer func() { _ = bins.Remove() }()
 	}
 	m := &measurer{cfg: cfg, bins: bins, dbURL: dbURL, db: name, monitor: monitor}
-	if _, err := proctest.Run(ctx, bins.Path("api"), &proctest.Opts{Args: []string{"migrate"}, Env: m.env(false, false)}); err != nil {
+	if _, err := proctest.Run(ctx, bins.Path("api"), &proctest.Opts{Args: []string{"migrate"}, Env: m.env(Direct)}); err != nil {
 		return nil, err
 	}
-	res, err := proctest.Run(ctx, bins.Path("api"), &proctest.Opts{Args: []string{"caller", "add", "bench"}, Env: m.env(false, false)})
+	res, err := proctest.Run(ctx, bins.Path("api"), &proctest.Opts{Args: []string{"caller", "add", "bench"}, Env: m.env(Direct)})
 	if err != nil {
 		return nil, err
 	}
@@ -147,13 +169,14 @@ func Measure(ctx context.Context, cfg Config) (*Report, error) {
 	m.carrierURL = "http://" + addr
 
 	for _, f := range cfg.Fleets {
-		for _, pooled := range []bool{false, true} {
-			r, err := m.run(ctx, f, pooled)
+		for i := range cfg.Repeat * len(cfg.Modes) {
+			mode := cfg.Modes[i%len(cfg.Modes)]
+			r, err := m.run(ctx, f, mode)
 			if err != nil {
-				return rep, fmt.Errorf("fleet %s (pooled %v): %w", f, pooled, err)
+				return rep, fmt.Errorf("fleet %s %s: %w", f, mode, err)
 			}
-			cfg.Log("fleet %s pooled=%v: idle %d (%d listening), peak %d server connections; %d labels, %.1f/s, %d failed, %d refused",
-				f, pooled, r.Idle, r.Listening, r.Peak, r.Labels, r.PerSecond, r.Failed, r.Refused)
+			cfg.Log("fleet %s %s: idle %d (%d listening), peak %d server connections; %d labels, %.1f/s, %d failed, %d refused",
+				f, mode, r.Idle, r.Listening, r.Peak, r.Labels, r.PerSecond, r.Failed, r.Refused)
 			rep.Runs = append(rep.Runs, *r)
 		}
 	}
@@ -169,14 +192,15 @@ type measurer struct {
 	order                atomic.Int64
 }
 
-// env is a process's database settings: straight, or through the pooler
-// with the direct URL for LISTEN.
-func (m *measurer) env(pooled, direct bool) []string {
-	switch {
-	case pooled && direct:
+// env is a process's database settings in mode.
+func (m *measurer) env(mode string) []string {
+	switch mode {
+	case Pooled:
 		return []string{"DATABASE_URL=" + m.pooledURL, "DATABASE_DIRECT_URL=" + m.dbURL, "LOG_FORMAT=json"}
-	case pooled:
+	case Polled:
 		return []string{"DATABASE_URL=" + m.pooledURL, "DATABASE_POOLED=true", "LOG_FORMAT=json"}
+	case Describe:
+		return []string{"DATABASE_URL=" + m.dbURL + "&default_query_exec_mode=cache_describe", "LOG_FORMAT=json"}
 	}
 	return []string{"DATABASE_URL=" + m.dbURL, "LOG_FORMAT=json"}
 }
@@ -189,9 +213,9 @@ func (m *measurer) connections(ctx context.Context) (int, error) {
 	return n, err
 }
 
-func (m *measurer) run(ctx context.Context, f Fleet, pooled bool) (*Run, error) {
-	r := &Run{Fleet: f.String(), Pooled: pooled}
-	if pooled {
+func (m *measurer) run(ctx context.Context, f Fleet, mode string) (*Run, error) {
+	r := &Run{Fleet: f.String(), Mode: mode}
+	if mode == Pooled || mode == Polled {
 		// A PgBouncer of the run's own: its server connections are the run's.
 		bouncer, err := pgbouncer.Start(ctx, pgbouncer.Options{Server: m.dbURL, PoolSize: m.cfg.PoolSize})
 		if err != nil {
@@ -242,14 +266,14 @@ func (m *measurer) run(ctx context.Context, f Fleet, pooled bool) (*Run, error) 
 	}
 	var apis []string
 	for range f.APIs {
-		u, err := start("api", "listening", append(m.env(pooled, true), "API_ADDR=127.0.0.1:0"))
+		u, err := start("api", "listening", append(m.env(mode), "API_ADDR=127.0.0.1:0"))
 		if err != nil {
 			return nil, err
 		}
 		apis = append(apis, u)
 	}
 	for range f.Workers {
-		if _, err := start("worker", "metrics listening", append(m.env(pooled, true), "CARRIER_URL="+m.carrierURL, "METRICS_ADDR=127.0.0.1:0")); err != nil {
+		if _, err := start("worker", "metrics listening", append(m.env(mode), "CARRIER_URL="+m.carrierURL, "METRICS_ADDR=127.0.0.1:0")); err != nil {
 			return nil, err
 		}
 	}
@@ -328,22 +352,57 @@ func (m *measurer) buy(ctx context.Context, c *http.Client, api string, n int64)
 	return resp.StatusCode == http.StatusCreated
 }
 
-// Print writes the report as a table, the throughput ratio per fleet, and
-// the largest fleets max_connections serves each way.
+// Print writes the report as a table: per fleet and mode the server
+// connections (the most of the repeats), the labels per second (their
+// median) and its ratio to the median of the same fleet's direct runs.
 func (r *Report) Print(w io.Writer) {
-	fmt.Fprintf(w, "PostgreSQL max_connections %d (%d reserved); PgBouncer default_pool_size %d; %d clients, %.0f s per run\n\n",
-		r.MaxConnections, r.Reserved, r.PoolSize, r.Clients, r.LoadSeconds)
-	fmt.Fprintf(w, "| fleet (APIs x workers) | direct: idle · peak connections | pooled: idle · peak | direct labels/s (failed) | pooled labels/s (failed) | pooled / direct |\n")
-	fmt.Fprintf(w, "| --- | ---: | ---: | ---: | ---: | ---: |\n")
-	for i := 0; i+1 < len(r.Runs); i += 2 {
-		d, p := r.Runs[i], r.Runs[i+1]
-		ratio := "-"
-		if d.PerSecond > 0 {
-			ratio = fmt.Sprintf("%.2f", p.PerSecond/d.PerSecond)
+	fmt.Fprintf(w, "PostgreSQL max_connections %d (%d reserved); PgBouncer default_pool_size %d; %d clients, %.0f s per run, %d run(s) per fleet and mode\n\n",
+		r.MaxConnections, r.Reserved, r.PoolSize, r.Clients, r.LoadSeconds, r.Repeat)
+	fmt.Fprintf(w, "| fleet | mode | idle (listening) | peak | labels/s (median; each run) | failed | refused | / direct |\n")
+	fmt.Fprintf(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	type key struct{ fleet, mode string }
+	var order []key
+	agg := map[key]*Run{}
+	rates := map[key][]float64{}
+	for _, x := range r.Runs {
+		k := key{x.Fleet, x.Mode}
+		a := agg[k]
+		if a == nil {
+			a = &Run{Fleet: x.Fleet, Mode: x.Mode}
+			agg[k] = a
+			order = append(order, k)
 		}
-		fmt.Fprintf(w, "| %s | %d · %d | %d · %d | %.1f (%d) | %.1f (%d) | %s |\n",
-			d.Fleet, d.Idle, d.Peak, p.Idle, p.Peak, d.PerSecond, d.Failed, p.PerSecond, p.Failed, ratio)
+		a.Idle, a.Listening, a.Peak = max(a.Idle, x.Idle), max(a.Listening, x.Listening), max(a.Peak, x.Peak)
+		a.Failed += x.Failed
+		a.Refused += x.Refused
+		rates[k] = append(rates[k], x.PerSecond)
 	}
+	for _, k := range order {
+		a := agg[k]
+		med := median(rates[k])
+		ratio := "-"
+		if d := median(rates[key{k.fleet, Direct}]); d > 0 && k.mode != Direct {
+			ratio = fmt.Sprintf("%.2f", med/d)
+		}
+		var each []string
+		for _, v := range rates[k] {
+			each = append(each, fmt.Sprintf("%.0f", v))
+		}
+		fmt.Fprintf(w, "| %s | %s | %d (%d) | %d | %.1f (%s) | %d | %d | %s |\n",
+			k.fleet, k.mode, a.Idle, a.Listening, a.Peak, med, strings.Join(each, ", "), a.Failed, a.Refused, ratio)
+	}
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // JSON renders the report.
