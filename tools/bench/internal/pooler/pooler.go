@@ -44,8 +44,8 @@ type Config struct {
 	// Repeat runs each fleet's modes this many times, alternating (default
 	// 1): on a shared machine one run of each is noise.
 	Repeat int
-	BinDir    string        // prebuilt binaries; empty builds them
-	Log       func(format string, args ...any)
+	BinDir string // prebuilt binaries; empty builds them
+	Log    func(format string, args ...any)
 }
 
 // The modes of a run.
