@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -68,8 +69,9 @@ type k8sObject struct {
 	Resources  []string          `yaml:"resources"`
 	// SecretGenerator is a Kustomization's: Secrets made from env files.
 	SecretGenerator []struct {
-		Name string   `yaml:"name"`
-		Envs []string `yaml:"envs"`
+		Name  string   `yaml:"name"`
+		Envs  []string `yaml:"envs"`
+		Files []string `yaml:"files"`
 	} `yaml:"secretGenerator"`
 	Spec yaml.Node `yaml:"spec"`
 
@@ -129,6 +131,9 @@ type probe struct {
 		Path string `yaml:"path"`
 		Port string `yaml:"port"`
 	} `yaml:"httpGet"`
+	TCPSocket *struct {
+		Port string `yaml:"port"`
+	} `yaml:"tcpSocket"`
 }
 
 // workload is a Deployment, Job or CronJob with its pod template.
@@ -267,8 +272,9 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 	slices.Sort(ids)
 	require.Equal(t, []string{
-		"ConfigMap/labels-config", "CronJob/labels-reconcile", "Deployment/labels-api", "Deployment/labels-worker",
-		"Job/labels-migrate", "Service/labels-api",
+		"ConfigMap/labels-config", "ConfigMap/labels-pgbouncer", "CronJob/labels-reconcile", "Deployment/labels-api",
+		"Deployment/labels-pgbouncer", "Deployment/labels-worker", "Job/labels-migrate", "Service/labels-api",
+		"Service/labels-pgbouncer",
 	}, ids)
 
 	// kubectl apply -k applies every file.
@@ -298,6 +304,18 @@ func TestKubernetesManifests(t *testing.T) {
 	gitignore, err := os.ReadFile("../.gitignore")
 	require.NoError(t, err)
 	for _, g := range kustomization.SecretGenerator {
+		if len(g.Files) > 0 {
+			// A file secret (PgBouncer's auth_file): the operator's own file,
+			// ignored by git, with a committed .example.
+			for _, f := range g.Files {
+				_, src, _ := strings.Cut(f, "=")
+				require.Contains(t, strings.Split(string(gitignore), "\n"), "deploy/kubernetes/"+src, "%s is the operator's, never committed", src)
+				_, err := os.Stat(filepath.Join("kubernetes", src+".example"))
+				require.NoError(t, err, "%s: a committed example", src)
+			}
+			secrets[g.Name] = map[string]string{}
+			continue
+		}
 		require.Len(t, g.Envs, 1, g.Name)
 		require.Contains(t, strings.Split(string(gitignore), "\n"), "deploy/kubernetes/"+g.Envs[0], "%s is the operator's, never committed", g.Envs[0])
 		example := readEnvFile(t, filepath.Join("kubernetes", g.Envs[0]+".example"))
@@ -313,13 +331,20 @@ func TestKubernetesManifests(t *testing.T) {
 		require.NotContains(t, string(b), "CHANGE-ME", "%s: kubectl apply -k must not apply a placeholder", f)
 		require.NotRegexp(t, `\bsecret\.yaml\b`, string(b), "%s names a file that does not exist", f)
 	}
+	// The services' configuration is variables of operations.md; the
+	// pooler's is its own files.
+	isPooler := func(name string) bool { return name == "labels-pgbouncer" }
 	for name, data := range configMaps {
+		if isPooler(name) {
+			continue
+		}
 		for k := range data {
 			require.True(t, documented[k], "ConfigMap %s: %s is not documented in docs/operations.md", name, k)
 		}
 	}
 
 	image := ""
+	envs := map[string]map[string]string{}
 	for id, want := range wantInvocation {
 		o := byID[id]
 		require.NotNil(t, o, id)
@@ -386,6 +411,7 @@ func TestKubernetesManifests(t *testing.T) {
 			}
 		}
 		require.Contains(t, env, "DATABASE_URL", id)
+		envs[id] = env
 
 		ports := map[string]int{}
 		for _, p := range c.Ports {
@@ -454,6 +480,96 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 	require.Len(t, svc.Ports, 1)
 	require.Equal(t, "http", svc.Ports[0].TargetPort)
+
+	checkPooler(t, byID, configMaps, envs)
+}
+
+// checkPooler checks the PgBouncer of pgbouncer.yaml and the wiring of the
+// services to it: transaction mode with nothing to reset, its Service on its
+// port, in front of the server of DATABASE_DIRECT_URL; every service's
+// DATABASE_URL is the pooler, and the processes that LISTEN or migrate (the
+// API, the worker, the migration Job) have DATABASE_DIRECT_URL, straight to
+// PostgreSQL.
+func checkPooler(t *testing.T, byID map[string]*k8sObject, configMaps map[string]map[string]string, envs map[string]map[string]string) {
+	t.Helper()
+	ini := parseINI(t, configMaps["labels-pgbouncer"]["pgbouncer.ini"])
+	pgb := ini["pgbouncer"]
+	require.Equal(t, "transaction", pgb["pool_mode"])
+	require.Contains(t, pgb, "server_reset_query")
+	require.Empty(t, pgb["server_reset_query"])
+	require.NotEmpty(t, pgb["idle_transaction_timeout"], "the pooler ends a client idle in a transaction (the services' own timeout is a startup setting it refuses)")
+	require.Contains(t, pgb["ignore_startup_parameters"], "extra_float_digits")
+
+	d := decodeWorkload(t, byID["Deployment/labels-pgbouncer"])
+	require.Len(t, d.pod.Spec.Containers, 1)
+	c := d.pod.Spec.Containers[0]
+	ports := map[string]int{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	require.Equal(t, pgb["listen_port"], strconv.Itoa(ports["postgres"]), "PgBouncer listens on its container port")
+	require.NotNil(t, c.ReadinessProbe)
+	require.NotNil(t, c.ReadinessProbe.TCPSocket)
+	require.Contains(t, ports, c.ReadinessProbe.TCPSocket.Port)
+	for k, v := range d.selector {
+		require.Equal(t, v, d.pod.Metadata.Labels[k], "the selector matches the pods")
+	}
+	var svc struct {
+		Selector map[string]string `yaml:"selector"`
+		Ports    []struct {
+			Port       int    `yaml:"port"`
+			TargetPort string `yaml:"targetPort"`
+		} `yaml:"ports"`
+	}
+	require.NoError(t, byID["Service/labels-pgbouncer"].Spec.Decode(&svc))
+	for k, v := range svc.Selector {
+		require.Equal(t, v, d.pod.Metadata.Labels[k], "the Service selects the PgBouncer pods")
+	}
+	require.Len(t, svc.Ports, 1)
+	require.Equal(t, "postgres", svc.Ports[0].TargetPort)
+	poolerAddr := net.JoinHostPort("labels-pgbouncer", strconv.Itoa(svc.Ports[0].Port))
+
+	for id, env := range envs {
+		u, err := url.Parse(env["DATABASE_URL"])
+		require.NoError(t, err, id)
+		require.Equal(t, poolerAddr, u.Host, "%s: DATABASE_URL goes through PgBouncer", id)
+		db := strings.TrimPrefix(u.Path, "/")
+		entry, ok := ini["databases"][db]
+		require.True(t, ok, "%s: PgBouncer serves database %s", id, db)
+		switch wantInvocation[id] {
+		case "api", "worker", "api migrate":
+			direct, err := url.Parse(env["DATABASE_DIRECT_URL"])
+			require.NoError(t, err, id)
+			require.NotEqual(t, poolerAddr, direct.Host, "%s: DATABASE_DIRECT_URL goes straight to PostgreSQL", id)
+			require.Contains(t, entry, "host="+direct.Hostname(), "PgBouncer is in front of the server of DATABASE_DIRECT_URL")
+			require.Contains(t, entry, "port="+direct.Port())
+		default:
+			// reconcile neither listens nor migrates; it only needs to know.
+			require.Equal(t, "true", env["DATABASE_POOLED"], id)
+		}
+	}
+}
+
+// parseINI reads PgBouncer's ini format: sections of key = value lines.
+func parseINI(t *testing.T, s string) map[string]map[string]string {
+	t.Helper()
+	require.NotEmpty(t, s)
+	out := map[string]map[string]string{}
+	section := ""
+	for line := range strings.SplitSeq(s, "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, ";") || strings.HasPrefix(line, "#"):
+		case strings.HasPrefix(line, "["):
+			section = strings.Trim(line, "[]")
+			out[section] = map[string]string{}
+		default:
+			k, v, ok := strings.Cut(line, "=")
+			require.True(t, ok && section != "", "pgbouncer.ini: %q", line)
+			out[section][strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	return out
 }
 
 // unit is a systemd unit file: every key's values, by section.

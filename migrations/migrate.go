@@ -2,8 +2,10 @@
 // every binary, and the runner that applies them together with River's.
 //
 // Apply is safe to run again (applied versions are recorded in
-// schema_migrations) and from several processes at once (a session-level
-// advisory lock serialises the runners; the second one finds nothing to do).
+// schema_migrations) and from several processes at once (each of its
+// transactions first takes a transaction-level advisory lock, which
+// serialises the runners; the second one finds nothing to do). Holding no
+// session state, it runs as well through a pooler in transaction mode.
 package migrations
 
 import (
@@ -71,42 +73,63 @@ type Result struct {
 	RiverApplied int      // River migrations applied by this call
 }
 
-// Apply applies River's migrations and then every one of ours not yet applied,
-// each of ours in its own transaction.
+// Apply applies River's migrations and then every one of ours not yet
+// applied, each migration in its own transaction under the lock (River's
+// cannot share one: a later one uses an enum value an earlier one adds).
 func Apply(ctx context.Context, pool *pgxpool.Pool) (Result, error) {
 	var res Result
 	all, err := All()
 	if err != nil {
 		return res, err
 	}
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return res, err
+	lock := func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, advisoryLockKey); err != nil {
+			return fmt.Errorf("taking the migration lock: %w", err)
+		}
+		return nil
 	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, advisoryLockKey); err != nil {
-		return res, fmt.Errorf("taking the migration lock: %w", err)
-	}
-	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, advisoryLockKey) //nolint:errcheck
-
 	migrator, err := rivermigrate.New(riverpgxv5.New(pool), nil)
 	if err != nil {
 		return res, err
 	}
-	rr, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
-	if err != nil {
-		return res, fmt.Errorf("river migrations: %w", err)
+	for done := false; !done; {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if err := lock(tx); err != nil {
+				return err
+			}
+			rr, err := migrator.MigrateTx(ctx, tx, rivermigrate.DirectionUp, &rivermigrate.MigrateOpts{MaxSteps: 1})
+			if err != nil {
+				return fmt.Errorf("river migrations: %w", err)
+			}
+			res.RiverApplied += len(rr.Versions)
+			done = len(rr.Versions) == 0
+			return nil
+		})
+		if err != nil {
+			return res, err
+		}
 	}
-	res.RiverApplied = len(rr.Versions)
-
-	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-		version    int         PRIMARY KEY,
-		name       text        NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		return res, fmt.Errorf("creating schema_migrations: %w", err)
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := lock(tx); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+			version    int         PRIMARY KEY,
+			name       text        NOT NULL,
+			applied_at timestamptz NOT NULL DEFAULT now())`)
+		if err != nil {
+			return fmt.Errorf("creating schema_migrations: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return res, err
 	}
 	for _, m := range all {
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if err := lock(tx); err != nil {
+				return err
+			}
 			tag, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2) ON CONFLICT DO NOTHING`, m.Version, m.Name)
 			if err != nil {
 				return err

@@ -6,6 +6,12 @@
 // request. Notifications are hints, never the only path: after a reconnect
 // every subscriber is woken (some notifications may have been missed), and
 // every user polls as a fallback.
+//
+// The listening connection is a session held for the life of the process, so
+// it cannot go through a pooler in transaction mode: the binaries give it
+// DATABASE_DIRECT_URL when DATABASE_URL is pooled, and run no Listener at all
+// (their users poll) when there is no direct URL. The Notifier's NOTIFY is an
+// ordinary transaction and goes through the pool.
 package notify
 
 import (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -24,4 +25,35 @@ func TestServiceSessionSettings(t *testing.T) {
 	var v string
 	require.NoError(t, pool.QueryRow(context.Background(), `SHOW idle_in_transaction_session_timeout`).Scan(&v))
 	require.Equal(t, "15s", v)
+}
+
+// Through a pooler the pool prepares nothing by name and sends no startup
+// setting (a URL's own default_query_exec_mode wins); LISTEN goes to the
+// direct URL, or nowhere without one; the session work (migrations) to the
+// direct URL when there is one.
+func TestParseEndpoints(t *testing.T) {
+	t.Parallel()
+	const pooler, direct = "postgres://u@pgbouncer:6432/labels", "postgres://u@pg:5432/labels"
+	e, err := postgres.ParseEndpoints(pooler, direct, true)
+	require.NoError(t, err)
+	require.Equal(t, pgx.QueryExecModeCacheDescribe, e.Pool.ConnConfig.DefaultQueryExecMode)
+	require.NotContains(t, e.Pool.ConnConfig.RuntimeParams, "idle_in_transaction_session_timeout")
+	require.Equal(t, "pg", e.Listen().Host)
+	require.Equal(t, "pg", e.Session().ConnConfig.Host)
+	require.Equal(t, "15s", e.Direct.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"], "the direct sessions keep the services' settings")
+
+	e, err = postgres.ParseEndpoints(pooler+"?default_query_exec_mode=exec", "", true)
+	require.NoError(t, err)
+	require.Equal(t, pgx.QueryExecModeExec, e.Pool.ConnConfig.DefaultQueryExecMode)
+	require.Nil(t, e.Listen(), "pooled without a direct URL: nothing listens")
+	require.Equal(t, "pgbouncer", e.Session().ConnConfig.Host)
+
+	e, err = postgres.ParseEndpoints(direct, "", false)
+	require.NoError(t, err)
+	require.Equal(t, pgx.QueryExecModeCacheStatement, e.Pool.ConnConfig.DefaultQueryExecMode)
+	require.Equal(t, "15s", e.Pool.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"])
+	require.Equal(t, "pg", e.Listen().Host)
+
+	_, err = postgres.ParseEndpoints(pooler, "::bad", true)
+	require.ErrorContains(t, err, "DATABASE_DIRECT_URL")
 }

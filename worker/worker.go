@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/rs/zerolog"
 
@@ -54,6 +55,13 @@ type Config struct {
 	// relay after an accept. Nil: both poll.
 	Notifier *notify.Notifier
 	Listener *notify.Listener
+	// RiverListen, when set, is the pool River's listener takes its one
+	// LISTEN connection from: a direct connection while Pool goes through a
+	// pooler in transaction mode. PollOnly makes River poll for jobs and
+	// leadership instead of listening: a pooled Pool and no direct
+	// connection.
+	RiverListen *pgxpool.Pool
+	PollOnly    bool
 
 	// PeriodicJobs are added to River's (the sweep is always there);
 	// AddWorkersFunc registers further workers (the reconcile job).
@@ -159,7 +167,12 @@ func New(cfg Config) (*Worker, error) {
 			&river.PeriodicJobOpts{RunOnStart: true}))
 	}
 	jobTimeout, rescueAfter := jobs.RiverTimings(cfg.LeaseDuration)
-	client, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{
+	var driver riverdriver.Driver[pgx.Tx] = riverpgxv5.New(cfg.Pool)
+	if cfg.RiverListen != nil && !cfg.PollOnly {
+		driver = listenDriver{Driver: riverpgxv5.New(cfg.Pool), listen: riverpgxv5.New(cfg.RiverListen)}
+	}
+	client, err := river.NewClient(driver, &river.Config{
+		PollOnly:             cfg.PollOnly,
 		Queues:               queues,
 		Workers:              workers,
 		PeriodicJobs:         periodic,
@@ -214,4 +227,16 @@ func (w *Worker) Stop(ctx context.Context) error {
 		defer cancel()
 	}
 	return w.River.Stop(ctx)
+}
+
+// listenDriver is River's pgx driver on a pool, but for its listener, which
+// holds its LISTEN connection on another pool (a direct one): LISTEN does not
+// survive a pooler in transaction mode.
+type listenDriver struct {
+	*riverpgxv5.Driver
+	listen *riverpgxv5.Driver
+}
+
+func (d listenDriver) GetListener(params *riverdriver.GetListenenerParams) riverdriver.Listener {
+	return d.listen.GetListener(params)
 }

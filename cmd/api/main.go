@@ -36,14 +36,16 @@ Flags (override the environment):
   --addr ADDR             listen address (API_ADDR, default :8080)
   --database-url URL      PostgreSQL (DATABASE_URL)
 
-Environment: DATABASE_URL, API_ADDR, KEY_RETENTION (24h), ACCEPT_BATCH (64:
+Environment: DATABASE_URL, DATABASE_DIRECT_URL (a direct connection when
+DATABASE_URL is a pooler: LISTEN and migrations), DATABASE_POOLED (default:
+true when DATABASE_DIRECT_URL is set), API_ADDR, KEY_RETENTION (24h), ACCEPT_BATCH (64:
 accepts per shared transaction; 0 = one transaction per accept), LOG_LEVEL
 (info), LOG_FORMAT (json|console).
 `
 
 // Config is the API's configuration, read once in run.
 type Config struct {
-	DatabaseURL  string
+	Database     cli.Database
 	Addr         string
 	KeyRetention time.Duration
 	AcceptBatch  int // ACCEPT_BATCH; 0: off
@@ -63,7 +65,7 @@ func (c *Config) Validate() error {
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	env := &cli.Env{Getenv: getenv}
 	cfg := Config{
-		DatabaseURL:  env.DatabaseURL(),
+		Database:     env.Database(),
 		Addr:         env.String("API_ADDR", ":8080"),
 		KeyRetention: env.Duration("KEY_RETENTION", 24*time.Hour),
 		AcceptBatch:  env.Int("ACCEPT_BATCH", 64),
@@ -73,7 +75,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs := flag.NewFlagSet("api", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.Addr, "addr", cfg.Addr, "")
-	fs.StringVar(&cfg.DatabaseURL, "database-url", cfg.DatabaseURL, "")
+	fs.StringVar(&cfg.Database.URL, "database-url", cfg.Database.URL, "")
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
@@ -82,7 +84,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "api: %v\n", err)
 		return 2
 	}
-	poolCfg, ok := cli.PoolConfig("api", env, cfg.Validate, cfg.DatabaseURL, stderr)
+	db, ok := cli.Endpoints("api", env, cfg.Validate, cfg.Database, stderr)
 	if !ok {
 		return 2
 	}
@@ -91,9 +93,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	switch {
 	case len(rest) == 0:
 	case rest[0] == "migrate" && len(rest) == 1:
-		return migrate(ctx, poolCfg, stdout, stderr)
+		return migrate(ctx, db.Session(), stdout, stderr)
 	case rest[0] == "caller" && len(rest) == 3 && rest[1] == "add":
-		return addCaller(ctx, poolCfg, rest[2], stdout, stderr)
+		return addCaller(ctx, db.Pool, rest[2], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "api: unknown command %q; see api --help\n", rest)
 		return 2
@@ -104,11 +106,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		os.Exit(1)
 	})
 	defer cancel()
-	return serve(ctx, cfg, poolCfg, log)
+	return serve(ctx, cfg, db, log)
 }
 
-func serve(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, log zerolog.Logger) int {
-	svc, err := apiserve.Start(ctx, poolCfg, apiserve.Options{KeyRetention: cfg.KeyRetention, AcceptBatch: cli.Batch(cfg.AcceptBatch)}, log)
+func serve(ctx context.Context, cfg Config, db postgres.Endpoints, log zerolog.Logger) int {
+	svc, err := apiserve.Start(ctx, db, apiserve.Options{KeyRetention: cfg.KeyRetention, AcceptBatch: cli.Batch(cfg.AcceptBatch)}, log)
 	if err != nil {
 		log.Error().Err(err).Msg("database pool")
 		return 1

@@ -34,6 +34,8 @@ func TestHelpAndBadConfig(t *testing.T) {
 		{"LOG_LEVEL": "loud"},
 		{"LOG_FORMAT": "xml"},
 		{"DATABASE_URL": "::not a url"},
+		{"DATABASE_POOLED": "maybe"},
+		{"DATABASE_DIRECT_URL": "::not a url"},
 	} {
 		errb.Reset()
 		require.Equal(t, 2, run(context.Background(), []string{"api"}, env(e), io.Discard, &errb), e)

@@ -54,6 +54,7 @@ const (
 // Config is everything a run is started with.
 type Config struct {
 	DatabaseURL  string
+	Pooled       bool // DATABASE_POOLED: DATABASE_URL is a pooler in transaction mode
 	CarrierURL   string
 	CarrierToken string
 	LogLevel     zerolog.Level
@@ -103,7 +104,12 @@ func parseConfig(args []string, getenv func(string) string) (cfg Config, help bo
 		return def
 	}
 	// DATABASE_URL, or else the PG* variables, as the other commands read them.
-	cfg.DatabaseURL = (&cli.Env{Getenv: getenv}).DatabaseURL()
+	cenv := &cli.Env{Getenv: getenv}
+	db := cenv.Database()
+	if cenv.Err != nil {
+		return cfg, false, cenv.Err
+	}
+	cfg.DatabaseURL, cfg.Pooled = db.URL, db.Pooled
 	cfg.CarrierURL = env("CARRIER_URL", "http://127.0.0.1:8090")
 	cfg.CarrierToken = getenv("CARRIER_TOKEN")
 	switch v := env("LOG_LEVEL", "info"); v {
@@ -275,10 +281,11 @@ func reconcileOnce(ctx context.Context, cfg Config, stdout, stderr io.Writer, lo
 		defer p.end()
 	}
 
-	poolCfg, err := postgres.PoolConfig(cfg.DatabaseURL)
+	db, err := postgres.ParseEndpoints(cfg.DatabaseURL, "", cfg.Pooled)
 	if err != nil {
 		return 0, err
 	}
+	poolCfg := db.Pool
 	poolCfg.MaxConns = 2
 	if poolCfg.ConnConfig.ConnectTimeout == 0 {
 		poolCfg.ConnConfig.ConnectTimeout = 10 * time.Second

@@ -34,6 +34,7 @@ const defaultVoidWait = 2 * time.Minute
 // VoidConfig is everything `reconcile void` is started with.
 type VoidConfig struct {
 	DatabaseURL string
+	Pooled      bool // DATABASE_POOLED
 	LogLevel    zerolog.Level
 	LogFormat   string
 
@@ -79,7 +80,12 @@ does not.
 `
 
 func parseVoidConfig(args []string, getenv func(string) string) (cfg VoidConfig, help bool, err error) {
-	cfg.DatabaseURL = (&cli.Env{Getenv: getenv}).DatabaseURL()
+	cenv := &cli.Env{Getenv: getenv}
+	db := cenv.Database()
+	if cenv.Err != nil {
+		return cfg, false, cenv.Err
+	}
+	cfg.DatabaseURL, cfg.Pooled = db.URL, db.Pooled
 	level := getenv("LOG_LEVEL")
 	if level == "" {
 		level = "info"
@@ -195,10 +201,11 @@ func runVoid(ctx context.Context, args []string, getenv func(string) string, std
 }
 
 func voidOnce(ctx context.Context, cfg VoidConfig) (*reconcile.VoidReport, error) {
-	poolCfg, err := postgres.PoolConfig(cfg.DatabaseURL)
+	db, err := postgres.ParseEndpoints(cfg.DatabaseURL, "", cfg.Pooled)
 	if err != nil {
 		return nil, err
 	}
+	poolCfg := db.Pool
 	poolCfg.MaxConns = 2
 	if poolCfg.ConnConfig.ConnectTimeout == 0 {
 		poolCfg.ConnConfig.ConnectTimeout = 10 * time.Second

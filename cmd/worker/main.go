@@ -24,6 +24,7 @@ import (
 	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/notify"
+	"github.com/labelkit/labels/postgres"
 	"github.com/labelkit/labels/worker"
 )
 
@@ -42,7 +43,9 @@ Flags (override the environment):
   --admin-addr ADDR      ADMIN_ADDR
   --concurrency N        WORKER_CONCURRENCY
 
-Environment (defaults): DATABASE_URL, CARRIER_URL (http://127.0.0.1:8090),
+Environment (defaults): DATABASE_URL, DATABASE_DIRECT_URL (a direct
+connection for LISTEN when DATABASE_URL is a pooler; without it the relay
+and River poll), DATABASE_POOLED (true when DATABASE_DIRECT_URL is set), CARRIER_URL (http://127.0.0.1:8090),
 CARRIER_TOKEN, CARRIER_TIMEOUT (20s), LEASE_DURATION (30s), WORKER_CONCURRENCY
 (100), MAX_ATTEMPTS (20), RETRY_BASE (1s), RETRY_MAX (1h), KEY_RETENTION (24h),
 SWEEP_INTERVAL (1m), SWEEP_BATCH (1000), TOMBSTONE_RETENTION (720h), METRICS_ADDR (127.0.0.1:9091),
@@ -53,7 +56,7 @@ ADMIN_USER and ADMIN_PASSWORD), LOG_LEVEL (info), LOG_FORMAT (json|console).
 
 // Config is the worker's configuration, read once in run.
 type Config struct {
-	DatabaseURL        string
+	Database           cli.Database
 	CarrierURL         string
 	CarrierToken       string
 	CarrierTimeout     time.Duration
@@ -108,7 +111,7 @@ func (c *Config) Validate() error {
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	env := &cli.Env{Getenv: getenv}
 	cfg := Config{
-		DatabaseURL:        env.DatabaseURL(),
+		Database:           env.Database(),
 		CarrierURL:         env.String("CARRIER_URL", "http://127.0.0.1:8090"),
 		CarrierToken:       env.String("CARRIER_TOKEN", ""),
 		CarrierTimeout:     env.Duration("CARRIER_TIMEOUT", 20*time.Second),
@@ -132,7 +135,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&cfg.DatabaseURL, "database-url", cfg.DatabaseURL, "")
+	fs.StringVar(&cfg.Database.URL, "database-url", cfg.Database.URL, "")
 	fs.StringVar(&cfg.CarrierURL, "carrier-url", cfg.CarrierURL, "")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, "")
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, "")
@@ -149,7 +152,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "worker: unexpected arguments %q; see worker --help\n", fs.Args())
 		return 2
 	}
-	poolCfg, ok := cli.PoolConfig("worker", env, cfg.Validate, cfg.DatabaseURL, stderr)
+	db, ok := cli.Endpoints("worker", env, cfg.Validate, cfg.Database, stderr)
 	if !ok {
 		return 2
 	}
@@ -168,10 +171,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		os.Exit(1)
 	})
 	defer cancel()
-	return work(ctx, cfg, poolCfg, periodic, log)
+	return work(ctx, cfg, db, periodic, log)
 }
 
-func work(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, periodic []*river.PeriodicJob, log zerolog.Logger) int {
+func work(ctx context.Context, cfg Config, db postgres.Endpoints, periodic []*river.PeriodicJob, log zerolog.Logger) int {
+	poolCfg := db.Pool
 	poolCfg.MaxConns = max(poolCfg.MaxConns, int32(min(cfg.Concurrency+10, 60)))
 	pool, err := pgxpool.NewWithConfig(context.WithoutCancel(ctx), poolCfg)
 	if err != nil {
@@ -182,7 +186,22 @@ func work(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, periodic []*
 	m := metrics.New(metrics.Worker)
 
 	notifier := notify.NewNotifier(pool, 0, log)
-	listener := notify.NewListener(poolCfg.ConnConfig.Copy(), log, notify.ChannelIntents)
+	// LISTEN needs a session of its own: through a pooler it goes to the
+	// direct connection, and without one the relay and River poll.
+	var listener *notify.Listener
+	var riverListen *pgxpool.Pool
+	if lc := db.Listen(); lc != nil {
+		listener = notify.NewListener(lc, log, notify.ChannelIntents)
+	}
+	if db.Pooled && db.Direct != nil {
+		lcfg := db.Direct.Copy()
+		lcfg.MaxConns = 2
+		if riverListen, err = pgxpool.NewWithConfig(context.WithoutCancel(ctx), lcfg); err != nil {
+			log.Error().Err(err).Msg("direct database pool")
+			return 1
+		}
+		defer riverListen.Close()
+	}
 	w, err := worker.New(worker.Config{
 		Pool:               pool,
 		Carrier:            carrier.NewClient(cfg.CarrierURL, &carrier.ClientOpts{Token: cfg.CarrierToken, InFlight: cfg.Concurrency}),
@@ -201,6 +220,8 @@ func work(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, periodic []*
 		Log:                log,
 		Notifier:           notifier,
 		Listener:           listener,
+		RiverListen:        riverListen,
+		PollOnly:           db.Pooled && db.Direct == nil,
 		PeriodicJobs:       periodic,
 		AddWorkersFunc: func(workers *river.Workers) error {
 			return addReconcileWorker(workers, pool, cfg, m, log)
@@ -217,7 +238,9 @@ func work(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, periodic []*
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
 	var wg sync.WaitGroup
-	wg.Go(func() { listener.Run(bg) })
+	if listener != nil {
+		wg.Go(func() { listener.Run(bg) })
+	}
 	// The notifier outlives the relay and River: completions during shutdown still wake their waiters.
 	nctx, stopNotifier := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopNotifier()

@@ -38,6 +38,8 @@ func TestHelpAndBadConfig(t *testing.T) {
 		{map[string]string{"SWEEP_BATCH": "-5"}, "SWEEP_BATCH"},
 		{map[string]string{"RECONCILE_SCHEDULE": "whenever"}, "RECONCILE_SCHEDULE"},
 		{map[string]string{"ADMIN_ADDR": "127.0.0.1:0"}, "ADMIN_USER"},
+		{map[string]string{"DATABASE_POOLED": "maybe"}, "DATABASE_POOLED"},
+		{map[string]string{"DATABASE_DIRECT_URL": "::not a url"}, "DATABASE_DIRECT_URL"},
 	}
 	for _, c := range cases {
 		var errb bytes.Buffer

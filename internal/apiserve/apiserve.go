@@ -15,6 +15,7 @@ import (
 	"github.com/labelkit/labels/httpapi"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/notify"
+	"github.com/labelkit/labels/postgres"
 )
 
 // Options are the API's settings besides the database.
@@ -31,11 +32,13 @@ type Service struct {
 	cancel  context.CancelFunc
 }
 
-// Start makes a pool of at least 20 connections from poolCfg (connecting
+// Start makes a pool of at least 20 connections from db.Pool (connecting
 // lazily: the API starts, and answers 503, while the database is away),
-// starts the listener and the notifier, and builds the handler. Close ends
-// them.
-func Start(ctx context.Context, poolCfg *pgxpool.Config, o Options, log zerolog.Logger) (*Service, error) {
+// starts the listener (on db.Listen; none through a pooler without a direct
+// URL, and Prefer: wait polls) and the notifier, and builds the handler.
+// Close ends them.
+func Start(ctx context.Context, db postgres.Endpoints, o Options, log zerolog.Logger) (*Service, error) {
+	poolCfg := db.Pool.Copy()
 	poolCfg.MaxConns = max(poolCfg.MaxConns, 20)
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
@@ -44,8 +47,11 @@ func Start(ctx context.Context, poolCfg *pgxpool.Config, o Options, log zerolog.
 	// They outlive ctx's cancellation until Close: in-flight requests still
 	// wait for outcomes and notify while the server shuts down.
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	listener := notify.NewListener(poolCfg.ConnConfig.Copy(), log, notify.ChannelFinal)
-	go listener.Run(lctx)
+	var listener *notify.Listener
+	if lc := db.Listen(); lc != nil {
+		listener = notify.NewListener(lc, log, notify.ChannelFinal)
+		go listener.Run(lctx)
+	}
 	notifier := notify.NewNotifier(pool, 0, log)
 	go notifier.Run(lctx)
 	handler := httpapi.NewServer(httpapi.Deps{

@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
 	"github.com/labelkit/labels/postgres"
@@ -132,24 +131,57 @@ func Batch(n int) int {
 	return n
 }
 
-// PoolConfig ends a binary's start-up checks: it refuses a bad value read
+// Database is what the environment says about reaching PostgreSQL.
+type Database struct {
+	URL       string // DATABASE_URL (see [Env.DatabaseURL])
+	DirectURL string // DATABASE_DIRECT_URL: a direct connection, for LISTEN and migrations
+	Pooled    bool   // DATABASE_POOLED: DATABASE_URL is a pooler in transaction mode
+}
+
+// Database reads DATABASE_URL, DATABASE_DIRECT_URL and DATABASE_POOLED,
+// whose default is true exactly when DATABASE_DIRECT_URL is set: a separate
+// direct URL means DATABASE_URL goes through a pooler.
+func (e *Env) Database() Database {
+	d := Database{URL: e.DatabaseURL(), DirectURL: e.Getenv("DATABASE_DIRECT_URL")}
+	d.Pooled = e.Bool("DATABASE_POOLED", d.DirectURL != "")
+	return d
+}
+
+// Bool returns true for 1, t, true and false for 0, f, false (any case).
+func (e *Env) Bool(name string, def bool) bool {
+	v := e.Getenv(name)
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		e.fail(name, v, "want true or false")
+		return def
+	}
+	return b
+}
+
+// Endpoints ends a binary's start-up checks: it refuses a bad value read
 // from the environment (env.Err), then one validate refuses, then a
-// DATABASE_URL that does not parse, each with one line on stderr prefixed
-// by name; ok false means the binary exits 2. The pool's sessions carry the
-// services' settings (postgres.PoolConfig).
-func PoolConfig(name string, env *Env, validate func() error, databaseURL string, stderr io.Writer) (cfg *pgxpool.Config, ok bool) {
+// DATABASE_URL or DATABASE_DIRECT_URL that does not parse, each with one line
+// on stderr prefixed by name; ok false means the binary exits 2. The pools'
+// sessions carry the services' settings (postgres.ParseEndpoints).
+func Endpoints(name string, env *Env, validate func() error, db Database, stderr io.Writer) (e postgres.Endpoints, ok bool) {
 	if env.Err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, env.Err)
-		return nil, false
+		return e, false
 	}
 	if err := validate(); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return nil, false
+		return e, false
 	}
-	cfg, err := postgres.PoolConfig(databaseURL)
+	e, err := postgres.ParseEndpoints(db.URL, db.DirectURL, db.Pooled)
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: DATABASE_URL: %v\n", name, err)
-		return nil, false
+		if !strings.HasPrefix(err.Error(), "DATABASE_DIRECT_URL") {
+			err = fmt.Errorf("DATABASE_URL: %w", err)
+		}
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return e, false
 	}
-	return cfg, true
+	return e, true
 }

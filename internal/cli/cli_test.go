@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -34,6 +35,40 @@ func TestDatabaseURL(t *testing.T) {
 		e := &Env{Getenv: func(k string) string { return tc.env[k] }}
 		require.Equal(t, tc.want, e.DatabaseURL(), "%v", tc.env)
 	}
+}
+
+// DATABASE_POOLED defaults to whether DATABASE_DIRECT_URL is set; a bad
+// value is remembered; a DATABASE_DIRECT_URL that does not parse is one
+// line naming it.
+func TestDatabase(t *testing.T) {
+	for _, tc := range []struct {
+		env    map[string]string
+		pooled bool
+	}{
+		{nil, false},
+		{map[string]string{"DATABASE_DIRECT_URL": "postgres://db:5432/x"}, true},
+		{map[string]string{"DATABASE_DIRECT_URL": "postgres://db:5432/x", "DATABASE_POOLED": "false"}, false},
+		{map[string]string{"DATABASE_POOLED": "true"}, true},
+	} {
+		e := &Env{Getenv: func(k string) string { return tc.env[k] }}
+		d := e.Database()
+		require.NoError(t, e.Err)
+		require.Equal(t, tc.pooled, d.Pooled, "%v", tc.env)
+		require.Equal(t, tc.env["DATABASE_DIRECT_URL"], d.DirectURL)
+	}
+	e := &Env{Getenv: func(k string) string { return map[string]string{"DATABASE_POOLED": "perhaps"}[k] }}
+	e.Database()
+	require.ErrorContains(t, e.Err, "DATABASE_POOLED")
+
+	var errb strings.Builder
+	e = &Env{Getenv: func(string) string { return "" }}
+	_, ok := Endpoints("x", e, func() error { return nil }, Database{URL: "postgres://a/b", DirectURL: "::bad"}, &errb)
+	require.False(t, ok)
+	require.True(t, strings.HasPrefix(errb.String(), "x: DATABASE_DIRECT_URL: "), errb.String())
+	errb.Reset()
+	_, ok = Endpoints("x", e, func() error { return nil }, Database{URL: "::bad"}, &errb)
+	require.False(t, ok)
+	require.True(t, strings.HasPrefix(errb.String(), "x: DATABASE_URL: "), errb.String())
 }
 
 // operations.md: on SIGTERM or SIGINT a binary stops taking new work. The

@@ -7,6 +7,7 @@
 //	go run ./tools/bench --quick  (a smoke run: short loads, small stores)
 //	go run ./tools/bench --long   (adds replays with 10 M keys in the store)
 //	go tool task capacity         (go run ./tools/bench capacity)
+//	go run ./tools/bench pooler   (connections and throughput through PgBouncer, pooler.go)
 //
 // Both read the machine through internal/host: the CPU of every core (what
 // the host of a virtual machine stole reported apart from the busy time), of
@@ -84,6 +85,7 @@ func main() {
 
 const usage = `Usage: bench [flags]
        bench capacity [flags]   (the key store's cost; bench capacity --help)
+       bench pooler [flags]     (a fleet's connections and throughput with and without PgBouncer; bench pooler --help)
 
 Measures the label service on this machine against the pgbench ceiling of its
 own accept transaction, and writes DIR/<date>.json, .md and .png.
@@ -284,6 +286,9 @@ func progress(w io.Writer) func(format string, args ...any) {
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	if len(args) > 1 && args[1] == "capacity" {
 		return runCapacity(ctx, args[1:], getenv, stdout, stderr)
+	}
+	if len(args) > 1 && args[1] == "pooler" {
+		return runPooler(ctx, args[1:], getenv, stdout, stderr)
 	}
 	cfg := DefaultConfig()
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)

@@ -49,6 +49,8 @@ Flags:
   --drain-timeout D    longest wait for the drain (default 5m)
   --bin DIR            use the api, worker and carrier binaries in DIR instead of building
   --log-dir DIR        write every process's output to DIR/NAME.log
+  --pooler N           put PgBouncer (transaction mode, N server connections)
+                       between the binaries and PostgreSQL; needs pgbouncer
   --quiet              print only the figures, not the progress
 
 Needs Go and the PostgreSQL server binaries (initdb, pg_ctl); nothing else.
@@ -75,6 +77,7 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 	fs.StringVar(&cfg.BinDir, "bin", "", "")
 	fs.StringVar(&cfg.LogDir, "log-dir", "", "")
 	fs.BoolVar(&quiet, "quiet", false, "")
+	fs.IntVar(&cfg.PoolerSize, "pooler", 0, "")
 	if code, ok := cmdline.Parse(fs, args[1:], usage, stdout, stderr); !ok {
 		return code
 	}

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/labelkit/labels/internal/cli"
+	"github.com/labelkit/labels/internal/pgbouncer"
 	"github.com/labelkit/labels/internal/testutil/proctest"
 	"github.com/labelkit/labels/tools/internal/cmdline"
 )
@@ -52,6 +53,11 @@ Flags:
   --carrier-addr ADDR  the simulator's listen address (default 127.0.0.1:8090)
   --admin-addr ADDR    the first worker's River UI listener (default 127.0.0.1:9092; "" for none)
   --bin DIR            use the binaries in DIR instead of building ./cmd/...
+  --pooler             put PgBouncer (transaction mode, a generated configuration,
+                       a free loopback port) between the processes and PostgreSQL:
+                       DATABASE_URL goes through it, DATABASE_DIRECT_URL (LISTEN)
+                       straight to PostgreSQL; needs the pgbouncer binary
+  --pool-size N        PgBouncer's server connections (default 20)
   --quiet              do not copy the processes' log lines to stderr
 
 Environment: DATABASE_URL (required; go tool task fleet sets it),
@@ -69,6 +75,8 @@ type Config struct {
 	AdminPassword string
 	BinDir        string
 	Quiet         bool
+	Pooler        bool
+	PoolSize      int
 }
 
 // Validate checks what parsing alone cannot.
@@ -76,6 +84,8 @@ func (c *Config) Validate() error {
 	switch {
 	case c.DatabaseURL == "":
 		return errors.New("DATABASE_URL is not set: run `go tool task fleet`, which finds or starts PostgreSQL")
+	case c.PoolSize < 1 || c.PoolSize > 1000:
+		return fmt.Errorf("--pool-size %d: want 1 to 1000", c.PoolSize)
 	case c.Workers < 1 || c.Workers > 50:
 		return fmt.Errorf("--workers %d: want 1 to 50", c.Workers)
 	case !loopback(c.APIAddr) || !loopback(c.CarrierAddr) || (c.AdminAddr != "" && !loopback(c.AdminAddr)):
@@ -101,6 +111,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		CarrierAddr:   "127.0.0.1:8090",
 		AdminAddr:     "127.0.0.1:9092",
 		AdminPassword: getenv("ADMIN_PASSWORD"),
+		PoolSize:      20,
 	}
 	fs := flag.NewFlagSet("fleet", flag.ContinueOnError)
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "")
@@ -109,6 +120,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, "")
 	fs.StringVar(&cfg.BinDir, "bin", cfg.BinDir, "")
 	fs.BoolVar(&cfg.Quiet, "quiet", cfg.Quiet, "")
+	fs.BoolVar(&cfg.Pooler, "pooler", cfg.Pooler, "")
+	fs.IntVar(&cfg.PoolSize, "pool-size", cfg.PoolSize, "")
 	if code, ok := cmdline.Parse(fs, args[1:], usage, stdout, stderr); !ok {
 		return code
 	}
@@ -150,6 +163,7 @@ type fleet struct {
 	cfg            Config
 	stdout, stderr io.Writer
 	bins           *proctest.Binaries
+	bouncer        *pgbouncer.Bouncer
 
 	procs                []*proctest.Process
 	apiAddr, carrierAddr string
@@ -180,10 +194,23 @@ func (f *fleet) start(ctx context.Context) error {
 			return fmt.Errorf("no %s binary in %s", name, f.bins.Dir)
 		}
 	}
-	db := "DATABASE_URL=" + f.cfg.DatabaseURL
+	// db is what the API and the workers get, oneShot what migrate and
+	// caller add get.
+	db := []string{"DATABASE_URL=" + f.cfg.DatabaseURL}
+	oneShot := db
+	if f.cfg.Pooler {
+		b, err := pgbouncer.Start(ctx, pgbouncer.Options{Server: f.cfg.DatabaseURL, PoolSize: f.cfg.PoolSize})
+		if err != nil {
+			return err
+		}
+		f.bouncer = b
+		f.logf("PgBouncer on %s (transaction mode, %d server connections)", b.Addr, f.cfg.PoolSize)
+		db = []string{"DATABASE_URL=" + b.URL(f.cfg.DatabaseURL), "DATABASE_DIRECT_URL=" + f.cfg.DatabaseURL}
+		oneShot = []string{"DATABASE_URL=" + b.URL(f.cfg.DatabaseURL), "DATABASE_POOLED=true", "DATABASE_DIRECT_URL="}
+	}
 
 	f.logf("applying the migrations")
-	if _, err := proctest.Run(ctx, f.bins.Path("api"), f.opts("migrate", []string{"migrate"}, db)); err != nil {
+	if _, err := proctest.Run(ctx, f.bins.Path("api"), f.opts("migrate", []string{"migrate"}, oneShot...)); err != nil {
 		return err
 	}
 
@@ -195,7 +222,7 @@ func (f *fleet) start(ctx context.Context) error {
 		return err
 	}
 
-	api, err := f.startProc("api", nil, db, "API_ADDR="+f.cfg.APIAddr)
+	api, err := f.startProc("api", nil, append(db, "API_ADDR="+f.cfg.APIAddr)...)
 	if err != nil {
 		return err
 	}
@@ -207,7 +234,7 @@ func (f *fleet) start(ctx context.Context) error {
 	}
 
 	for i := range f.cfg.Workers {
-		env := []string{db, "CARRIER_URL=http://" + f.carrierAddr, "METRICS_ADDR=127.0.0.1:0"}
+		env := append(append([]string{}, db...), "CARRIER_URL=http://"+f.carrierAddr, "METRICS_ADDR=127.0.0.1:0")
 		if i == 0 && f.cfg.AdminAddr != "" {
 			env = append(env, "ADMIN_ADDR="+f.cfg.AdminAddr, "ADMIN_USER=admin", "ADMIN_PASSWORD="+f.cfg.AdminPassword)
 		} else {
@@ -233,7 +260,7 @@ func (f *fleet) start(ctx context.Context) error {
 		}
 	}
 
-	res, err := proctest.Run(ctx, f.bins.Path("api"), f.opts("caller", []string{"caller", "add", "fleet"}, db))
+	res, err := proctest.Run(ctx, f.bins.Path("api"), f.opts("caller", []string{"caller", "add", "fleet"}, oneShot...))
 	if err != nil {
 		return err
 	}
@@ -266,6 +293,9 @@ func (f *fleet) summary() {
 	fmt.Fprintf(w, "\nThe fleet runs (%d workers). Ctrl-C stops it.\n\n", f.cfg.Workers)
 	fmt.Fprintf(w, "  API          http://%s   (/metrics, /healthz, /readyz)\n", f.apiAddr)
 	fmt.Fprintf(w, "  carrier      http://%s   (/sim/stats, /sim/purchases, /sim/config)\n", f.carrierAddr)
+	if f.bouncer != nil {
+		fmt.Fprintf(w, "  PgBouncer    %s   (transaction mode, %d server connections; DATABASE_URL of the API and workers)\n", f.bouncer.URL(f.cfg.DatabaseURL), f.cfg.PoolSize)
+	}
 	for i, a := range f.metricsAddrs {
 		fmt.Fprintf(w, "  worker-%-5d http://%s/metrics\n", i+1, a)
 	}
@@ -337,6 +367,9 @@ func (f *fleet) stopAll() error {
 }
 
 func (f *fleet) cleanup() {
+	if f.bouncer != nil {
+		f.bouncer.Stop()
+	}
 	if f.bins != nil {
 		_ = f.bins.Remove()
 	}

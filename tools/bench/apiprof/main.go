@@ -29,6 +29,7 @@ import (
 	"github.com/labelkit/labels/httpapi"
 	"github.com/labelkit/labels/internal/apiserve"
 	"github.com/labelkit/labels/internal/cli"
+	"github.com/labelkit/labels/postgres"
 )
 
 func main() {
@@ -62,7 +63,7 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) int 
 	defer cancel()
 
 	// What cmd/api's serve does.
-	svc, err := apiserve.Start(ctx, poolCfg, apiserve.Options{KeyRetention: retention, AcceptBatch: acceptBatch}, log)
+	svc, err := apiserve.Start(ctx, postgres.Endpoints{Pool: poolCfg}, apiserve.Options{KeyRetention: retention, AcceptBatch: acceptBatch}, log)
 	if err != nil {
 		log.Error().Err(err).Msg("database pool")
 		return 1

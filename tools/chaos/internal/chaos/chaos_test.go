@@ -14,6 +14,7 @@ import (
 
 	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/idempotency"
+	"github.com/labelkit/labels/internal/pgbouncer"
 )
 
 // The short run of CI: about 100 intents, a worker killed every 4 s for 25 s,
@@ -47,6 +48,43 @@ func TestShortRun(t *testing.T) {
 	require.Equal(t, 1, fig.APIKills)
 	require.Equal(t, 1, fig.DBRestarts)
 	require.Positive(t, fig.Answers[503], "the PostgreSQL restart is seen as 503 store_unavailable")
+}
+
+// The short run through PgBouncer in transaction mode, four server
+// connections for the whole fleet, server_reset_query empty: the API and
+// workers 1 and 3 listen on the direct connection, worker 2 polls. Every
+// check of the short run holds.
+func TestShortRunThroughPgBouncer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL, PgBouncer and the fleet; about two minutes")
+	}
+	if err := CheckPrerequisites(); errors.Is(err, ErrNoPostgres) {
+		t.Skip(err)
+	}
+	if _, err := pgbouncer.Binary(); err != nil {
+		t.Skipf("%v; `go tool task test` installs it as root", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	fig, err := Run(ctx, Config{
+		Intents:    60,
+		Duration:   20 * time.Second,
+		KillEvery:  4 * time.Second,
+		Seed:       2,
+		PoolerSize: 4,
+		Progress:   testWriter{t},
+	})
+	require.NoError(t, err)
+	var out strings.Builder
+	fig.Print(&out)
+	t.Log("\n" + out.String())
+	require.Empty(t, fig.Violations)
+	require.Equal(t, 60, fig.Succeeded)
+	require.Equal(t, 60, fig.CarrierPurchases)
+	require.Equal(t, 60, fig.ReplaysChecked)
+	require.Positive(t, fig.WorkerKills)
+	require.Equal(t, 1, fig.APIKills)
+	require.Equal(t, 1, fig.DBRestarts)
 }
 
 // Every rendering of an intent is the same request: it decodes to the same

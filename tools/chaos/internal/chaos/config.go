@@ -39,6 +39,12 @@ type Config struct {
 	LogDir string
 	// Progress receives a line per phase and per disturbance; nil discards.
 	Progress io.Writer
+	// PoolerSize, when positive, puts PgBouncer (transaction mode, that many
+	// server connections, server_reset_query empty) between every binary and
+	// PostgreSQL: the API and the odd-numbered workers get
+	// DATABASE_DIRECT_URL for LISTEN, the others poll (River's poll-only
+	// mode). Needs the pgbouncer binary.
+	PoolerSize int
 }
 
 // Defaults of [Config].
@@ -115,6 +121,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("workers %d: want 1 to 20", c.Workers)
 	case c.KillEvery > 0 && c.KillEvery < time.Second:
 		return fmt.Errorf("kill-every %s: want at least 1s (or negative for no kills)", c.KillEvery)
+	case c.PoolerSize < 0 || c.PoolerSize > 1000:
+		return fmt.Errorf("pooler size %d: want 0 (no pooler) to 1000", c.PoolerSize)
 	case c.DrainTimeout < 0:
 		return fmt.Errorf("drain timeout %s: must not be negative", c.DrainTimeout)
 	}

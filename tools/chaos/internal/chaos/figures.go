@@ -101,6 +101,9 @@ func (f *Figures) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "Chaos run: seed %d, %d intents, %s window, %d workers, a worker SIGKILLed every %s\n",
 		c.Seed, c.Intents, c.Duration, c.Workers, killEvery(c.KillEvery))
+	if c.PoolerSize > 0 {
+		p("pooler", "PgBouncer, transaction mode, %d server connections", c.PoolerSize)
+	}
 	p("intents", "%d from 2 callers (%d parcels asked for by both, %d of them under the same key string)", f.Intents, f.Pairs, f.SharedKeys)
 	p("disturbances", "%d worker SIGKILLs, %d API SIGKILL, %d PostgreSQL restart", f.WorkerKills, f.APIKills, f.DBRestarts)
 	p("leases", "%d taken over after expiring, %d attempts fenced (wrote nothing)", f.LeaseTakeovers, f.FencedAttempts)

@@ -95,6 +95,8 @@ type fleet struct {
 	say  func(format string, args ...any)
 
 	carrierURL string
+	// pooledURL, when set, is PgBouncer's URL of the run's database.
+	pooledURL string
 
 	mu       sync.Mutex
 	apiAddr  string
@@ -113,9 +115,17 @@ func newFleet(cfg Config, bins *proctest.Binaries, db *database, say func(string
 }
 
 // env is what every binary of the run gets; proctest passes nothing else of
-// this process's environment that could configure them.
-func (f *fleet) env(extra ...string) []string {
-	return append([]string{"DATABASE_URL=" + f.db.URL, "LOG_FORMAT=json", "LOG_LEVEL=info"}, extra...)
+// this process's environment that could configure them. Through the pooler,
+// direct says whether the process also gets the direct URL for LISTEN.
+func (f *fleet) env(direct bool, extra ...string) []string {
+	db := []string{"DATABASE_URL=" + f.db.URL}
+	switch {
+	case f.pooledURL != "" && direct:
+		db = []string{"DATABASE_URL=" + f.pooledURL, "DATABASE_DIRECT_URL=" + f.db.URL}
+	case f.pooledURL != "":
+		db = []string{"DATABASE_URL=" + f.pooledURL, "DATABASE_POOLED=true"}
+	}
+	return append(append(db, "LOG_FORMAT=json", "LOG_LEVEL=info"), extra...)
 }
 
 func (f *fleet) opts(slot string, args []string, env []string) (*proctest.Opts, error) {
@@ -143,7 +153,7 @@ func (f *fleet) opts(slot string, args []string, env []string) (*proctest.Opts, 
 func (f *fleet) command(ctx context.Context, name string, args ...string) (*proctest.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	o, err := f.opts(name, args, f.env())
+	o, err := f.opts(name, args, f.env(false))
 	if err != nil {
 		return nil, err
 	}
@@ -219,7 +229,7 @@ func (f *fleet) start(ctx context.Context) error {
 }
 
 func (f *fleet) startAPI(ctx context.Context, addr string) error {
-	p, got, err := f.startServer(ctx, "api", "api", "listening", f.env("API_ADDR="+addr))
+	p, got, err := f.startServer(ctx, "api", "api", "listening", f.env(true, "API_ADDR="+addr))
 	if err != nil {
 		return err
 	}
@@ -230,7 +240,7 @@ func (f *fleet) startAPI(ctx context.Context, addr string) error {
 }
 
 func (f *fleet) startWorker(ctx context.Context, i int) error {
-	env := f.env(append([]string{"CARRIER_URL=" + f.carrierURL, "METRICS_ADDR=127.0.0.1:0", "ADMIN_ADDR="}, workerEnv...)...)
+	env := f.env(i%2 == 0, append([]string{"CARRIER_URL=" + f.carrierURL, "METRICS_ADDR=127.0.0.1:0", "ADMIN_ADDR="}, workerEnv...)...)
 	p, _, err := f.startServer(ctx, fmt.Sprintf("worker-%d", i+1), "worker", "metrics listening", env)
 	if err != nil {
 		return err

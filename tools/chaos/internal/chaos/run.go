@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/labelkit/labels/internal/pgbouncer"
 	"github.com/labelkit/labels/internal/testutil/proctest"
 )
 
@@ -25,6 +26,7 @@ type run struct {
 	dir     string // the run's own directory: bin/ (unless Config.BinDir), pg/
 	bins    *proctest.Binaries
 	db      *database
+	bouncer *pgbouncer.Bouncer
 	fleet   *fleet
 	pool    *pgxpool.Pool
 	callers []*caller
@@ -98,6 +100,9 @@ func (r *run) cleanup() {
 	if r.pool != nil {
 		r.pool.Close()
 	}
+	if r.bouncer != nil {
+		r.bouncer.Stop()
+	}
 	if r.db != nil {
 		r.db.shutdown()
 	}
@@ -147,6 +152,13 @@ func (r *run) setup(ctx context.Context) error {
 		return err
 	}
 	r.fleet = newFleet(r.cfg, r.bins, db, r.say)
+	if r.cfg.PoolerSize > 0 {
+		if r.bouncer, err = pgbouncer.Start(ctx, pgbouncer.Options{Server: db.URL, PoolSize: r.cfg.PoolerSize}); err != nil {
+			return err
+		}
+		r.fleet.pooledURL = r.bouncer.URL(db.URL)
+		r.say("PgBouncer on %s in transaction mode, %d server connections", r.bouncer.Addr, r.cfg.PoolerSize)
+	}
 	if _, err := r.fleet.command(ctx, "api", "migrate"); err != nil {
 		return err
 	}
