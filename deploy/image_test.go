@@ -1,102 +1,178 @@
 package deploy
 
 import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"debug/buildinfo"
+	"debug/elf"
+	"errors"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 )
 
-// dockerfile is what the image holds, read from the Dockerfile: the final
-// stage's base and user, and the binaries copied into it.
-type dockerfile struct {
-	base     string   // the final FROM, build arguments resolved
-	user     string   // the final stage's USER
-	binaries []string // the commands the build stage builds into /usr/local/bin
-	finalRun bool     // a RUN in the final stage (which has no shell to run it)
-	cgoOff   bool
+// sourceDateEpoch is the commit time the test builds with (any fixed value).
+const sourceDateEpoch = 1796399663
+
+// builtImage is the image as tools/image wrote it, read back from its tarball.
+type builtImage struct {
+	digest string // what tools/image printed
+	tags   []string
+	config *v1.ConfigFile
+	layers int
+	files  map[string]*imageFile // by absolute path, directories without trailing /
+	order  []string              // entry names as stored
 }
 
-func readDockerfile(t *testing.T, path string) dockerfile {
+type imageFile struct {
+	hdr  *tar.Header
+	body []byte
+}
+
+// buildImage runs `go run ./tools/image` from the module root, as
+// `go tool task image` does, into dir and reads the result back.
+func buildImage(t *testing.T, dir, file string) builtImage {
 	t.Helper()
-	b, err := os.ReadFile(path)
+	ctx, cancel := context.WithTimeout(t.Context(), 9*time.Minute)
+	defer cancel()
+	out := filepath.Join(dir, file)
+	cmd := exec.CommandContext(ctx, "go", "run", "./tools/image", "--out", out)
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH="+strconv.Itoa(sourceDateEpoch))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.Output()
+	require.NoError(t, err, "go run ./tools/image: %s", stderr.String())
+
+	b := builtImage{digest: strings.TrimSpace(string(stdout)), files: map[string]*imageFile{}}
+	mb, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(out) })
 	require.NoError(t, err)
-	text := strings.ReplaceAll(string(b), "\\\n", " ")
-	args := map[string]string{}
-	var d dockerfile
-	var stages int
-	var builtTo, copiedFrom string
-	for line := range strings.SplitSeq(text, "\n") {
-		f := strings.Fields(line)
-		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
-			continue
+	require.Len(t, mb, 1, "one image in the tarball")
+	b.tags = mb[0].RepoTags
+	require.Len(t, b.tags, 1)
+	tag, err := name.NewTag(b.tags[0])
+	require.NoError(t, err)
+	img, err := tarball.ImageFromPath(out, &tag)
+	require.NoError(t, err)
+	d, err := img.Digest()
+	require.NoError(t, err)
+	require.Equal(t, d.String(), b.digest, "tools/image prints the digest of the image it wrote")
+	b.config, err = img.ConfigFile()
+	require.NoError(t, err)
+	layers, err := img.Layers()
+	require.NoError(t, err)
+	b.layers = len(layers)
+	for _, l := range layers {
+		rc, err := l.Uncompressed()
+		require.NoError(t, err)
+		tr := tar.NewReader(rc)
+		for {
+			h, err := tr.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			require.NoError(t, err)
+			body, err := io.ReadAll(tr)
+			require.NoError(t, err)
+			b.order = append(b.order, h.Name)
+			b.files["/"+strings.TrimSuffix(h.Name, "/")] = &imageFile{hdr: h, body: body}
 		}
-		switch strings.ToUpper(f[0]) {
-		case "ARG":
-			if k, v, ok := strings.Cut(f[1], "="); ok {
-				args[k] = v
-			}
-		case "FROM":
-			stages++
-			d.base = os.Expand(f[1], func(k string) string { return args[k] })
-			d.user, d.finalRun = "", false
-		case "USER":
-			d.user = f[1]
-		case "RUN":
-			d.finalRun = true
-			if slices.Contains(f, "CGO_ENABLED=0") && slices.Contains(f, "build") {
-				d.cgoOff = true
-				for i, a := range f {
-					if a == "-o" && i+1 < len(f) {
-						builtTo = f[i+1]
-					}
-					if pkg, ok := strings.CutPrefix(a, "./cmd/"); ok {
-						d.binaries = append(d.binaries, pkg)
-					}
-				}
-			}
-		case "COPY":
-			if len(f) == 4 && strings.HasPrefix(f[1], "--from=") && f[3] == "/usr/local/bin/" {
-				copiedFrom = f[2]
-			}
-		}
+		require.NoError(t, rc.Close())
 	}
-	require.GreaterOrEqual(t, stages, 2, "a multi-stage build")
-	require.NotEmpty(t, builtTo, "the build stage names its output directory")
-	require.Equal(t, builtTo, copiedFrom, "the final stage copies what the build stage built into /usr/local/bin")
-	return d
+	return b
 }
 
-// The image the manifests run is the Dockerfile's: a distroless static base
-// run as its nonroot user, holding a static binary of every command (each
-// cmd/ directory), and nothing that needs a shell.
+// The image the manifests run is the one tools/image builds: a static binary
+// of every command (each cmd/ directory) in /usr/local/bin, run as nonroot,
+// with nothing that needs a shell, built byte for byte the same twice.
 func TestImage(t *testing.T) {
 	t.Parallel()
-	d := readDockerfile(t, "../Dockerfile")
-	require.Regexp(t, `^gcr\.io/distroless/static(-debian\d+)?:nonroot(@sha256:[0-9a-f]{64})?$`, d.base, "a distroless static nonroot base")
-	require.Equal(t, "65532:65532", d.user, "distroless' nonroot user")
-	require.False(t, d.finalRun, "the final stage cannot RUN: the base has no shell")
-	require.True(t, d.cgoOff, "static binaries for a base without libc")
+	if testing.Short() {
+		t.Skip("builds the image (four binaries): not under -short")
+	}
+	dir := t.TempDir()
+	img := buildImage(t, dir, "a.tar")
+	again := buildImage(t, dir, "b.tar")
+	require.Equal(t, img.digest, again.digest, "the same commit builds the same image")
+	a, err := os.ReadFile(filepath.Join(dir, "a.tar"))
+	require.NoError(t, err)
+	b, err := os.ReadFile(filepath.Join(dir, "b.tar"))
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(a, b), "the same commit writes the same tarball")
 
+	// The configuration: nonroot, PATH to the binaries, no entrypoint.
+	created := time.Unix(sourceDateEpoch, 0).UTC()
+	cf := img.config
+	require.Equal(t, "linux", cf.OS)
+	require.Equal(t, "amd64", cf.Architecture)
+	require.True(t, created.Equal(cf.Created.Time), "created at SOURCE_DATE_EPOCH, not %s", cf.Created)
+	require.Equal(t, "65532:65532", cf.Config.User)
+	require.Equal(t, []string{"PATH=/usr/local/bin"}, cf.Config.Env)
+	require.Equal(t, "/home/nonroot", cf.Config.WorkingDir)
+	require.Empty(t, cf.Config.Entrypoint, "every manifest names its command")
+	require.Empty(t, cf.Config.Cmd)
+	require.Equal(t, 1, img.layers)
+
+	// The layer: sorted, fixed times and owners, the few files a static Go
+	// binary expects, and no shell.
+	require.True(t, slices.IsSorted(img.order), "entries sorted: %v", img.order)
+	for p, f := range img.files {
+		require.True(t, created.Equal(f.hdr.ModTime), "%s: mtime %s", p, f.hdr.ModTime)
+		owner := 0
+		if p == "/home/nonroot" {
+			owner = 65532
+		}
+		require.Equal(t, owner, f.hdr.Uid, p)
+		require.Equal(t, owner, f.hdr.Gid, p)
+		require.NotContains(t, []string{"sh", "bash", "dash", "ash", "busybox", "env"}, filepath.Base(p), "%s: the image has no shell", p)
+		require.False(t, strings.HasPrefix(p, "/bin") || strings.HasPrefix(p, "/usr/bin"), "%s: nothing outside /usr/local/bin runs", p)
+	}
+	requireDir(t, img, "/tmp", 0o1777)
+	requireDir(t, img, "/home/nonroot", 0o700)
+	requireIDLine(t, img, "/etc/passwd", "nonroot:x:65532:65532:nonroot:/home/nonroot:")
+	requireIDLine(t, img, "/etc/passwd", "root:x:0:0:")
+	requireIDLine(t, img, "/etc/group", "nonroot:x:65532:")
+	requireIDLine(t, img, "/etc/group", "root:x:0:")
+
+	// /usr/local/bin holds one static binary of every command.
 	dirs, err := filepath.Glob("../cmd/*/main.go")
 	require.NoError(t, err)
-	var commands []string
+	var commands, binaries []string
 	for _, m := range dirs {
 		commands = append(commands, filepath.Base(filepath.Dir(m)))
 	}
+	for p := range img.files {
+		if d, f := filepath.Split(p); d == "/usr/local/bin/" && f != "" {
+			binaries = append(binaries, f)
+		}
+	}
 	slices.Sort(commands)
-	require.Equal(t, commands, slices.Sorted(slices.Values(d.binaries)), "the image holds every binary of cmd/")
-	uid, err := strconv.Atoi(strings.Split(d.user, ":")[0])
-	require.NoError(t, err)
+	slices.Sort(binaries)
+	require.Equal(t, commands, binaries, "the image holds every binary of cmd/ and nothing else in /usr/local/bin")
+	for _, c := range binaries {
+		requireStaticBinary(t, img, "/usr/local/bin/"+c)
+	}
 
 	// Every workload runs a binary of the image, as its user, without a shell.
-	image := ""
+	uid, err := strconv.Atoi(strings.Split(cf.Config.User, ":")[0])
+	require.NoError(t, err)
+	manifestImage := ""
 	for _, o := range readManifests(t, "kubernetes") {
 		w := decodeWorkload(t, o)
 		if w == nil || o.Metadata.Labels["app.kubernetes.io/component"] == "pgbouncer" {
@@ -105,11 +181,12 @@ func TestImage(t *testing.T) {
 		for _, c := range append(w.pod.Spec.Containers, w.pod.Spec.InitContainers...) {
 			argv := invocation(c)
 			require.NotEmpty(t, argv, o.id())
-			require.Contains(t, d.binaries, filepath.Base(argv[0]), "%s runs %q, which the image does not hold", o.id(), argv[0])
-			require.True(t, argv[0] == filepath.Base(argv[0]) || argv[0] == "/usr/local/bin/"+filepath.Base(argv[0]),
-				"%s: %q is not where the image has it", o.id(), argv[0])
+			requireInImage(t, img, o.id(), argv[0])
 			requireNoShell(t, o.id(), argv)
-			image = c.Image
+			if manifestImage == "" {
+				manifestImage = c.Image
+			}
+			require.Equal(t, manifestImage, c.Image, "%s: every workload runs the one image", o.id())
 		}
 		var sc struct {
 			RunAsNonRoot bool `yaml:"runAsNonRoot"`
@@ -127,17 +204,138 @@ func TestImage(t *testing.T) {
 	for _, path := range units {
 		for _, line := range readUnit(t, path)["Service"]["ExecStart"] {
 			argv := execArgv(line)
-			require.Contains(t, d.binaries, filepath.Base(argv[0]), path)
+			requireInImage(t, img, path, argv[0])
 			requireNoShell(t, path, argv)
 		}
 	}
 
-	// `go tool task image` names the image the manifests run.
+	// `go tool task image` and tools/image's default name the image the manifests run.
 	tf, err := os.ReadFile("../Taskfile.yml")
 	require.NoError(t, err)
 	m := regexp.MustCompile(`IMAGE: '\{\{\.IMAGE \| default "([^"]+)"\}\}'`).FindSubmatch(tf)
 	require.NotNil(t, m, "Taskfile.yml: the image task's default IMAGE")
-	require.Equal(t, image, string(m[1]), "go tool task image builds the image the manifests run")
+	require.Equal(t, manifestImage, string(m[1]), "go tool task image builds the image the manifests run")
+	require.Equal(t, []string{manifestImage}, img.tags, "tools/image names the image the manifests run by default")
+
+	// A binary from the layer runs (on a machine that can run linux/amd64).
+	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
+		t.Logf("not running api on %s/%s", runtime.GOOS, runtime.GOARCH)
+		return
+	}
+	api := filepath.Join(dir, "api")
+	require.NoError(t, os.WriteFile(api, img.files["/usr/local/bin/api"].body, 0o755))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, api, "--help")
+	cmd.Env = []string{"PATH=/usr/local/bin"}
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "api --help from the image: %s", out)
+	require.Contains(t, string(out), "api migrate")
+}
+
+// Without building the image (-short too): every command the manifests and
+// units run is one of cmd/ and needs no shell, and every pod runs as non-root.
+// TestImage checks the same commands and user against the built image.
+func TestCommandsNeedNoShell(t *testing.T) {
+	t.Parallel()
+	dirs, err := filepath.Glob("../cmd/*/main.go")
+	require.NoError(t, err)
+	var commands []string
+	for _, m := range dirs {
+		commands = append(commands, filepath.Base(filepath.Dir(m)))
+	}
+	for _, o := range readManifests(t, "kubernetes") {
+		w := decodeWorkload(t, o)
+		if w == nil {
+			continue
+		}
+		for _, c := range append(w.pod.Spec.Containers, w.pod.Spec.InitContainers...) {
+			argv := invocation(c)
+			require.NotEmpty(t, argv, o.id())
+			require.Contains(t, commands, filepath.Base(argv[0]), "%s runs %q, not a command of cmd/", o.id(), argv[0])
+			requireNoShell(t, o.id(), argv)
+		}
+		var sc struct {
+			RunAsNonRoot bool `yaml:"runAsNonRoot"`
+		}
+		require.NoError(t, podSecurityContext(o).Decode(&sc), o.id())
+		require.True(t, sc.RunAsNonRoot, o.id())
+	}
+	units, err := filepath.Glob("systemd/*.service")
+	require.NoError(t, err)
+	for _, path := range units {
+		for _, line := range readUnit(t, path)["Service"]["ExecStart"] {
+			argv := execArgv(line)
+			require.Contains(t, commands, filepath.Base(argv[0]), path)
+			requireNoShell(t, path, argv)
+		}
+	}
+}
+
+func requireDir(t *testing.T, img builtImage, path string, perm int64) {
+	t.Helper()
+	f := img.files[path]
+	require.NotNil(t, f, "the image has %s", path)
+	require.Equal(t, byte(tar.TypeDir), f.hdr.Typeflag, path)
+	require.Equal(t, perm, f.hdr.Mode, "%s: mode %o", path, f.hdr.Mode)
+}
+
+func requireIDLine(t *testing.T, img builtImage, path, prefix string) {
+	t.Helper()
+	f := img.files[path]
+	require.NotNil(t, f, "the image has %s", path)
+	require.Equal(t, int64(0o644), f.hdr.Mode, path)
+	for line := range strings.SplitSeq(string(f.body), "\n") {
+		if strings.HasPrefix(line, prefix) {
+			return
+		}
+	}
+	require.Failf(t, "missing entry", "%s has no line %q…:\n%s", path, prefix, f.body)
+}
+
+// requireStaticBinary checks path is an executable linux/amd64 ELF without an
+// interpreter (nothing to load it from in the image), built without cgo and
+// carrying the fallback CA roots (the image has no CA bundle).
+func requireStaticBinary(t *testing.T, img builtImage, path string) {
+	t.Helper()
+	f := img.files[path]
+	require.NotNil(t, f, path)
+	require.Equal(t, byte(tar.TypeReg), f.hdr.Typeflag, path)
+	require.Equal(t, int64(0o755), f.hdr.Mode, "%s: mode %o", path, f.hdr.Mode)
+	e, err := elf.NewFile(bytes.NewReader(f.body))
+	require.NoError(t, err, "%s is an ELF binary", path)
+	require.Equal(t, elf.EM_X86_64, e.Machine, path)
+	require.Equal(t, elf.ET_EXEC, e.Type, "%s: a static executable", path)
+	for _, p := range e.Progs {
+		require.NotEqual(t, elf.PT_INTERP, p.Type, "%s asks for an interpreter (dynamic loader)", path)
+		require.NotEqual(t, elf.PT_DYNAMIC, p.Type, "%s is dynamically linked", path)
+	}
+	bi, err := buildinfo.Read(bytes.NewReader(f.body))
+	require.NoError(t, err, path)
+	settings := map[string]string{}
+	for _, s := range bi.Settings {
+		settings[s.Key] = s.Value
+	}
+	require.Equal(t, "0", settings["CGO_ENABLED"], path)
+	require.Equal(t, "true", settings["-trimpath"], path)
+	require.NotContains(t, settings, "vcs.revision", "%s: no VCS stamp", path)
+	require.True(t, slices.ContainsFunc(bi.Deps, func(m *debug.Module) bool {
+		return m.Path == "golang.org/x/crypto/x509roots/fallback"
+	}), "%s embeds the fallback CA roots", path)
+}
+
+// requireInImage checks a command a manifest or unit runs is an executable
+// of the image: by name through the image's PATH, or by its full path.
+func requireInImage(t *testing.T, img builtImage, where, command string) {
+	t.Helper()
+	path := command
+	if !strings.Contains(command, "/") {
+		path = "/usr/local/bin/" + command // the image's PATH
+	}
+	f := img.files[path]
+	require.NotNil(t, f, "%s runs %q, which the image does not hold", where, command)
+	require.Equal(t, byte(tar.TypeReg), f.hdr.Typeflag, where)
+	require.NotZero(t, f.hdr.Mode&0o001, "%s: %q is not executable by the image's user", where, command)
 }
 
 // requireNoShell fails when argv runs a shell or asks for one's expansions.

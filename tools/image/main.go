@@ -1,0 +1,280 @@
+// Command image builds the service's container image without Docker and
+// without pulling a base image, as ko does: it compiles the four commands as
+// static binaries and writes them, with the few files a static Go binary
+// expects of distroless static nonroot, as one layer on an empty base.
+//
+//	go run ./tools/image --out labels-image.tar [--name registry.example.com/labelkit/labels:v1.0.0] [--arch amd64]
+//
+// The tarball is `docker save`'s format (docker load -i, podman load -i,
+// crane push, skopeo copy docker-archive:…), tagged with --name; the image
+// digest is printed on stdout. The image:
+//
+//	/usr/local/bin/{api,worker,reconcile,carrier}  0755, CGO_ENABLED=0, -trimpath, no build id, no VCS stamp
+//	/etc/passwd, /etc/group                         root (0) and nonroot (65532, home /home/nonroot)
+//	/home/nonroot                                   0700, owned by nonroot; /root 0700
+//	/tmp                                            1777
+//	config                                          User 65532:65532, Env PATH=/usr/local/bin,
+//	                                                WorkingDir /home/nonroot, no Entrypoint or Cmd
+//
+// There is no shell and no CA bundle: each command embeds the Mozilla roots
+// (golang.org/x/crypto/x509roots/fallback, used only where the system has
+// none), so the worker reaches the carrier and webhooks over https.
+//
+// Reproducible: the image's created time and every file time are
+// SOURCE_DATE_EPOCH (the Taskfile passes the last commit's time; unset means
+// 1970-01-01), entries are sorted with fixed owners, so the same commit and
+// Go toolchain build the same digest. On error it prints one line to stderr
+// and exits 1 (2 for a bad flag).
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// commands are the cmd/ directories built into /usr/local/bin.
+var commands = []string{"api", "worker", "reconcile", "carrier"}
+
+const (
+	defaultName = "registry.example.com/labelkit/labels:v1.0.0"
+	nonroot     = 65532
+	home        = "/home/nonroot"
+	binDir      = "/usr/local/bin"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("image", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("out", "labels-image.tar", "the tarball to write")
+	ref := fs.String("name", defaultName, "the image's name (repository:tag) in the tarball")
+	arch := fs.String("arch", "amd64", "GOARCH of the binaries and the image (linux)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() != 0 {
+		fmt.Fprintf(stderr, "image: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	tag, err := name.NewTag(*ref)
+	if err != nil {
+		fmt.Fprintf(stderr, "image: --name: %v\n", err)
+		return 2
+	}
+	created, err := sourceDate(getenv("SOURCE_DATE_EPOCH"))
+	if err != nil {
+		fmt.Fprintf(stderr, "image: SOURCE_DATE_EPOCH: %v\n", err)
+		return 2
+	}
+	digest, err := build(ctx, tag, *out, *arch, created, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "image: %v\n", err)
+		return 1
+	}
+	fmt.Fprintln(stdout, digest)
+	return 0
+}
+
+// sourceDate reads SOURCE_DATE_EPOCH (seconds since 1970); empty is 1970.
+func sourceDate(s string) (time.Time, error) {
+	if s == "" {
+		return time.Unix(0, 0).UTC(), nil
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || n < 0 {
+		return time.Time{}, fmt.Errorf("%q is not a count of seconds since 1970", s)
+	}
+	return time.Unix(n, 0).UTC(), nil
+}
+
+func build(ctx context.Context, tag name.Tag, out, arch string, created time.Time, stderr io.Writer) (v1.Hash, error) {
+	root, err := moduleRoot(ctx)
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	bin, err := os.MkdirTemp("", "labels-image-")
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	defer os.RemoveAll(bin)
+	if err := compile(ctx, root, bin, arch, stderr); err != nil {
+		return v1.Hash{}, err
+	}
+	layerTar, err := rootfs(bin, created)
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	img, err := assemble(layerTar, arch, created)
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	if err := tarball.WriteToFile(out, tag, img); err != nil {
+		return v1.Hash{}, fmt.Errorf("write %s: %w", out, err)
+	}
+	return img.Digest()
+}
+
+// moduleRoot is the directory of the main module, so the tool works from any
+// directory inside it.
+func moduleRoot(ctx context.Context) (string, error) {
+	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}")
+	cmd.Stderr = os.Stderr
+	b, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("go list -m: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// compile builds the commands into dir: static (no libc in the image), and
+// without paths, build ids or VCS stamps that would change the bytes from one
+// checkout or machine to another.
+func compile(ctx context.Context, root, dir, arch string, stderr io.Writer) error {
+	args := []string{"build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w -buildid=", "-o", dir + string(filepath.Separator)}
+	for _, c := range commands {
+		args = append(args, "./cmd/"+c)
+	}
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch, "GOFLAGS=")
+	cmd.Stdout, cmd.Stderr = stderr, stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("go build: %w", err)
+	}
+	return nil
+}
+
+// entry is one file or directory of the layer.
+type entry struct {
+	path     string // without the leading slash; directories end in /
+	mode     int64
+	uid, gid int
+	body     []byte
+	from     string // a file on disk to copy instead of body
+}
+
+const (
+	passwd = "root:x:0:0:root:/root:/sbin/nologin\n" +
+		"nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n" +
+		"nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n"
+	group = "root:x:0:\n" +
+		"nobody:x:65534:\n" +
+		"nonroot:x:65532:\n"
+)
+
+// rootfs writes the layer's tar: what distroless static nonroot gives a
+// static Go binary, and the binaries. Owners are root except nonroot's home,
+// which it must be able to write, as in distroless.
+func rootfs(bin string, mtime time.Time) ([]byte, error) {
+	entries := []entry{
+		{path: "etc/", mode: 0o755},
+		{path: "etc/group", mode: 0o644, body: []byte(group)},
+		{path: "etc/passwd", mode: 0o644, body: []byte(passwd)},
+		{path: "home/", mode: 0o755},
+		{path: "home/nonroot/", mode: 0o700, uid: nonroot, gid: nonroot},
+		{path: "root/", mode: 0o700},
+		{path: "tmp/", mode: 0o1777},
+		{path: "usr/", mode: 0o755},
+		{path: "usr/local/", mode: 0o755},
+		{path: "usr/local/bin/", mode: 0o755},
+	}
+	for _, c := range commands {
+		entries = append(entries, entry{path: "usr/local/bin/" + c, mode: 0o755, from: filepath.Join(bin, c)})
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].path < entries[j].path })
+
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range entries {
+		h := &tar.Header{
+			Name:    e.path,
+			Mode:    e.mode,
+			Uid:     e.uid,
+			Gid:     e.gid,
+			ModTime: mtime,
+			Format:  tar.FormatPAX,
+		}
+		if strings.HasSuffix(e.path, "/") {
+			h.Typeflag = tar.TypeDir
+		} else {
+			h.Typeflag = tar.TypeReg
+			if e.from != "" {
+				b, err := os.ReadFile(e.from)
+				if err != nil {
+					return nil, err
+				}
+				e.body = b
+			}
+			h.Size = int64(len(e.body))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(e.body); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// assemble puts the layer on an empty base with the runtime configuration.
+// No Entrypoint or Cmd: every manifest and unit names its command.
+func assemble(layerTar []byte, arch string, created time.Time) (v1.Image, error) {
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(layerTar)), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	img, err := mutate.Append(empty.Image, mutate.Addendum{
+		Layer: layer,
+		History: v1.History{
+			Created:   v1.Time{Time: created},
+			CreatedBy: "go run ./tools/image",
+			Comment:   "api, worker, reconcile and carrier in " + binDir + "; /etc/passwd, /etc/group, " + home + ", /tmp",
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", arch
+	cf.Created = v1.Time{Time: created}
+	cf.Config = v1.Config{
+		User:       strconv.Itoa(nonroot) + ":" + strconv.Itoa(nonroot),
+		Env:        []string{"PATH=" + binDir},
+		WorkingDir: home,
+	}
+	return mutate.ConfigFile(img, cf)
+}
