@@ -43,6 +43,10 @@ const (
 // in request id order, rows another session holds skipped), and returns an
 // outcome per row. A label that would break a unique constraint is not
 // inserted, and then nothing else of its row is written either.
+// A row saved for a caller with a webhook endpoint also writes its webhook
+// event (the outbox of deliveries), in the same statement: a completion
+// without its event, or an event without its completion, cannot commit, and
+// only the row that makes the intent final writes one.
 const sqlComplete = `
 WITH inp AS (
        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[], $5::int[], $6::text[],
@@ -88,7 +92,14 @@ WITH inp AS (
               completed_at = now()
          FROM good g
         WHERE i.request_id = g.request_id
-       RETURNING i.request_id)
+       RETURNING i.request_id),
+     events AS (
+       INSERT INTO webhook_events (request_id, caller_id, type, created_at)
+       SELECT g.request_id, g.caller_id,
+              CASE WHEN g.label_id IS NULL THEN 'label_request.failed' ELSE 'label_request.succeeded' END, now()
+         FROM good g
+        WHERE EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.caller_id = g.caller_id)
+       ON CONFLICT DO NOTHING)
 SELECT inp.request_id,
        CASE WHEN inp.request_id IN (SELECT request_id FROM keys INTERSECT SELECT request_id FROM intents) THEN 1
             WHEN inp.request_id IN (SELECT request_id FROM ok) THEN 3

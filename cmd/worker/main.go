@@ -22,8 +22,11 @@ import (
 
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/internal/cli"
+	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/notify"
+	"github.com/labelkit/labels/postgres"
+	"github.com/labelkit/labels/webhook"
 	"github.com/labelkit/labels/worker"
 )
 
@@ -49,6 +52,9 @@ SWEEP_INTERVAL (1m), SWEEP_BATCH (1000), TOMBSTONE_RETENTION (720h), METRICS_ADD
 WORKER_BATCH (64: jobs per shared lease or completion statement; 0 = one
 transaction per job), RECONCILE_SCHEDULE (off), ADMIN_ADDR (off; River UI at /riverui/, needs
 ADMIN_USER and ADMIN_PASSWORD), LOG_LEVEL (info), LOG_FORMAT (json|console).
+Webhook delivery: WEBHOOK_TIMEOUT (15s), WEBHOOK_RETRY_BASE (5s), WEBHOOK_RETRY_MAX
+(10h), WEBHOOK_MAX_ATTEMPTS (12), WEBHOOK_DISABLE_AFTER (50), WEBHOOK_CONCURRENCY (20),
+WEBHOOK_ALLOW_INSECURE (false), WEBHOOK_ALLOW_PRIVATE (false).
 `
 
 // Config is the worker's configuration, read once in run.
@@ -72,6 +78,15 @@ type Config struct {
 	AdminAddr          string
 	AdminUser          string
 	AdminPassword      string
+
+	WebhookTimeout       time.Duration
+	WebhookRetryBase     time.Duration
+	WebhookRetryMax      time.Duration
+	WebhookMaxAttempts   int
+	WebhookDisableAfter  int
+	WebhookConcurrency   int
+	WebhookAllowInsecure bool
+	WebhookAllowPrivate  bool
 }
 
 // Validate checks what parsing alone cannot. A carrier timeout at or above the
@@ -101,6 +116,16 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("SWEEP_BATCH=%d: must be positive", c.SweepBatch)
 	case c.TombstoneRetention < c.KeyRetention:
 		return fmt.Errorf("TOMBSTONE_RETENTION=%s: must be at least KEY_RETENTION=%s", c.TombstoneRetention, c.KeyRetention)
+	case c.WebhookTimeout <= 0 || c.WebhookTimeout > 5*time.Minute:
+		return fmt.Errorf("WEBHOOK_TIMEOUT=%s: want above 0 and at most 5m", c.WebhookTimeout)
+	case c.WebhookRetryBase <= 0 || c.WebhookRetryMax < c.WebhookRetryBase:
+		return fmt.Errorf("WEBHOOK_RETRY_BASE=%s, WEBHOOK_RETRY_MAX=%s: want 0 < WEBHOOK_RETRY_BASE <= WEBHOOK_RETRY_MAX", c.WebhookRetryBase, c.WebhookRetryMax)
+	case c.WebhookMaxAttempts < 1 || c.WebhookMaxAttempts > 100:
+		return fmt.Errorf("WEBHOOK_MAX_ATTEMPTS=%d: want 1 to 100", c.WebhookMaxAttempts)
+	case c.WebhookDisableAfter < 1:
+		return fmt.Errorf("WEBHOOK_DISABLE_AFTER=%d: must be positive", c.WebhookDisableAfter)
+	case c.WebhookConcurrency < 1 || c.WebhookConcurrency > 1000:
+		return fmt.Errorf("WEBHOOK_CONCURRENCY=%d: want 1 to 1000", c.WebhookConcurrency)
 	}
 	return validateAdmin(c.AdminAddr, c.AdminUser, c.AdminPassword)
 }
@@ -127,6 +152,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		AdminAddr:          env.String("ADMIN_ADDR", ""),
 		AdminUser:          env.String("ADMIN_USER", ""),
 		AdminPassword:      env.String("ADMIN_PASSWORD", ""),
+
+		WebhookTimeout:       env.Duration("WEBHOOK_TIMEOUT", 15*time.Second),
+		WebhookRetryBase:     env.Duration("WEBHOOK_RETRY_BASE", 5*time.Second),
+		WebhookRetryMax:      env.Duration("WEBHOOK_RETRY_MAX", 10*time.Hour),
+		WebhookMaxAttempts:   env.Int("WEBHOOK_MAX_ATTEMPTS", 12),
+		WebhookDisableAfter:  env.Int("WEBHOOK_DISABLE_AFTER", 50),
+		WebhookConcurrency:   env.Int("WEBHOOK_CONCURRENCY", 20),
+		WebhookAllowInsecure: env.Bool("WEBHOOK_ALLOW_INSECURE", false),
+		WebhookAllowPrivate:  env.Bool("WEBHOOK_ALLOW_PRIVATE", false),
 	}
 	log := cli.Logger(env, stderr, "worker")
 
@@ -182,7 +216,8 @@ func work(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, periodic []*
 	m := metrics.New()
 
 	notifier := notify.NewNotifier(pool, 0, log)
-	listener := notify.NewListener(poolCfg.ConnConfig.Copy(), log, notify.ChannelIntents)
+	// Intents wake the relay; final intents wake the webhook event relay.
+	listener := notify.NewListener(poolCfg.ConnConfig.Copy(), log, notify.ChannelIntents, notify.ChannelFinal)
 	w, err := worker.New(worker.Config{
 		Pool:               pool,
 		Carrier:            carrier.NewClient(cfg.CarrierURL, &carrier.ClientOpts{Token: cfg.CarrierToken, InFlight: cfg.Concurrency}),
@@ -202,6 +237,16 @@ func work(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, periodic []*
 		Notifier:           notifier,
 		Listener:           listener,
 		PeriodicJobs:       periodic,
+		Webhooks: jobs.WebhookConfig{
+			Timeout:      cfg.WebhookTimeout,
+			RetryBase:    cfg.WebhookRetryBase,
+			RetryMax:     cfg.WebhookRetryMax,
+			MaxAttempts:  cfg.WebhookMaxAttempts,
+			DisableAfter: cfg.WebhookDisableAfter,
+			Policy:       webhook.Policy{AllowInsecure: cfg.WebhookAllowInsecure, AllowPrivate: cfg.WebhookAllowPrivate},
+			Metrics:      metrics.NewWebhooks(m.Registry),
+		},
+		WebhookConcurrency: cfg.WebhookConcurrency,
 		AddWorkersFunc: func(workers *river.Workers) error {
 			return addReconcileWorker(workers, pool, cfg, m, log)
 		},
@@ -273,7 +318,10 @@ func work(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, periodic []*
 }
 
 func serveMetrics(addr string, pool *pgxpool.Pool, m *metrics.Metrics, log zerolog.Logger) (*http.Server, error) {
-	m.Registry.MustRegister(metrics.NewStoreCollector(pool))
+	m.Registry.MustRegister(metrics.NewStoreCollector(pool), metrics.NewWebhookCollector(func(ctx context.Context) (metrics.WebhookGauges, error) {
+		st, err := postgres.GetWebhookStats(ctx, pool)
+		return metrics.WebhookGauges{OldestUndelivered: st.OldestUndelivered, Disabled: st.Disabled}, err
+	}))
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	handleHealth(mux, pool)

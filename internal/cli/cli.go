@@ -68,6 +68,20 @@ func (e *Env) Int(name string, def int) int {
 	return n
 }
 
+// Bool returns true or false (strconv.ParseBool's spellings).
+func (e *Env) Bool(name string, def bool) bool {
+	v := e.Getenv(name)
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		e.fail(name, v, "want true or false")
+		return def
+	}
+	return b
+}
+
 // DatabaseURL returns DATABASE_URL; when it is unset and PGHOST or PGDATABASE
 // is set, it returns "" so that pgx reads the PG* variables itself.
 func (e *Env) DatabaseURL() string {
