@@ -33,6 +33,9 @@ func TestHelpAndBadConfig(t *testing.T) {
 		{"LOG_LEVEL": "loud"},
 		{"LOG_FORMAT": "xml"},
 		{"DATABASE_URL": "::not a url"},
+		{"WEBHOOK_ALLOW_INSECURE": "maybe"},
+		{"WEBHOOK_ALLOW_PRIVATE": "2"},
+		{"WEBHOOK_ROTATION_OVERLAP": "-1h"},
 	} {
 		errb.Reset()
 		require.Equal(t, 2, run(context.Background(), []string{"api"}, env(e), io.Discard, &errb), e)
