@@ -100,7 +100,7 @@ func (c *WebhookConfig) defaults() {
 
 // WebhookJobTimeout is the River job timeout of a delivery attempt with the
 // given attempt timeout: room for its database work around the request.
-func WebhookJobTimeout(timeout time.Duration) time.Duration { return timeout + 15*time.Second }
+func WebhookJobTimeout(timeout time.Duration) time.Duration { return timeout + 5*time.Second }
 
 // DeliverWebhookWorker delivers one event: it counts the attempt on the
 // event (committed before the request, so an attempt that dies mid-way is
