@@ -115,7 +115,9 @@ func newFleet(cfg Config, bins *proctest.Binaries, db *database, say func(string
 // env is what every binary of the run gets; proctest passes nothing else of
 // this process's environment that could configure them.
 func (f *fleet) env(extra ...string) []string {
-	return append([]string{"DATABASE_URL=" + f.db.URL, "LOG_FORMAT=json", "LOG_LEVEL=info"}, extra...)
+	// The webhook receiver is this process's plain-HTTP loopback server.
+	return append([]string{"DATABASE_URL=" + f.db.URL, "LOG_FORMAT=json", "LOG_LEVEL=info",
+		"WEBHOOK_ALLOW_INSECURE=true", "WEBHOOK_ALLOW_PRIVATE=true"}, extra...)
 }
 
 func (f *fleet) opts(slot string, args []string, env []string) (*proctest.Opts, error) {
