@@ -501,7 +501,7 @@ func (d *demo) dumpLogs() {
 
 func (d *demo) summary() {
 	d.say.line("")
-	d.say.line("Demo OK: 202 -> succeeded -> 201 with Idempotent-Replayed: true -> 422 idempotency_key_reused; the carrier sold %d label; reconcile: %s.", d.purchases, d.reconciled)
+	d.say.line("Demo OK: 202 -> succeeded (signed webhook delivered and verified) -> 201 with Idempotent-Replayed: true -> 422 idempotency_key_reused; the carrier sold %d label; reconcile: %s.", d.purchases, d.reconciled)
 	if d.voided {
 		d.say.line("Then a carrier without keys sold parcel 2 twice: reconcile found the duplicate (run %d), reconcile void voided it once, and the next reconcile netted its credit.", d.runID)
 	}
