@@ -115,6 +115,27 @@ SELECT inp.request_id,
 // whose lease was taken over writes nothing. Of two completions of one
 // intent, at most the first is saved.
 func Complete(ctx context.Context, pool *pgxpool.Pool, cs []Completion, retention time.Duration) ([]CompleteResult, error) {
+	args, at, outs := completeArgs(cs, retention)
+	err := sendShared(ctx, pool, workerLockTimeout, func(b *pgx.Batch) {
+		b.Queue(sqlComplete, args...).Query(func(rs pgx.Rows) error {
+			var id string
+			var r CompleteResult
+			_, err := pgx.ForEachRow(rs, []any{&id, &r}, func() error {
+				outs[at[id]] = r
+				return nil
+			})
+			return err
+		})
+	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return outs, nil
+}
+
+// completeArgs are sqlComplete's arguments for cs, each request id's index in
+// cs, and the outcomes known before the statement (a twin of a row is busy).
+func completeArgs(cs []Completion, retention time.Duration) ([]any, map[string]int, []CompleteResult) {
 	n := len(cs)
 	var (
 		ids, callers, keys, bodies                      = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
@@ -148,21 +169,8 @@ func Complete(ctx context.Context, pool *pgxpool.Pool, cs []Completion, retentio
 			purchased, created = append(purchased, nil), append(created, nil)
 		}
 	}
-	err := sendShared(ctx, pool, workerLockTimeout, func(b *pgx.Batch) {
-		b.Queue(sqlComplete, ids, callers, keys, tokens, statuses, bodies,
-			labelIDs, services, trackings, cls, ckeys, curs, orderIDs, costs, parcelNos, versions,
-			purchased, created, retention.Seconds()).Query(func(rs pgx.Rows) error {
-			var id string
-			var r CompleteResult
-			_, err := pgx.ForEachRow(rs, []any{&id, &r}, func() error {
-				outs[at[id]] = r
-				return nil
-			})
-			return err
-		})
-	}, nil)
-	if err != nil {
-		return nil, err
-	}
-	return outs, nil
+	args := []any{ids, callers, keys, tokens, statuses, bodies,
+		labelIDs, services, trackings, cls, ckeys, curs, orderIDs, costs, parcelNos, versions,
+		purchased, created, retention.Seconds()}
+	return args, at, outs
 }
