@@ -12,11 +12,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/client"
+	"github.com/labelkit/labels/internal/testutil/logtest"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/metrics"
@@ -357,4 +364,73 @@ func TestRetryDelay(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, jobs.RetryDelay(time.Millisecond, time.Hour, 1, 30*time.Second), 30*time.Second, "Retry-After is a floor")
 	require.Equal(t, time.Minute, jobs.RetryDelay(time.Millisecond, time.Minute, 1, 24*time.Hour), "never beyond the maximum")
+}
+
+// One line per delivery attempt, with the request, caller, webhook-id,
+// attempt and outcome; never the secret, a signature or the body.
+func TestWebhookAttemptLogLine(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{NoWorker: true})
+	ctx := context.Background()
+	rc := newReceiver(t, func(n int, _ *http.Request) (int, http.Header) {
+		if n == 1 {
+			return http.StatusInternalServerError, nil
+		}
+		return http.StatusNoContent, nil
+	})
+	tok := s.Token("fulfilment")
+	secret := setHook(t, s, "fulfilment", rc.srv.URL)
+	lr := accept(t, s, tok, "k-log", stacktest.ParcelBody(77, 1, 900))
+	// Completed as the buy-label worker does, which writes the event.
+	lease := uuid.New()
+	leases, err := postgres.TakeLeases(ctx, s.Pool, []postgres.LeaseRow{{RequestID: lr.ID, Token: lease}}, time.Minute)
+	require.NoError(t, err)
+	p := labels.NewProblem(labels.CodeCarrierRejected, "rejected")
+	in := leases[0].Intent
+	outs, err := postgres.Complete(ctx, s.Pool, []postgres.Completion{{RequestID: in.RequestID, CallerID: in.CallerID, Key: in.Key,
+		Token: lease, Status: p.Status, Body: p.Body()}}, time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, postgres.Completed, outs[0])
+
+	var buf logtest.Buffer
+	workers := river.NewWorkers()
+	river.AddWorker(workers, jobs.NewDeliverWebhookWorker(jobs.WebhookConfig{Pool: s.Pool, Policy: lenient,
+		RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond, Log: zerolog.New(&buf).Level(zerolog.DebugLevel)}))
+	client, err := river.NewClient(riverpgxv5.New(s.Pool), &river.Config{
+		Queues:            map[string]river.QueueConfig{jobs.QueueWebhooks: {MaxWorkers: 2}},
+		Workers:           workers,
+		FetchCooldown:     20 * time.Millisecond,
+		FetchPollInterval: 50 * time.Millisecond,
+		TestOnly:          true,
+	})
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		_ = client.Stop(sctx)
+	})
+	require.NoError(t, pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		return jobs.DispatchWebhooks(client)(ctx, tx, []string{lr.ID})
+	}))
+	require.Eventually(t, func() bool { st, _ := eventState(t, s, lr.ID); return st == "delivered" }, 30*time.Second, 10*time.Millisecond)
+
+	lines := buf.Lines(t, "deliver_webhook attempt")
+	require.Len(t, lines, 2)
+	for i, want := range []string{"retry", "delivered"} {
+		l := lines[i]
+		require.Equal(t, want, l["outcome"], l)
+		require.Equal(t, lr.ID, l["request_id"], l)
+		require.Equal(t, "fulfilment", l["caller"], l)
+		require.Equal(t, "msg_"+lr.ID, l["webhook_id"], l)
+		require.Equal(t, float64(i+1), l["attempt"], l)
+	}
+	all := buf.String()
+	require.NotContains(t, all, secret)
+	require.NotContains(t, all, secret[len("whsec_"):])
+	for _, d := range rc.deliveries() {
+		require.NotContains(t, all, d.header.Get("webhook-signature"))
+		require.NotContains(t, all, string(d.body))
+	}
+	require.NotContains(t, all, "carrier_rejected", "no part of the body")
 }
