@@ -54,3 +54,5 @@ CREATE TABLE webhook_events (
 CREATE INDEX webhook_events_undispatched ON webhook_events (created_at) WHERE dispatched_at IS NULL;
 -- The oldest undelivered event (a metric), and the events a delete drops.
 CREATE INDEX webhook_events_pending ON webhook_events (caller_id, created_at) WHERE state = 'pending';
+-- The sweeper's: finished events, purged after TOMBSTONE_RETENTION.
+CREATE INDEX webhook_events_finished ON webhook_events (finished_at) WHERE state <> 'pending';

@@ -302,6 +302,22 @@ func FinishWebhookAttempt(ctx context.Context, pool *pgxpool.Pool, ev *WebhookEv
 	return disabled, err
 }
 
+// PurgeWebhookEvents deletes up to batch events delivered or dropped before
+// before and returns how many it deleted. Pending events are never purged.
+func PurgeWebhookEvents(ctx context.Context, db DB, before time.Time, batch int) (int64, error) {
+	tag, err := db.Exec(ctx, `
+		DELETE FROM webhook_events
+		 WHERE ctid IN (SELECT ctid FROM webhook_events
+		                 WHERE state <> 'pending' AND finished_at < $1
+		                 ORDER BY finished_at
+		                 LIMIT $2
+		                   FOR UPDATE SKIP LOCKED)`, before, batch)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
 // WebhookStats are the gauges of the webhook metrics.
 type WebhookStats struct {
 	OldestUndelivered time.Duration // age of the oldest pending event; 0 when none

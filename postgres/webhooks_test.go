@@ -126,3 +126,24 @@ func BenchmarkComplete(b *testing.B) {
 		})
 	}
 }
+
+// Delivered and dropped events are purged once finished before the bound;
+// pending ones never.
+func TestPurgeWebhookEvents(t *testing.T) {
+	t.Parallel()
+	pool, _ := dbtest.New(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `INSERT INTO webhook_events (request_id, caller_id, type, created_at, state, finished_at) VALUES
+		('lr_old_delivered', 'c', 'label_request.succeeded', now() - interval '40 days', 'delivered', now() - interval '40 days'),
+		('lr_old_dropped', 'c', 'label_request.failed', now() - interval '40 days', 'dropped', now() - interval '31 days'),
+		('lr_new_delivered', 'c', 'label_request.succeeded', now() - interval '1 day', 'delivered', now() - interval '1 day'),
+		('lr_old_pending', 'c', 'label_request.succeeded', now() - interval '40 days', 'pending', NULL)`)
+	require.NoError(t, err)
+	n, err := postgres.PurgeWebhookEvents(ctx, pool, time.Now().Add(-30*24*time.Hour), 1)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "one batch")
+	n, err = postgres.PurgeWebhookEvents(ctx, pool, time.Now().Add(-30*24*time.Hour), 10)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.Equal(t, "lr_new_delivered,lr_old_pending", row[string](t, pool, `SELECT string_agg(request_id, ',' ORDER BY request_id) FROM webhook_events`))
+}
