@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -64,6 +65,7 @@ type WebhookConfig struct {
 	MaxAttempts  int           // WEBHOOK_MAX_ATTEMPTS (default 12)
 	DisableAfter int           // WEBHOOK_DISABLE_AFTER (default 50)
 	Policy       webhook.Policy
+	SecretKey    webhook.SecretKey // WEBHOOK_SECRET_KEY: opens sealed secrets
 	Metrics      *metrics.Webhooks
 	Log          zerolog.Logger
 	// Client, when set, replaces the delivery client (whose dialer enforces
@@ -169,7 +171,14 @@ func (w *DeliverWebhookWorker) work(ctx context.Context, requestID string, log *
 	}
 
 	start := time.Now()
-	status, retryAfter, sendErr := w.send(ctx, ev, body)
+	// A secret that cannot be opened fails the attempt like a failed
+	// request: nothing is sent unsigned, and the event is retried, then dropped.
+	var status int
+	var retryAfter time.Duration
+	secrets, sendErr := w.open(ev)
+	if sendErr == nil {
+		status, retryAfter, sendErr = w.send(ctx, ev, body, secrets)
+	}
 	result := attemptResult(status, sendErr)
 	cfg.Metrics.Attempts.WithLabelValues(result).Inc()
 	cfg.Metrics.AttemptDuration.Observe(time.Since(start).Seconds())
@@ -232,9 +241,30 @@ func (w *DeliverWebhookWorker) body(ctx context.Context, ev *postgres.WebhookEve
 	return json.Marshal(EventBody{Type: ev.Type, Timestamp: ev.CreatedAt.UTC(), Data: data})
 }
 
+// open returns the event's live secrets, newest first, opened. A secret
+// that does not open (sealed under another WEBHOOK_SECRET_KEY) is left out
+// while another one opens; with none, the attempt fails: nothing is sent
+// unsigned.
+func (w *DeliverWebhookWorker) open(ev *postgres.WebhookEvent) ([][]byte, error) {
+	var out [][]byte
+	var firstErr error
+	for _, s := range ev.Secrets {
+		secret, err := w.cfg.SecretKey.Open(ev.CallerID, s.Value, s.Sealed)
+		if err != nil {
+			firstErr = cmp.Or(firstErr, err)
+			continue
+		}
+		out = append(out, secret)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no signing secret of caller %s can sign: %w", ev.CallerID, cmp.Or(firstErr, errors.New("none is live")))
+	}
+	return out, nil
+}
+
 // send posts one attempt and returns the status (0 when none came) and the
 // Retry-After of a 429 or 503.
-func (w *DeliverWebhookWorker) send(ctx context.Context, ev *postgres.WebhookEvent, body []byte) (int, time.Duration, error) {
+func (w *DeliverWebhookWorker) send(ctx context.Context, ev *postgres.WebhookEvent, body []byte, secrets [][]byte) (int, time.Duration, error) {
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(cctx, http.MethodPost, ev.URL, bytes.NewReader(body))
@@ -246,7 +276,7 @@ func (w *DeliverWebhookWorker) send(ctx context.Context, ev *postgres.WebhookEve
 	req.Header.Set("User-Agent", "labels-webhooks/1")
 	req.Header.Set("webhook-id", ev.EventID)
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
-	req.Header.Set("webhook-signature", webhook.Signature(ev.EventID, ts, body, ev.Secrets))
+	req.Header.Set("webhook-signature", webhook.Signature(ev.EventID, ts, body, secrets))
 	resp, err := w.cfg.Client.Do(req)
 	if err != nil {
 		return 0, 0, err

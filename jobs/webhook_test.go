@@ -2,6 +2,8 @@ package jobs_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net"
@@ -86,7 +88,7 @@ func setHook(t *testing.T, s *stacktest.Stack, caller, url string) string {
 	t.Helper()
 	printed, raw, err := webhook.NewSecret()
 	require.NoError(t, err)
-	created, err := postgres.SetWebhook(context.Background(), s.Pool, caller, url, raw)
+	created, err := postgres.SetWebhook(context.Background(), s.Pool, caller, url, postgres.Secret{Value: raw})
 	require.NoError(t, err)
 	require.True(t, created)
 	return printed
@@ -267,7 +269,7 @@ func TestWebhookDisabling(t *testing.T) {
 	mu.Lock()
 	status = http.StatusTemporaryRedirect
 	mu.Unlock()
-	created, err := postgres.SetWebhook(ctx, s.Pool, "shop", rc.srv.URL, []byte("ignored: the caller has a live secret"))
+	created, err := postgres.SetWebhook(ctx, s.Pool, "shop", rc.srv.URL, postgres.Secret{Value: []byte("ignored: the caller has a live secret")})
 	require.NoError(t, err)
 	require.False(t, created, "set keeps the live secret")
 	require.Equal(t, postgres.WebhookActive, hook().State)
@@ -285,16 +287,25 @@ func TestWebhookDisabling(t *testing.T) {
 
 // After a rotation, deliveries carry one signature per live secret, the new
 // one first; both verify. Once the overlap is over only the new one signs.
+// The old secret is stored raw, the new one sealed with WEBHOOK_SECRET_KEY
+// (as after a key was set): both sign.
 func TestWebhookRotationSignsWithBoth(t *testing.T) {
 	t.Parallel()
-	s := stacktest.New(t, stacktest.Opts{Webhooks: jobs.WebhookConfig{Policy: lenient}})
+	rawKey := make([]byte, 32)
+	_, err := rand.Read(rawKey)
+	require.NoError(t, err)
+	key, err := webhook.ParseSecretKey(base64.StdEncoding.EncodeToString(rawKey))
+	require.NoError(t, err)
+	s := stacktest.New(t, stacktest.Opts{Webhooks: jobs.WebhookConfig{Policy: lenient, SecretKey: key}})
 	ctx := context.Background()
 	rc := newReceiver(t, nil)
 	tok := s.Token("shop")
 	oldSecret := setHook(t, s, "shop", rc.srv.URL)
 	newSecret, raw, err := webhook.NewSecret()
 	require.NoError(t, err)
-	require.NoError(t, postgres.RotateWebhookSecret(ctx, s.Pool, "shop", raw, time.Hour))
+	stored, sealed, err := key.Seal("shop", raw)
+	require.NoError(t, err)
+	require.NoError(t, postgres.RotateWebhookSecret(ctx, s.Pool, "shop", postgres.Secret{Value: stored, Sealed: sealed}, time.Hour))
 
 	deliver := func(key string, order int64) delivery {
 		lr := accept(t, s, tok, key, stacktest.ParcelBody(order, 1, 900))
@@ -436,4 +447,30 @@ func TestWebhookAttemptLogLine(t *testing.T) {
 		require.NotContains(t, all, string(d.body))
 	}
 	require.NotContains(t, all, "carrier_rejected", "no part of the body")
+}
+
+// A sealed secret and a worker without WEBHOOK_SECRET_KEY: nothing is sent
+// unsigned; the attempts fail, and the event is dropped after the last.
+func TestWebhookSealedSecretNeedsTheKey(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{Webhooks: jobs.WebhookConfig{Policy: lenient, MaxAttempts: 2, RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond}})
+	ctx := context.Background()
+	rc := newReceiver(t, nil)
+	tok := s.Token("shop")
+	rawKey := make([]byte, 32)
+	_, err := rand.Read(rawKey)
+	require.NoError(t, err)
+	key, err := webhook.ParseSecretKey(base64.StdEncoding.EncodeToString(rawKey))
+	require.NoError(t, err)
+	_, raw, err := webhook.NewSecret()
+	require.NoError(t, err)
+	stored, sealed, err := key.Seal("shop", raw)
+	require.NoError(t, err)
+	_, err = postgres.SetWebhook(ctx, s.Pool, "shop", rc.srv.URL, postgres.Secret{Value: stored, Sealed: sealed})
+	require.NoError(t, err)
+	lr := accept(t, s, tok, "k-1", stacktest.ParcelBody(9900, 1, 900))
+	s.WaitFinal(tok, lr.ID)
+	require.Eventually(t, func() bool { st, _ := eventState(t, s, lr.ID); return st == "dropped" }, time.Minute, 10*time.Millisecond)
+	require.Contains(t, scalar[string](t, s, `SELECT last_error FROM webhook_events WHERE request_id = $1`, lr.ID), "WEBHOOK_SECRET_KEY is not set")
+	require.Empty(t, rc.deliveries(), "nothing sent unsigned")
 }

@@ -15,14 +15,17 @@ CREATE TABLE webhook_endpoints (
     updated_at      timestamptz NOT NULL DEFAULT now()
 );
 
--- The signing secrets of an endpoint: the raw bytes after whsec_, stored so
--- that they can sign (an HMAC key cannot be kept only as a hash). A secret
--- signs until expires_at; NULL is the newest, which signs until the next
--- rotation sets it to the rotation's time plus WEBHOOK_ROTATION_OVERLAP.
+-- The signing secrets of an endpoint, stored so that they can sign (an HMAC
+-- key cannot be kept only as a hash): the raw bytes after whsec_, or, when
+-- sealed, those bytes encrypted with WEBHOOK_SECRET_KEY (AES-256-GCM, the
+-- caller bound in). A secret signs until expires_at; NULL is the newest,
+-- which signs until the next rotation sets it to the rotation's time plus
+-- WEBHOOK_ROTATION_OVERLAP.
 CREATE TABLE webhook_secrets (
     secret_id  bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     caller_id  text        NOT NULL REFERENCES webhook_endpoints (caller_id) ON DELETE CASCADE,
     secret     bytea       NOT NULL CHECK (length(secret) >= 24),
+    sealed     boolean     NOT NULL DEFAULT false,
     created_at timestamptz NOT NULL DEFAULT now(),
     expires_at timestamptz
 );

@@ -33,10 +33,17 @@ type Webhook struct {
 	DisabledReason string
 }
 
+// Secret is a signing secret as stored: its raw bytes, or those bytes sealed
+// (encrypted by package webhook).
+type Secret struct {
+	Value  []byte
+	Sealed bool
+}
+
 // SetWebhook sets (or replaces) callerID's endpoint, active with no failures
 // in a row. When the caller has no live secret, secret becomes its secret
 // and created is true; otherwise secret is not stored.
-func SetWebhook(ctx context.Context, pool *pgxpool.Pool, callerID, url string, secret []byte) (created bool, err error) {
+func SetWebhook(ctx context.Context, pool *pgxpool.Pool, callerID, url string, secret Secret) (created bool, err error) {
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var known bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM callers WHERE caller_id = $1)`, callerID).Scan(&known); err != nil {
@@ -54,10 +61,10 @@ func SetWebhook(ctx context.Context, pool *pgxpool.Pool, callerID, url string, s
 			return err
 		}
 		tag, err := tx.Exec(ctx, `
-			INSERT INTO webhook_secrets (caller_id, secret)
-			SELECT $1, $2 WHERE NOT EXISTS (SELECT 1 FROM webhook_secrets
-			                                 WHERE caller_id = $1 AND (expires_at IS NULL OR expires_at > now()))`,
-			callerID, secret)
+			INSERT INTO webhook_secrets (caller_id, secret, sealed)
+			SELECT $1, $2, $3 WHERE NOT EXISTS (SELECT 1 FROM webhook_secrets
+			                                     WHERE caller_id = $1 AND (expires_at IS NULL OR expires_at > now()))`,
+			callerID, secret.Value, secret.Sealed)
 		created = tag.RowsAffected() == 1
 		return err
 	})
@@ -67,7 +74,7 @@ func SetWebhook(ctx context.Context, pool *pgxpool.Pool, callerID, url string, s
 // RotateWebhookSecret adds secret as callerID's newest secret; the secrets
 // live until now keep signing for overlap, and those already expired are
 // removed.
-func RotateWebhookSecret(ctx context.Context, pool *pgxpool.Pool, callerID string, secret []byte, overlap time.Duration) error {
+func RotateWebhookSecret(ctx context.Context, pool *pgxpool.Pool, callerID string, secret Secret, overlap time.Duration) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var ok bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM webhook_endpoints WHERE caller_id = $1 FOR UPDATE)`, callerID).Scan(&ok); err != nil {
@@ -80,7 +87,7 @@ func RotateWebhookSecret(ctx context.Context, pool *pgxpool.Pool, callerID strin
 			WITH gone AS (DELETE FROM webhook_secrets WHERE caller_id = $1 AND expires_at <= now()),
 			     old AS (UPDATE webhook_secrets SET expires_at = least(coalesce(expires_at, 'infinity'), now() + make_interval(secs => $3))
 			              WHERE caller_id = $1 AND (expires_at IS NULL OR expires_at > now()))
-			INSERT INTO webhook_secrets (caller_id, secret) VALUES ($1, $2)`, callerID, secret, overlap.Seconds())
+			INSERT INTO webhook_secrets (caller_id, secret, sealed) VALUES ($1, $2, $4)`, callerID, secret.Value, overlap.Seconds(), secret.Sealed)
 		return err
 	})
 }
@@ -161,7 +168,7 @@ type WebhookEvent struct {
 	CreatedAt time.Time
 	Attempt   int // this attempt's number, from 1
 	URL       string
-	Secrets   [][]byte // the live secrets, newest first
+	Secrets   []Secret // the live secrets, newest first
 }
 
 // AttemptResult says whether an attempt may deliver.
@@ -221,12 +228,16 @@ func StartWebhookAttempt(ctx context.Context, pool *pgxpool.Pool, requestID stri
 		if _, err := tx.Exec(ctx, `UPDATE webhook_events SET attempts = $2 WHERE request_id = $1`, requestID, ev.Attempt); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT secret FROM webhook_secrets
+		rows, err := tx.Query(ctx, `SELECT secret, sealed FROM webhook_secrets
 			WHERE caller_id = $1 AND (expires_at IS NULL OR expires_at > now()) ORDER BY secret_id DESC`, ev.CallerID)
 		if err != nil {
 			return err
 		}
-		ev.Secrets, err = pgx.CollectRows(rows, pgx.RowTo[[]byte])
+		ev.Secrets, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Secret, error) {
+			var sec Secret
+			err := r.Scan(&sec.Value, &sec.Sealed)
+			return sec, err
+		})
 		return err
 	})
 	if err != nil {

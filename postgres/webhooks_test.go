@@ -41,7 +41,7 @@ func TestCompleteWritesWebhookEvents(t *testing.T) {
 	ctx := context.Background()
 	fixture.Caller(t, pool, "hooked")
 	fixture.Caller(t, pool, "plain")
-	_, err := postgres.SetWebhook(ctx, pool, "hooked", "https://hooks.example.com/x", make([]byte, 32))
+	_, err := postgres.SetWebhook(ctx, pool, "hooked", "https://hooks.example.com/x", postgres.Secret{Value: make([]byte, 32)})
 	require.NoError(t, err)
 
 	var cs []postgres.Completion
@@ -97,7 +97,7 @@ func BenchmarkComplete(b *testing.B) {
 			ctx := context.Background()
 			fixture.Caller(b, pool, "c")
 			if hooked {
-				_, err := postgres.SetWebhook(ctx, pool, "c", "https://hooks.example.com/x", make([]byte, 32))
+				_, err := postgres.SetWebhook(ctx, pool, "c", "https://hooks.example.com/x", postgres.Secret{Value: make([]byte, 32)})
 				require.NoError(b, err)
 			}
 			order := int64(0)

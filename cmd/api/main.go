@@ -22,6 +22,7 @@ import (
 	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/migrations"
 	"github.com/labelkit/labels/postgres"
+	"github.com/labelkit/labels/webhook"
 )
 
 func main() {
@@ -50,7 +51,8 @@ Environment: DATABASE_URL, API_ADDR, KEY_RETENTION (24h), ACCEPT_BATCH (64:
 accepts per shared transaction; 0 = one transaction per accept), LOG_LEVEL
 (info), LOG_FORMAT (json|console); for api webhook: WEBHOOK_ALLOW_INSECURE
 (false: https:// only), WEBHOOK_ALLOW_PRIVATE (false: no loopback, private or
-link-local hosts), WEBHOOK_ROTATION_OVERLAP (24h).
+link-local hosts), WEBHOOK_ROTATION_OVERLAP (24h), WEBHOOK_SECRET_KEY (unset:
+secrets stored raw; base64 of 32 bytes: stored encrypted).
 `
 
 // Config is the API's configuration, read once in run.
@@ -63,6 +65,8 @@ type Config struct {
 	WebhookAllowInsecure   bool
 	WebhookAllowPrivate    bool
 	WebhookRotationOverlap time.Duration
+	WebhookSecretKey       string // WEBHOOK_SECRET_KEY; parsed by Validate
+	webhookSecretKey       webhook.SecretKey
 }
 
 // Validate checks the values that parsing alone cannot.
@@ -76,6 +80,11 @@ func (c *Config) Validate() error {
 	if c.WebhookRotationOverlap < 0 {
 		return fmt.Errorf("WEBHOOK_ROTATION_OVERLAP=%s: must not be negative", c.WebhookRotationOverlap)
 	}
+	k, err := webhook.ParseSecretKey(c.WebhookSecretKey)
+	if err != nil {
+		return fmt.Errorf("WEBHOOK_SECRET_KEY: %v", err)
+	}
+	c.webhookSecretKey = k
 	return nil
 }
 
@@ -90,6 +99,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		WebhookAllowInsecure:   env.Bool("WEBHOOK_ALLOW_INSECURE", false),
 		WebhookAllowPrivate:    env.Bool("WEBHOOK_ALLOW_PRIVATE", false),
 		WebhookRotationOverlap: env.Duration("WEBHOOK_ROTATION_OVERLAP", 24*time.Hour),
+		WebhookSecretKey:       env.String("WEBHOOK_SECRET_KEY", ""),
 	}
 	log := cli.Logger(env, stderr, "api")
 

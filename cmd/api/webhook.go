@@ -45,7 +45,11 @@ func webhookCmd(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, args [
 		if err != nil {
 			return fail(1, "%v", err)
 		}
-		created, err := postgres.SetWebhook(ctx, pool, caller, url, secret)
+		stored, err := seal(cfg, caller, secret)
+		if err != nil {
+			return fail(1, "%v", err)
+		}
+		created, err := postgres.SetWebhook(ctx, pool, caller, url, stored)
 		if errors.Is(err, postgres.ErrUnknownCaller) {
 			return fail(2, "unknown caller %q", caller)
 		}
@@ -63,7 +67,11 @@ func webhookCmd(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, args [
 		if err != nil {
 			return fail(1, "%v", err)
 		}
-		err = postgres.RotateWebhookSecret(ctx, pool, caller, secret, cfg.WebhookRotationOverlap)
+		stored, err := seal(cfg, caller, secret)
+		if err != nil {
+			return fail(1, "%v", err)
+		}
+		err = postgres.RotateWebhookSecret(ctx, pool, caller, stored, cfg.WebhookRotationOverlap)
 		if errors.Is(err, postgres.ErrNoWebhook) {
 			return fail(2, "caller %q has no webhook endpoint", caller)
 		}
@@ -92,6 +100,13 @@ func webhookCmd(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, args [
 		}
 	}
 	return 0
+}
+
+// seal is what is stored of caller's secret: sealed with WEBHOOK_SECRET_KEY
+// when it is set, raw otherwise.
+func seal(cfg Config, caller string, secret []byte) (postgres.Secret, error) {
+	v, sealed, err := cfg.webhookSecretKey.Seal(caller, secret)
+	return postgres.Secret{Value: v, Sealed: sealed}, err
 }
 
 func (c *Config) webhookPolicy() webhook.Policy {

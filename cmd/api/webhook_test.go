@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"io"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/postgres"
+	"github.com/labelkit/labels/webhook"
 )
 
 // api webhook set|rotate|delete|list: the URL rules at set time (exit 2, one
@@ -114,4 +116,34 @@ func count(t *testing.T, pool *pgxpool.Pool, sql string) int {
 	var n int
 	require.NoError(t, pool.QueryRow(context.Background(), sql).Scan(&n))
 	return n
+}
+
+// With WEBHOOK_SECRET_KEY the secrets are stored sealed: not in the clear,
+// and they open with the key to the printed secret.
+func TestWebhookSecretsSealed(t *testing.T) {
+	t.Parallel()
+	pool, url := dbtest.New(t)
+	ctx := context.Background()
+	key := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
+	vars := map[string]string{"DATABASE_URL": url, "WEBHOOK_SECRET_KEY": key}
+	_, err := postgres.AddCaller(ctx, pool, "shop")
+	require.NoError(t, err)
+	for _, args := range [][]string{{"set", "shop", "https://hooks.example.com/x"}, {"rotate", "shop"}} {
+		var out bytes.Buffer
+		require.Equal(t, 0, run(ctx, append([]string{"api", "webhook"}, args...), env(vars), &out, io.Discard), args)
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		printed := lines[len(lines)-1]
+		raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(printed, "whsec_"))
+		require.NoError(t, err)
+		var stored []byte
+		var sealed bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT secret, sealed FROM webhook_secrets WHERE caller_id = 'shop' ORDER BY secret_id DESC LIMIT 1`).Scan(&stored, &sealed))
+		require.True(t, sealed)
+		require.False(t, bytes.Contains(stored, raw), "not in the clear")
+		k, err := webhook.ParseSecretKey(key)
+		require.NoError(t, err)
+		opened, err := k.Open("shop", stored, true)
+		require.NoError(t, err)
+		require.Equal(t, raw, opened)
+	}
 }

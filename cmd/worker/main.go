@@ -54,7 +54,8 @@ transaction per job), RECONCILE_SCHEDULE (off), ADMIN_ADDR (off; River UI at /ri
 ADMIN_USER and ADMIN_PASSWORD), LOG_LEVEL (info), LOG_FORMAT (json|console).
 Webhook delivery: WEBHOOK_TIMEOUT (15s), WEBHOOK_RETRY_BASE (5s), WEBHOOK_RETRY_MAX
 (10h), WEBHOOK_MAX_ATTEMPTS (12), WEBHOOK_DISABLE_AFTER (50), WEBHOOK_CONCURRENCY (20),
-WEBHOOK_ALLOW_INSECURE (false), WEBHOOK_ALLOW_PRIVATE (false).
+WEBHOOK_ALLOW_INSECURE (false), WEBHOOK_ALLOW_PRIVATE (false), WEBHOOK_SECRET_KEY
+(unset; the api's, to open the secrets it sealed).
 `
 
 // Config is the worker's configuration, read once in run.
@@ -87,6 +88,8 @@ type Config struct {
 	WebhookConcurrency   int
 	WebhookAllowInsecure bool
 	WebhookAllowPrivate  bool
+	WebhookSecretKey     string // WEBHOOK_SECRET_KEY; parsed by Validate
+	webhookSecretKey     webhook.SecretKey
 }
 
 // Validate checks what parsing alone cannot. A carrier timeout at or above the
@@ -127,6 +130,11 @@ func (c *Config) Validate() error {
 	case c.WebhookConcurrency < 1 || c.WebhookConcurrency > 1000:
 		return fmt.Errorf("WEBHOOK_CONCURRENCY=%d: want 1 to 1000", c.WebhookConcurrency)
 	}
+	k, err := webhook.ParseSecretKey(c.WebhookSecretKey)
+	if err != nil {
+		return fmt.Errorf("WEBHOOK_SECRET_KEY: %v", err)
+	}
+	c.webhookSecretKey = k
 	return validateAdmin(c.AdminAddr, c.AdminUser, c.AdminPassword)
 }
 
@@ -161,6 +169,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		WebhookConcurrency:   env.Int("WEBHOOK_CONCURRENCY", 20),
 		WebhookAllowInsecure: env.Bool("WEBHOOK_ALLOW_INSECURE", false),
 		WebhookAllowPrivate:  env.Bool("WEBHOOK_ALLOW_PRIVATE", false),
+		WebhookSecretKey:     env.String("WEBHOOK_SECRET_KEY", ""),
 	}
 	log := cli.Logger(env, stderr, "worker")
 
@@ -244,6 +253,7 @@ func work(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, periodic []*
 			MaxAttempts:  cfg.WebhookMaxAttempts,
 			DisableAfter: cfg.WebhookDisableAfter,
 			Policy:       webhook.Policy{AllowInsecure: cfg.WebhookAllowInsecure, AllowPrivate: cfg.WebhookAllowPrivate},
+			SecretKey:    cfg.webhookSecretKey,
 			Metrics:      metrics.NewWebhooks(m.Registry),
 		},
 		WebhookConcurrency: cfg.WebhookConcurrency,

@@ -39,6 +39,7 @@ func TestHelpAndBadConfig(t *testing.T) {
 		{map[string]string{"WEBHOOK_DISABLE_AFTER": "never"}, "WEBHOOK_DISABLE_AFTER"},
 		{map[string]string{"WEBHOOK_CONCURRENCY": "0"}, "WEBHOOK_CONCURRENCY"},
 		{map[string]string{"WEBHOOK_ALLOW_PRIVATE": "perhaps"}, "WEBHOOK_ALLOW_PRIVATE"},
+		{map[string]string{"WEBHOOK_SECRET_KEY": "not base64 of 32 bytes"}, "WEBHOOK_SECRET_KEY"},
 		{map[string]string{"SWEEP_INTERVAL": "often"}, "SWEEP_INTERVAL"},
 		{map[string]string{"KEY_RETENTION": "0s"}, "KEY_RETENTION"},
 		{map[string]string{"SWEEP_BATCH": "-5"}, "SWEEP_BATCH"},
