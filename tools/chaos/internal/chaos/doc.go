@@ -44,8 +44,8 @@
 //
 // # Webhooks
 //
-// Both callers have an endpoint (`api webhook set`) on a receiver in the
-// run's own process, which verifies every delivery with the caller's
+// Both callers have an endpoint (`api webhook set`, the secrets sealed with
+// the run's WEBHOOK_SECRET_KEY) on a receiver in the run's own process, which verifies every delivery with the caller's
 // printed secret and answers the first delivery of one event in seven 503
 // with Retry-After: 1. The kills interrupt deliveries as well as purchases.
 // After the intents, the run waits until no event is pending, then checks
