@@ -79,6 +79,14 @@ func TestCompleteWritesWebhookEvents(t *testing.T) {
 	// The event's time is the completion's.
 	require.True(t, row[bool](t, pool, `SELECT e.created_at = i.completed_at FROM webhook_events e JOIN label_intents i USING (request_id) WHERE request_id = $1`, ids[0]))
 
+	// The gauges: the oldest pending event, the disabled endpoints.
+	_, err = pool.Exec(ctx, `UPDATE webhook_events SET created_at = now() - interval '90 seconds' WHERE request_id = $1`, ids[1])
+	require.NoError(t, err)
+	st, err := postgres.GetWebhookStats(ctx, pool)
+	require.NoError(t, err)
+	require.InDelta(t, 90, st.OldestUndelivered.Seconds(), 30)
+	require.Zero(t, st.Disabled)
+
 	// The same completions again: fenced, nothing new.
 	outs, err = postgres.Complete(ctx, pool, cs[:2], time.Hour)
 	require.NoError(t, err)
