@@ -200,6 +200,11 @@ func (w *DeliverWebhookWorker) work(ctx context.Context, requestID string, log *
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	disabled, err := postgres.FinishWebhookAttempt(rctx, cfg.Pool, ev, o, cfg.DisableAfter)
+	if errors.Is(err, postgres.ErrEventDropped) {
+		// `api webhook delete` dropped it during the attempt.
+		cfg.Metrics.Deliveries.WithLabelValues(metrics.WebhookDroppedDeleted).Inc()
+		return metrics.WebhookDroppedDeleted, nil
+	}
 	if err != nil {
 		return "error", err
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -473,4 +474,44 @@ func TestWebhookSealedSecretNeedsTheKey(t *testing.T) {
 	require.Eventually(t, func() bool { st, _ := eventState(t, s, lr.ID); return st == "dropped" }, time.Minute, 10*time.Millisecond)
 	require.Contains(t, scalar[string](t, s, `SELECT last_error FROM webhook_events WHERE request_id = $1`, lr.ID), "WEBHOOK_SECRET_KEY is not set")
 	require.Empty(t, rc.deliveries(), "nothing sent unsigned")
+}
+
+// api webhook delete drops the undelivered events; each one's job counts the
+// drop once (labels_webhook_deliveries_total{outcome="endpoint_deleted"}) and
+// sends nothing more.
+func TestWebhookDeleteDropsAndCounts(t *testing.T) {
+	t.Parallel()
+	m := metrics.NewWebhooks(nil)
+	s := stacktest.New(t, stacktest.Opts{Webhooks: jobs.WebhookConfig{Policy: lenient, Metrics: m,
+		RetryBase: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond, MaxAttempts: 1000}})
+	ctx := context.Background()
+	rc := newReceiver(t, func(int, *http.Request) (int, http.Header) { return http.StatusServiceUnavailable, nil })
+	tok := s.Token("shop")
+	setHook(t, s, "shop", rc.srv.URL)
+	var ids []string
+	for i := range 2 {
+		lr := accept(t, s, tok, fmt.Sprintf("k-%d", i), stacktest.ParcelBody(9700+int64(i), 1, 900))
+		s.WaitFinal(tok, lr.ID)
+		ids = append(ids, lr.ID)
+	}
+	require.Eventually(t, func() bool {
+		_, a := eventState(t, s, ids[0])
+		_, b := eventState(t, s, ids[1])
+		return a >= 2 && b >= 2
+	}, time.Minute, 10*time.Millisecond, "both retried")
+
+	dropped, err := postgres.DeleteWebhook(ctx, s.Pool, "shop")
+	require.NoError(t, err)
+	require.Equal(t, 2, dropped)
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(m.Deliveries.WithLabelValues(metrics.WebhookDroppedDeleted)) == 2
+	}, time.Minute, 10*time.Millisecond)
+	for _, id := range ids {
+		st, _ := eventState(t, s, id)
+		require.Equal(t, "dropped", st)
+	}
+	n := len(rc.deliveries())
+	time.Sleep(500 * time.Millisecond) // longer than the retry delays: a live job would have sent again
+	require.Equal(t, n, len(rc.deliveries()), "nothing sent after the delete")
+	require.Equal(t, 2.0, testutil.ToFloat64(m.Deliveries.WithLabelValues(metrics.WebhookDroppedDeleted)), "counted once each")
 }

@@ -179,8 +179,8 @@ const (
 	AttemptGo AttemptResult = iota + 1
 	// AttemptFinal: the event is already delivered or dropped.
 	AttemptFinal
-	// AttemptDropped: the endpoint is gone or disabled; the event was
-	// dropped now (the reason is returned).
+	// AttemptDropped: the endpoint is disabled or deleted; the event is
+	// dropped (now, or by the delete), for the reason returned.
 	AttemptDropped
 	// AttemptGone: there is no such event.
 	AttemptGone
@@ -194,14 +194,14 @@ func StartWebhookAttempt(ctx context.Context, pool *pgxpool.Pool, requestID stri
 	var ev WebhookEvent
 	res, reason := AttemptGo, ""
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		var state string
+		var state, dropReason string
 		var url, epState *string
 		err := tx.QueryRow(ctx, `
-			SELECT e.request_id, e.event_id, e.caller_id, e.type, e.created_at, e.state, e.attempts, p.url, p.state
+			SELECT e.request_id, e.event_id, e.caller_id, e.type, e.created_at, e.state, coalesce(e.drop_reason, ''), e.attempts, p.url, p.state
 			  FROM webhook_events e LEFT JOIN webhook_endpoints p ON p.caller_id = e.caller_id
 			 WHERE e.request_id = $1
 			   FOR UPDATE OF e`, requestID).
-			Scan(&ev.RequestID, &ev.EventID, &ev.CallerID, &ev.Type, &ev.CreatedAt, &state, &ev.Attempt, &url, &epState)
+			Scan(&ev.RequestID, &ev.EventID, &ev.CallerID, &ev.Type, &ev.CreatedAt, &state, &dropReason, &ev.Attempt, &url, &epState)
 		if errors.Is(err, pgx.ErrNoRows) {
 			res = AttemptGone
 			return nil
@@ -210,6 +210,10 @@ func StartWebhookAttempt(ctx context.Context, pool *pgxpool.Pool, requestID stri
 			return err
 		}
 		switch {
+		case state == "dropped" && dropReason == "endpoint_deleted":
+			// Dropped by `api webhook delete`: its job reports the drop.
+			res, reason = AttemptDropped, dropReason
+			return nil
 		case state != "pending":
 			res = AttemptFinal
 			return nil
@@ -255,11 +259,16 @@ type AttemptOutcome struct {
 	Delivered, Gone, Exhausted bool
 }
 
+// ErrEventDropped is returned by [FinishWebhookAttempt] for an event that
+// was dropped while the attempt ran (`api webhook delete`).
+var ErrEventDropped = errors.New("the webhook event was dropped meanwhile")
+
 // FinishWebhookAttempt records an attempt's outcome on a pending event. A
 // delivery resets its endpoint's failures in a row; a 410 drops the event
 // and disables the endpoint; the last failed attempt drops the event and
 // counts a failure in a row, disabling the endpoint at disableAfter. It
-// returns whether this outcome disabled the endpoint.
+// returns whether this outcome disabled the endpoint, and ErrEventDropped,
+// with nothing written, when the event is no longer pending.
 func FinishWebhookAttempt(ctx context.Context, pool *pgxpool.Pool, ev *WebhookEvent, o AttemptOutcome, disableAfter int) (disabled bool, err error) {
 	status := &o.Status
 	if o.Status == 0 {
@@ -282,8 +291,11 @@ func FinishWebhookAttempt(ctx context.Context, pool *pgxpool.Pool, ev *WebhookEv
 			   SET state = $2, drop_reason = nullif($3, ''), last_status = $4, last_error = nullif($5, ''),
 			       finished_at = CASE WHEN $2 <> 'pending' THEN now() END
 			 WHERE request_id = $1 AND state = 'pending'`, ev.RequestID, state, reason, status, o.Error)
-		if err != nil || tag.RowsAffected() == 0 {
-			return err // dropped meanwhile (the endpoint was deleted): nothing to count
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrEventDropped
 		}
 		switch {
 		case o.Delivered:
