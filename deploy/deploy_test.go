@@ -716,6 +716,10 @@ func TestRunbookNamesRealMetrics(t *testing.T) {
 		}
 	}
 	metrics.NewStoreCollector(nil).Describe(ch)
+	w := metrics.NewWebhooks(nil)
+	for _, c := range []prometheus.Collector{w.Deliveries, w.Attempts, w.AttemptDuration, w.EndpointsDisabled, metrics.NewWebhookCollector(nil)} {
+		c.Describe(ch)
+	}
 	close(ch)
 	known := map[string]bool{}
 	fq := regexp.MustCompile(`fqName: "([^"]+)"`)

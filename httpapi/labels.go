@@ -102,8 +102,12 @@ func (s *Server) handleCreateLabel(w http.ResponseWriter, r *http.Request, calle
 	}
 
 	replayed := d.Outcome != accept.Accepted
+	// ownKey: the answer is the key's own (stored now, or replayed), not
+	// another key's intent caught by the natural key.
+	ownKey := d.Outcome == accept.Accepted || d.Outcome == accept.Replayed
 	// A completed key answers with the response saved under it, byte for byte.
 	if d.Completed() {
+		setKeyExpires(w, d.Key.ExpiresAt)
 		writeSaved(w, d.Key.ResponseStatus, d.Key.ResponseBody, replayed)
 		return
 	}
@@ -118,6 +122,10 @@ func (s *Server) handleCreateLabel(w http.ResponseWriter, r *http.Request, calle
 		in = final
 	}
 	if in.Status == labels.StatusPending {
+		if ownKey {
+			// Not final yet: when the record would expire if it completed now.
+			setKeyExpires(w, time.Now().Add(s.deps.KeyRetention))
+		}
 		s.writePending(w, r, in, replayed)
 		return
 	}
@@ -126,7 +134,24 @@ func (s *Server) handleCreateLabel(w http.ResponseWriter, r *http.Request, calle
 		writeError(w, r, err)
 		return
 	}
+	if ownKey && in.CompletedAt != nil {
+		// The completion set the record's expiry to its own time plus the retention.
+		setKeyExpires(w, in.CompletedAt.Add(s.deps.KeyRetention))
+	}
 	writeSaved(w, status, body, replayed)
+}
+
+// setKeyExpires sets Idempotency-Key-Expires: when the key's record may be
+// purged, as an IMF-fixdate (RFC 9110), rounded up to the second so that the
+// advertised time is never before the real one.
+func setKeyExpires(w http.ResponseWriter, t time.Time) {
+	if t.IsZero() {
+		return
+	}
+	if t.Truncate(time.Second) != t {
+		t = t.Truncate(time.Second).Add(time.Second)
+	}
+	w.Header().Set("Idempotency-Key-Expires", t.UTC().Format(http.TimeFormat))
 }
 
 // writePending answers 202 with the label request to poll.

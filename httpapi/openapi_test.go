@@ -305,7 +305,7 @@ func (d *openAPIDoc) template(path string) string {
 
 // headersChecked are the headers the API sets itself: if one is sent, it
 // must be documented on that answer.
-var headersChecked = []string{"Location", "Retry-After", "Idempotent-Replayed", "Preference-Applied", "WWW-Authenticate", "Allow", "Accept-Post", "X-Request-Id"}
+var headersChecked = []string{"Location", "Retry-After", "Idempotent-Replayed", "Idempotency-Key-Expires", "Preference-Applied", "WWW-Authenticate", "Allow", "Accept-Post", "X-Request-Id"}
 
 // check validates one real answer against the document.
 func (d *openAPIDoc) check(t *testing.T, method, path string, r stacktest.Response) {

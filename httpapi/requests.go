@@ -62,24 +62,9 @@ func (s *Server) writeLabelRequest(ctx context.Context, w http.ResponseWriter, r
 	writeJSON(w, http.StatusOK, body)
 }
 
-// labelRequest renders an intent as a LabelRequest.
+// labelRequest renders an intent as a LabelRequest (as webhook events carry it).
 func (s *Server) labelRequest(ctx context.Context, in *postgres.Intent) (*labels.LabelRequest, error) {
-	lr := &labels.LabelRequest{ID: in.RequestID, IdempotencyKey: in.Key, Status: in.Status, CreatedAt: in.CreatedAt.UTC()}
-	if in.CompletedAt != nil {
-		t := in.CompletedAt.UTC()
-		lr.CompletedAt = &t
-	}
-	switch in.Status {
-	case labels.StatusSucceeded:
-		l, err := postgres.GetLabel(ctx, s.deps.Pool, in.CallerID, in.LabelID)
-		if err != nil {
-			return nil, err
-		}
-		lr.Label = l.Label.Body()
-	case labels.StatusFailed:
-		lr.Error = in.Error
-	}
-	return lr, nil
+	return postgres.LabelRequestOf(ctx, s.deps.Pool, in)
 }
 
 // handleGetLabel is GET /v1/labels/{label_id}.

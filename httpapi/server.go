@@ -29,7 +29,9 @@ type Deps struct {
 	Notifier *notify.Notifier // wakes the relays after an accept; nil means they poll
 	Metrics  *metrics.Metrics
 	Log      zerolog.Logger
-	// KeyRetention sets expires_at of a started record; it is reset at completion.
+	// KeyRetention sets expires_at of a started record; it is reset at
+	// completion (by the worker's KEY_RETENTION). Idempotency-Key-Expires
+	// of a key not yet final is now plus this (default 24h).
 	KeyRetention time.Duration
 	// StoreTimeout bounds the database work of one request (default 5s).
 	StoreTimeout time.Duration
@@ -63,6 +65,9 @@ func NewServer(deps Deps) http.Handler {
 	}
 	if deps.StoreTimeout <= 0 {
 		deps.StoreTimeout = 5 * time.Second
+	}
+	if deps.KeyRetention <= 0 {
+		deps.KeyRetention = 24 * time.Hour
 	}
 	batch := deps.AcceptBatch
 	switch {

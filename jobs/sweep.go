@@ -74,12 +74,36 @@ func (w *SweepKeysWorker) Work(ctx context.Context, _ *river.Job[SweepKeysArgs])
 		retention = 30 * 24 * time.Hour
 	}
 	tn, err := SweepTombstones(ctx, w.Pool, w.now().Add(-retention), w.Batch)
+	if err != nil {
+		w.Log.Warn().Int64("deleted", n).Int64("tombstones_deleted", tn).Err(err).Msg("sweep_keys")
+		return err
+	}
+	// Finished webhook events are kept as long as tombstones, for looking
+	// into a caller's report; they guard nothing once final.
+	en, err := SweepWebhookEvents(ctx, w.Pool, w.now().Add(-retention), w.Batch)
 	jn := 0
 	if err == nil {
 		jn, err = w.pruneSweeps(ctx)
 	}
-	w.Log.Info().Int64("deleted", n).Int64("tombstones_deleted", tn).Int("sweep_jobs_deleted", jn).Err(err).Msg("sweep_keys")
+	w.Log.Info().Int64("deleted", n).Int64("tombstones_deleted", tn).Int64("webhook_events_deleted", en).
+		Int("sweep_jobs_deleted", jn).Err(err).Msg("sweep_keys")
 	return err
+}
+
+// SweepWebhookEvents deletes every webhook event delivered or dropped before
+// before, batch by batch.
+func SweepWebhookEvents(ctx context.Context, pool *pgxpool.Pool, before time.Time, batch int) (int64, error) {
+	if batch <= 0 {
+		batch = 1000
+	}
+	var total int64
+	for {
+		n, err := postgres.PurgeWebhookEvents(ctx, pool, before, batch)
+		total += n
+		if err != nil || n < int64(batch) {
+			return total, err
+		}
+	}
 }
 
 // pruneSweeps deletes the completed sweep_keys jobs finished more than

@@ -7,4 +7,7 @@
 // succeeded intents: the second line of defence behind the idempotency key.
 // Intents are kept after their key record is purged, so the natural key keeps
 // protecting late retries and the intent keeps its fingerprint.
+//
+// The same relay, built by [NewEventRelay], turns the webhook events the
+// completion writes (table webhook_events) into deliver_webhook jobs.
 package outbox

@@ -32,6 +32,9 @@ type Relay struct {
 	dispatch postgres.DispatchFunc
 	opts     RelayOpts
 	log      zerolog.Logger
+	take     func(context.Context, *pgxpool.Pool, int, postgres.DispatchFunc) (int, error)
+	channel  string // the notification that wakes it
+	what     string // for its log lines
 }
 
 // NewRelay returns a relay; call Run to start it.
@@ -46,14 +49,25 @@ func NewRelay(pool *pgxpool.Pool, dispatch postgres.DispatchFunc, log zerolog.Lo
 	if o.PollInterval <= 0 {
 		o.PollInterval = time.Second
 	}
-	return &Relay{pool: pool, dispatch: dispatch, opts: o, log: log}
+	return &Relay{pool: pool, dispatch: dispatch, opts: o, log: log,
+		take: postgres.DispatchIntents, channel: notify.ChannelIntents, what: "relay"}
+}
+
+// NewEventRelay returns the relay of webhook events (table webhook_events,
+// written by the completion): the same loop over undispatched events, woken
+// by the notification of a final intent. opts.Listener must listen on
+// notify.ChannelFinal to wake it.
+func NewEventRelay(pool *pgxpool.Pool, dispatch postgres.DispatchFunc, log zerolog.Logger, opts *RelayOpts) *Relay {
+	r := NewRelay(pool, dispatch, log, opts)
+	r.take, r.channel, r.what = postgres.DispatchWebhookEvents, notify.ChannelFinal, "webhook relay"
+	return r
 }
 
 // Run dispatches until ctx ends.
 func (r *Relay) Run(ctx context.Context) {
 	var wake <-chan struct{}
 	if r.opts.Listener != nil {
-		ch, cancel := r.opts.Listener.Subscribe(notify.ChannelIntents, "")
+		ch, cancel := r.opts.Listener.Subscribe(r.channel, "")
 		defer cancel()
 		wake = ch
 	}
@@ -65,7 +79,7 @@ func (r *Relay) Run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			r.log.Warn().Err(err).Dur("retry_in", backoff).Msg("relay: dispatch failed")
+			r.log.Warn().Err(err).Dur("retry_in", backoff).Msg(r.what + ": dispatch failed")
 			sleep(ctx, backoff)
 			backoff = min(backoff*2, 5*time.Second)
 			continue
@@ -83,10 +97,10 @@ func (r *Relay) Run(ctx context.Context) {
 	}
 }
 
-// DispatchBatch dispatches up to one batch of the oldest undispatched intents
+// DispatchBatch dispatches up to one batch of the oldest undispatched rows
 // and returns how many it dispatched.
 func (r *Relay) DispatchBatch(ctx context.Context) (int, error) {
-	n, err := postgres.DispatchIntents(ctx, r.pool, r.opts.BatchSize, r.dispatch)
+	n, err := r.take(ctx, r.pool, r.opts.BatchSize, r.dispatch)
 	if err == nil && n > 0 && r.opts.OnDispatchFunc != nil {
 		r.opts.OnDispatchFunc(n)
 	}

@@ -43,6 +43,10 @@ const (
 // in request id order, rows another session holds skipped), and returns an
 // outcome per row. A label that would break a unique constraint is not
 // inserted, and then nothing else of its row is written either.
+// A row saved for a caller with a webhook endpoint also writes its webhook
+// event (the outbox of deliveries), in the same statement: a completion
+// without its event, or an event without its completion, cannot commit, and
+// only the row that makes the intent final writes one.
 const sqlComplete = `
 WITH inp AS (
        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[], $5::int[], $6::text[],
@@ -92,7 +96,14 @@ WITH inp AS (
               completed_at = now()
          FROM good g
         WHERE i.request_id = g.request_id
-       RETURNING i.request_id)
+       RETURNING i.request_id),
+     events AS (
+       INSERT INTO webhook_events (request_id, caller_id, type, created_at)
+       SELECT g.request_id, g.caller_id,
+              CASE WHEN g.label_id IS NULL THEN 'label_request.failed' ELSE 'label_request.succeeded' END, now()
+         FROM good g
+        WHERE EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.caller_id = g.caller_id)
+       ON CONFLICT DO NOTHING)
 SELECT inp.request_id,
        CASE WHEN inp.request_id IN (SELECT request_id FROM keys INTERSECT SELECT request_id FROM intents) THEN 1
             WHEN inp.request_id IN (SELECT request_id FROM ok) THEN 3
@@ -108,6 +119,27 @@ SELECT inp.request_id,
 // whose lease was taken over writes nothing. Of two completions of one
 // intent, at most the first is saved.
 func Complete(ctx context.Context, pool *pgxpool.Pool, cs []Completion, retention time.Duration) ([]CompleteResult, error) {
+	args, at, outs := completeArgs(cs, retention)
+	err := sendShared(ctx, pool, workerLockTimeout, func(b *pgx.Batch) {
+		b.Queue(sqlComplete, args...).Query(func(rs pgx.Rows) error {
+			var id string
+			var r CompleteResult
+			_, err := pgx.ForEachRow(rs, []any{&id, &r}, func() error {
+				outs[at[id]] = r
+				return nil
+			})
+			return err
+		})
+	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return outs, nil
+}
+
+// completeArgs are sqlComplete's arguments for cs, each request id's index in
+// cs, and the outcomes known before the statement (a twin of a row is busy).
+func completeArgs(cs []Completion, retention time.Duration) ([]any, map[string]int, []CompleteResult) {
 	n := len(cs)
 	var (
 		ids, callers, keys, bodies                      = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
@@ -148,21 +180,8 @@ func Complete(ctx context.Context, pool *pgxpool.Pool, cs []Completion, retentio
 			docURLs, docTypes, docSizes = append(docURLs, nil), append(docTypes, nil), append(docSizes, nil)
 		}
 	}
-	err := sendShared(ctx, pool, workerLockTimeout, func(b *pgx.Batch) {
-		b.Queue(sqlComplete, ids, callers, keys, tokens, statuses, bodies,
-			labelIDs, services, trackings, cls, ckeys, curs, orderIDs, costs, parcelNos, versions,
-			purchased, created, retention.Seconds(), docURLs, docTypes, docSizes).Query(func(rs pgx.Rows) error {
-			var id string
-			var r CompleteResult
-			_, err := pgx.ForEachRow(rs, []any{&id, &r}, func() error {
-				outs[at[id]] = r
-				return nil
-			})
-			return err
-		})
-	}, nil)
-	if err != nil {
-		return nil, err
-	}
-	return outs, nil
+	args := []any{ids, callers, keys, tokens, statuses, bodies,
+		labelIDs, services, trackings, cls, ckeys, curs, orderIDs, costs, parcelNos, versions,
+		purchased, created, retention.Seconds(), docURLs, docTypes, docSizes}
+	return args, at, outs
 }

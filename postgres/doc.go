@@ -1,5 +1,7 @@
 // Package postgres owns the pipeline's tables: callers, caller_tokens,
-// idempotency_keys, idempotency_tombstones, label_intents and labels. Every
+// idempotency_keys, idempotency_tombstones, label_intents and labels, and the
+// webhook tables (webhook_endpoints, webhook_secrets, webhook_events), whose
+// events the completion writes. Every
 // statement that reads or writes them is here; no other package names them in
 // SQL (reconcile reads labels and keys for its report, and owns its own
 // tables).
@@ -9,7 +11,7 @@
 //
 //	[Accept]    key record + pending intent, or why not (key exists, parcel taken)
 //	[TakeLeases] the key's lease for one attempt, or why not (final, held, busy, gone)
-//	[Complete]  label + completed key + final intent, only under the attempt's lease
+//	[Complete]  label + completed key + final intent (+ webhook event), only under the attempt's lease
 //	[Release]   the lease given back after an unknown carrier outcome
 //	[Purge]     completed keys past expires_at, leaving tombstones
 //

@@ -1,6 +1,6 @@
 // Package worker puts together what a worker process runs: the River client
-// with the buy-label, sweep and void-label workers, and the outbox relay that
-// feeds it.
+// with the buy-label, webhook delivery, sweep and void-label workers, and the
+// outbox relays (intents, webhook events) that feed it.
 // cmd/worker, the test stacks and the tools build it with [New], so what is
 // tested and measured is what is deployed.
 package worker
@@ -79,6 +79,12 @@ type Config struct {
 	AfterCarrierFunc  func(ctx context.Context, requestID string) error
 	// AfterVoidFunc is jobs.VoidLabelWorker's AfterCarrierFunc, for tests.
 	AfterVoidFunc func(ctx context.Context, carrierLabelID string) error
+
+	// Webhooks configures the delivery of completion webhooks (its Pool and
+	// Log are this config's; zero values take the defaults), on the queue
+	// webhooks with WebhookConcurrency deliveries in flight (default 20).
+	Webhooks           jobs.WebhookConfig
+	WebhookConcurrency int
 }
 
 func (c *Config) defaults() {
@@ -95,6 +101,7 @@ func (c *Config) defaults() {
 	or(&c.SweepInterval, time.Minute)
 	or(&c.TombstoneRetention, 30*24*time.Hour)
 	or(&c.FetchPollInterval, jobs.FetchPollInterval)
+	or(&c.Webhooks.Timeout, 15*time.Second)
 	if c.Concurrency <= 0 {
 		c.Concurrency = 100
 	}
@@ -104,6 +111,9 @@ func (c *Config) defaults() {
 	if c.SweepBatch <= 0 {
 		c.SweepBatch = 1000
 	}
+	if c.WebhookConcurrency <= 0 {
+		c.WebhookConcurrency = 20
+	}
 	if c.Metrics == nil {
 		c.Metrics = metrics.New(metrics.Worker)
 	}
@@ -111,9 +121,11 @@ func (c *Config) defaults() {
 
 // Worker is a River client with the project's workers, and the relay.
 type Worker struct {
-	// River is the client; Relay feeds it.
-	River *river.Client[pgx.Tx]
-	Relay *outbox.Relay
+	// River is the client; Relay feeds it the intents, EventRelay the
+	// webhook events.
+	River      *river.Client[pgx.Tx]
+	Relay      *outbox.Relay
+	EventRelay *outbox.Relay
 
 	cfg       Config
 	stopRelay context.CancelFunc
@@ -140,10 +152,14 @@ func New(cfg Config) (*Worker, error) {
 		Notifier:         cfg.Notifier,
 		AfterCarrierFunc: cfg.AfterCarrierFunc,
 	}))
+	hooks := cfg.Webhooks
+	hooks.Pool, hooks.Log = cfg.Pool, cfg.Log
+	river.AddWorker(workers, jobs.NewDeliverWebhookWorker(hooks))
 	river.AddWorker(workers, &jobs.SweepKeysWorker{Pool: cfg.Pool, Batch: cfg.SweepBatch, TombstoneRetention: cfg.TombstoneRetention,
 		Metrics: cfg.Metrics, Log: cfg.Log})
 	queues := map[string]river.QueueConfig{
 		jobs.QueueLabels:   {MaxWorkers: cfg.Concurrency},
+		jobs.QueueWebhooks: {MaxWorkers: cfg.WebhookConcurrency},
 		river.QueueDefault: {MaxWorkers: 2},
 		// sweep_keys, apart, so that River UI shows purchases apart from it.
 		jobs.QueueMaintenance: {MaxWorkers: 1},
@@ -167,6 +183,9 @@ func New(cfg Config) (*Worker, error) {
 			&river.PeriodicJobOpts{RunOnStart: true}))
 	}
 	jobTimeout, rescueAfter := jobs.RiverTimings(cfg.LeaseDuration)
+	// A delivery's job runs longer than a lease when WEBHOOK_TIMEOUT is long:
+	// it is not rescued while it may still run.
+	rescueAfter = max(rescueAfter, jobs.WebhookJobTimeout(cfg.Webhooks.Timeout)+15*time.Second)
 	var driver riverdriver.Driver[pgx.Tx] = riverpgxv5.New(cfg.Pool)
 	if cfg.RiverListen != nil && !cfg.PollOnly {
 		driver = listenDriver{Driver: riverpgxv5.New(cfg.Pool), listen: riverpgxv5.New(cfg.RiverListen)}
@@ -197,7 +216,11 @@ func New(cfg Config) (*Worker, error) {
 		PollInterval:   cfg.RelayPollInterval,
 		OnDispatchFunc: func(n int) { cfg.Metrics.RelayDispatched.Add(float64(n)) },
 	})
-	return &Worker{River: client, Relay: relay, cfg: cfg}, nil
+	events := outbox.NewEventRelay(cfg.Pool, jobs.DispatchWebhooks(client), cfg.Log, &outbox.RelayOpts{
+		Listener:     cfg.Listener,
+		PollInterval: cfg.RelayPollInterval,
+	})
+	return &Worker{River: client, Relay: relay, EventRelay: events, cfg: cfg}, nil
 }
 
 // Start starts River (an error when the database cannot be reached: call it
@@ -209,6 +232,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w.stopRelay = cancel
 	w.relayDone.Go(func() { w.Relay.Run(rctx) })
+	w.relayDone.Go(func() { w.EventRelay.Run(rctx) })
 	return nil
 }
 

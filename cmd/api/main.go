@@ -1,5 +1,6 @@
 // Command api serves the label service's HTTP API, applies the migrations
-// (api migrate) and manages callers (api caller add NAME). See
+// (api migrate), manages callers (api caller add NAME) and their webhook
+// endpoints (api webhook set|rotate|delete|list). See
 // docs/operations.md for the configuration.
 package main
 
@@ -21,6 +22,7 @@ import (
 	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/migrations"
 	"github.com/labelkit/labels/postgres"
+	"github.com/labelkit/labels/webhook"
 )
 
 func main() {
@@ -31,6 +33,15 @@ const usage = `Usage:
   api                     serve the HTTP API
   api migrate             apply every migration (ours and River's); safe to repeat
   api caller add NAME     create caller NAME if new, add a token, print it last
+  api webhook set CALLER URL
+                          set CALLER's webhook endpoint (active again); a new
+                          signing secret, when it has none, is printed last
+  api webhook rotate CALLER
+                          add a new signing secret, printed last; the old ones
+                          sign too for WEBHOOK_ROTATION_OVERLAP
+  api webhook delete CALLER
+                          stop deliveries; undelivered events are dropped
+  api webhook list        caller, URL, state, failures in a row (tab-separated)
 
 Flags (override the environment):
   --addr ADDR             listen address (API_ADDR, default :8080)
@@ -40,7 +51,10 @@ Environment: DATABASE_URL, DATABASE_DIRECT_URL (a direct connection when
 DATABASE_URL is a pooler: LISTEN and migrations), DATABASE_POOLED (default:
 true when DATABASE_DIRECT_URL is set), API_ADDR, KEY_RETENTION (24h), ACCEPT_BATCH (64:
 accepts per shared transaction; 0 = one transaction per accept), LOG_LEVEL
-(info), LOG_FORMAT (json|console).
+(info), LOG_FORMAT (json|console); for api webhook: WEBHOOK_ALLOW_INSECURE
+(false: https:// only), WEBHOOK_ALLOW_PRIVATE (false: no loopback, private or
+link-local hosts), WEBHOOK_ROTATION_OVERLAP (24h), WEBHOOK_SECRET_KEY (unset:
+secrets stored raw; base64 of 32 bytes: stored encrypted).
 `
 
 // Config is the API's configuration, read once in run.
@@ -49,6 +63,12 @@ type Config struct {
 	Addr         string
 	KeyRetention time.Duration
 	AcceptBatch  int // ACCEPT_BATCH; 0: off
+
+	WebhookAllowInsecure   bool
+	WebhookAllowPrivate    bool
+	WebhookRotationOverlap time.Duration
+	WebhookSecretKey       string // WEBHOOK_SECRET_KEY; parsed by Validate
+	webhookSecretKey       webhook.SecretKey
 }
 
 // Validate checks the values that parsing alone cannot.
@@ -59,6 +79,14 @@ func (c *Config) Validate() error {
 	if c.AcceptBatch < 0 || c.AcceptBatch > 1000 {
 		return fmt.Errorf("ACCEPT_BATCH=%d: want 0 to 1000", c.AcceptBatch)
 	}
+	if c.WebhookRotationOverlap < 0 {
+		return fmt.Errorf("WEBHOOK_ROTATION_OVERLAP=%s: must not be negative", c.WebhookRotationOverlap)
+	}
+	k, err := webhook.ParseSecretKey(c.WebhookSecretKey)
+	if err != nil {
+		return fmt.Errorf("WEBHOOK_SECRET_KEY: %v", err)
+	}
+	c.webhookSecretKey = k
 	return nil
 }
 
@@ -69,6 +97,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Addr:         env.String("API_ADDR", ":8080"),
 		KeyRetention: env.Duration("KEY_RETENTION", 24*time.Hour),
 		AcceptBatch:  env.Int("ACCEPT_BATCH", 64),
+
+		WebhookAllowInsecure:   env.Bool("WEBHOOK_ALLOW_INSECURE", false),
+		WebhookAllowPrivate:    env.Bool("WEBHOOK_ALLOW_PRIVATE", false),
+		WebhookRotationOverlap: env.Duration("WEBHOOK_ROTATION_OVERLAP", 24*time.Hour),
+		WebhookSecretKey:       env.String("WEBHOOK_SECRET_KEY", ""),
 	}
 	log := cli.Logger(env, stderr, "api")
 
@@ -96,6 +129,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return migrate(ctx, db.Session(), stdout, stderr)
 	case rest[0] == "caller" && len(rest) == 3 && rest[1] == "add":
 		return addCaller(ctx, db.Pool, rest[2], stdout, stderr)
+	case rest[0] == "webhook":
+		return webhookCmd(ctx, cfg, db.Pool, rest[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "api: unknown command %q; see api --help\n", rest)
 		return 2

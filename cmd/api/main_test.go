@@ -36,6 +36,10 @@ func TestHelpAndBadConfig(t *testing.T) {
 		{"DATABASE_URL": "::not a url"},
 		{"DATABASE_POOLED": "maybe"},
 		{"DATABASE_DIRECT_URL": "::not a url"},
+		{"WEBHOOK_ALLOW_INSECURE": "maybe"},
+		{"WEBHOOK_ALLOW_PRIVATE": "2"},
+		{"WEBHOOK_ROTATION_OVERLAP": "-1h"},
+		{"WEBHOOK_SECRET_KEY": "c2hvcnQ="},
 	} {
 		errb.Reset()
 		require.Equal(t, 2, run(context.Background(), []string{"api"}, env(e), io.Discard, &errb), e)

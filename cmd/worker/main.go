@@ -22,9 +22,11 @@ import (
 
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/internal/cli"
+	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/notify"
 	"github.com/labelkit/labels/postgres"
+	"github.com/labelkit/labels/webhook"
 	"github.com/labelkit/labels/worker"
 )
 
@@ -52,6 +54,10 @@ SWEEP_INTERVAL (1m), SWEEP_BATCH (1000), TOMBSTONE_RETENTION (720h), METRICS_ADD
 WORKER_BATCH (64: jobs per shared lease or completion statement; 0 = one
 transaction per job), RECONCILE_SCHEDULE (off), ADMIN_ADDR (off; River UI at /riverui/, needs
 ADMIN_USER and ADMIN_PASSWORD), LOG_LEVEL (info), LOG_FORMAT (json|console).
+Webhook delivery: WEBHOOK_TIMEOUT (15s), WEBHOOK_RETRY_BASE (5s), WEBHOOK_RETRY_MAX
+(10h), WEBHOOK_MAX_ATTEMPTS (12), WEBHOOK_DISABLE_AFTER (50), WEBHOOK_CONCURRENCY (20),
+WEBHOOK_ALLOW_INSECURE (false), WEBHOOK_ALLOW_PRIVATE (false), WEBHOOK_SECRET_KEY
+(unset; the api's, to open the secrets it sealed).
 `
 
 // Config is the worker's configuration, read once in run.
@@ -75,6 +81,17 @@ type Config struct {
 	AdminAddr          string
 	AdminUser          string
 	AdminPassword      string
+
+	WebhookTimeout       time.Duration
+	WebhookRetryBase     time.Duration
+	WebhookRetryMax      time.Duration
+	WebhookMaxAttempts   int
+	WebhookDisableAfter  int
+	WebhookConcurrency   int
+	WebhookAllowInsecure bool
+	WebhookAllowPrivate  bool
+	WebhookSecretKey     string // WEBHOOK_SECRET_KEY; parsed by Validate
+	webhookSecretKey     webhook.SecretKey
 }
 
 // Validate checks what parsing alone cannot. A carrier timeout at or above the
@@ -104,7 +121,22 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("SWEEP_BATCH=%d: must be positive", c.SweepBatch)
 	case c.TombstoneRetention < c.KeyRetention:
 		return fmt.Errorf("TOMBSTONE_RETENTION=%s: must be at least KEY_RETENTION=%s", c.TombstoneRetention, c.KeyRetention)
+	case c.WebhookTimeout <= 0 || c.WebhookTimeout > 5*time.Minute:
+		return fmt.Errorf("WEBHOOK_TIMEOUT=%s: want above 0 and at most 5m", c.WebhookTimeout)
+	case c.WebhookRetryBase <= 0 || c.WebhookRetryMax < c.WebhookRetryBase:
+		return fmt.Errorf("WEBHOOK_RETRY_BASE=%s, WEBHOOK_RETRY_MAX=%s: want 0 < WEBHOOK_RETRY_BASE <= WEBHOOK_RETRY_MAX", c.WebhookRetryBase, c.WebhookRetryMax)
+	case c.WebhookMaxAttempts < 1 || c.WebhookMaxAttempts > 100:
+		return fmt.Errorf("WEBHOOK_MAX_ATTEMPTS=%d: want 1 to 100", c.WebhookMaxAttempts)
+	case c.WebhookDisableAfter < 1:
+		return fmt.Errorf("WEBHOOK_DISABLE_AFTER=%d: must be positive", c.WebhookDisableAfter)
+	case c.WebhookConcurrency < 1 || c.WebhookConcurrency > 1000:
+		return fmt.Errorf("WEBHOOK_CONCURRENCY=%d: want 1 to 1000", c.WebhookConcurrency)
 	}
+	k, err := webhook.ParseSecretKey(c.WebhookSecretKey)
+	if err != nil {
+		return fmt.Errorf("WEBHOOK_SECRET_KEY: %v", err)
+	}
+	c.webhookSecretKey = k
 	return validateAdmin(c.AdminAddr, c.AdminUser, c.AdminPassword)
 }
 
@@ -130,6 +162,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		AdminAddr:          env.String("ADMIN_ADDR", ""),
 		AdminUser:          env.String("ADMIN_USER", ""),
 		AdminPassword:      env.String("ADMIN_PASSWORD", ""),
+
+		WebhookTimeout:       env.Duration("WEBHOOK_TIMEOUT", 15*time.Second),
+		WebhookRetryBase:     env.Duration("WEBHOOK_RETRY_BASE", 5*time.Second),
+		WebhookRetryMax:      env.Duration("WEBHOOK_RETRY_MAX", 10*time.Hour),
+		WebhookMaxAttempts:   env.Int("WEBHOOK_MAX_ATTEMPTS", 12),
+		WebhookDisableAfter:  env.Int("WEBHOOK_DISABLE_AFTER", 50),
+		WebhookConcurrency:   env.Int("WEBHOOK_CONCURRENCY", 20),
+		WebhookAllowInsecure: env.Bool("WEBHOOK_ALLOW_INSECURE", false),
+		WebhookAllowPrivate:  env.Bool("WEBHOOK_ALLOW_PRIVATE", false),
+		WebhookSecretKey:     env.String("WEBHOOK_SECRET_KEY", ""),
 	}
 	log := cli.Logger(env, stderr, "worker")
 
@@ -186,12 +228,13 @@ func work(ctx context.Context, cfg Config, db postgres.Endpoints, periodic []*ri
 	m := metrics.New(metrics.Worker)
 
 	notifier := notify.NewNotifier(pool, 0, log)
+	// Intents wake the relay; final intents wake the webhook event relay.
 	// LISTEN needs a session of its own: through a pooler it goes to the
 	// direct connection, and without one the relay and River poll.
 	var listener *notify.Listener
 	var riverListen *pgxpool.Pool
 	if lc := db.Listen(); lc != nil {
-		listener = notify.NewListener(lc, log, notify.ChannelIntents)
+		listener = notify.NewListener(lc, log, notify.ChannelIntents, notify.ChannelFinal)
 	}
 	if db.Pooled && db.Direct != nil {
 		lcfg := db.Direct.Copy()
@@ -223,6 +266,17 @@ func work(ctx context.Context, cfg Config, db postgres.Endpoints, periodic []*ri
 		RiverListen:        riverListen,
 		PollOnly:           db.Pooled && db.Direct == nil,
 		PeriodicJobs:       periodic,
+		Webhooks: jobs.WebhookConfig{
+			Timeout:      cfg.WebhookTimeout,
+			RetryBase:    cfg.WebhookRetryBase,
+			RetryMax:     cfg.WebhookRetryMax,
+			MaxAttempts:  cfg.WebhookMaxAttempts,
+			DisableAfter: cfg.WebhookDisableAfter,
+			Policy:       webhook.Policy{AllowInsecure: cfg.WebhookAllowInsecure, AllowPrivate: cfg.WebhookAllowPrivate},
+			SecretKey:    cfg.webhookSecretKey,
+			Metrics:      metrics.NewWebhooks(m.Registry),
+		},
+		WebhookConcurrency: cfg.WebhookConcurrency,
 		AddWorkersFunc: func(workers *river.Workers) error {
 			return addReconcileWorker(workers, pool, cfg, m, log)
 		},
@@ -296,7 +350,10 @@ func work(ctx context.Context, cfg Config, db postgres.Endpoints, periodic []*ri
 }
 
 func serveMetrics(addr string, pool *pgxpool.Pool, m *metrics.Metrics, log zerolog.Logger) (*http.Server, error) {
-	m.Registry.MustRegister(metrics.NewStoreCollector(pool))
+	m.Registry.MustRegister(metrics.NewStoreCollector(pool), metrics.NewWebhookCollector(func(ctx context.Context) (metrics.WebhookGauges, error) {
+		st, err := postgres.GetWebhookStats(ctx, pool)
+		return metrics.WebhookGauges{OldestUndelivered: st.OldestUndelivered, Disabled: st.Disabled}, err
+	}))
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	handleHealth(mux, pool)

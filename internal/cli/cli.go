@@ -67,6 +67,20 @@ func (e *Env) Int(name string, def int) int {
 	return n
 }
 
+// Bool returns true or false (strconv.ParseBool's spellings).
+func (e *Env) Bool(name string, def bool) bool {
+	v := e.Getenv(name)
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		e.fail(name, v, "want true or false")
+		return def
+	}
+	return b
+}
+
 // DatabaseURL returns DATABASE_URL; when it is unset and PGHOST or PGDATABASE
 // is set, it returns "" so that pgx reads the PG* variables itself.
 func (e *Env) DatabaseURL() string {
@@ -145,20 +159,6 @@ func (e *Env) Database() Database {
 	d := Database{URL: e.DatabaseURL(), DirectURL: e.Getenv("DATABASE_DIRECT_URL")}
 	d.Pooled = e.Bool("DATABASE_POOLED", d.DirectURL != "")
 	return d
-}
-
-// Bool returns true for 1, t, true and false for 0, f, false (any case).
-func (e *Env) Bool(name string, def bool) bool {
-	v := e.Getenv(name)
-	if v == "" {
-		return def
-	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		e.fail(name, v, "want true or false")
-		return def
-	}
-	return b
 }
 
 // Endpoints ends a binary's start-up checks: it refuses a bad value read

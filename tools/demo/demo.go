@@ -81,6 +81,9 @@ type demo struct {
 	dupKept    string
 	runID      int64 // the reconcile run that found the duplicate
 	voided     bool
+
+	hooks  *receiver // the caller's webhook endpoint
+	secret string    // its signing secret, as api webhook set printed it
 }
 
 func newDemo(cfg Config, stdout, stderr io.Writer) *demo {
@@ -99,8 +102,10 @@ func (d *demo) run(ctx context.Context) error {
 		d.database,
 		d.start,
 		d.addCaller,
+		d.setWebhook,
 		d.create,
 		d.poll,
+		d.webhook,
 		d.replay,
 		d.reuse,
 		d.carrierView,
@@ -186,7 +191,8 @@ func (d *demo) binaries(ctx context.Context) error {
 // env is the environment every binary of the demo gets; proctest passes
 // nothing else of the demo's own environment that could configure them.
 func (d *demo) env(extra ...string) []string {
-	return append([]string{"DATABASE_URL=" + d.dbURL, "LOG_FORMAT=json", "LOG_LEVEL=info"}, extra...)
+	base := append([]string{"DATABASE_URL=" + d.dbURL, "LOG_FORMAT=json", "LOG_LEVEL=info"}, webhookEnv...)
+	return append(base, extra...)
 }
 
 // command runs a one-shot command (api migrate, api caller add) to its end.
@@ -478,6 +484,9 @@ func (d *demo) stopAll(hurry context.Context) error {
 
 // cleanup removes the binaries it built.
 func (d *demo) cleanup() {
+	if d.hooks != nil {
+		d.hooks.srv.Close()
+	}
 	if err := d.bins.Remove(); err != nil {
 		fmt.Fprintf(d.stderr, "demo: removing %s: %v\n", d.bins.Dir, err)
 	}
@@ -492,7 +501,7 @@ func (d *demo) dumpLogs() {
 
 func (d *demo) summary() {
 	d.say.line("")
-	d.say.line("Demo OK: 202 -> succeeded -> 201 with Idempotent-Replayed: true -> 422 idempotency_key_reused; the carrier sold %d label; reconcile: %s.", d.purchases, d.reconciled)
+	d.say.line("Demo OK: 202 -> succeeded (signed webhook delivered and verified) -> 201 with Idempotent-Replayed: true -> 422 idempotency_key_reused; the carrier sold %d label; reconcile: %s.", d.purchases, d.reconciled)
 	if d.voided {
 		d.say.line("Then a carrier without keys sold parcel 2 twice: reconcile found the duplicate (run %d), reconcile void voided it once, and the next reconcile netted its credit.", d.runID)
 	}

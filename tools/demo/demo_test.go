@@ -54,7 +54,16 @@ func TestDemo(t *testing.T) {
 	for _, key := range []string{"Idempotency-Key: label:918273:1:v1", "> POST /v1/labels"} {
 		require.Equal(t, 3, strings.Count(out, key), "%q once per POST", key)
 	}
+	// The webhook: delivered to the demo's receiver, verified, the secret masked.
+	require.Contains(t, out, "$ WEBHOOK_ALLOW_INSECURE=true WEBHOOK_ALLOW_PRIVATE=true api webhook set fulfilment http://127.0.0.1:")
+	require.Contains(t, out, "> webhook-id: msg_lr_")
+	require.Contains(t, out, "> webhook-signature: v1,")
+	require.Contains(t, out, "client.VerifyWebhook(secret, header, body, now): OK")
+	require.Contains(t, accepted, "< Idempotency-Key-Expires: ")
 	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "whsec_") {
+			require.True(t, strings.HasSuffix(l, "…"), "the secret is masked: %q", l)
+		}
 		if strings.Contains(l, "Bearer ") {
 			require.True(t, strings.HasSuffix(l, "…"), "the token is masked: %q", l)
 		}

@@ -3,7 +3,10 @@
 // worker, creates a caller, and sends the seed's example (order 918273, parcel
 // 1, 1,450 g, ground, key label:918273:1:v1) three times: new (202, then
 // polled until it succeeded), repeated (201 with Idempotent-Replayed: true) and
-// with a changed weight (422 idempotency_key_reused). It then shows what the
+// with a changed weight (422 idempotency_key_reused); the caller's webhook
+// endpoint (a receiver in the demo's process, registered with `api webhook
+// set`) gets the completion, whose signature the demo verifies with
+// client.VerifyWebhook. It then shows what the
 // carrier sold and reconciles today's invoice. Last, the simulator ignores
 // keys and drops one reply, so that parcel 2 is bought twice: reconcile finds
 // the duplicate, `reconcile void` voids it through the worker (a dry run
@@ -41,7 +44,8 @@ const usage = `Usage: demo [flags]
 
 Runs the label service end to end (carrier simulator, API, worker) against a
 fresh database and narrates the seed's example: 202, polled to succeeded, the
-201 replay, the 422 for a changed body, the carrier's view and a reconciliation;
+signed webhook to a local receiver and its verification, the 201 replay, the
+422 for a changed body, the carrier's view and a reconciliation;
 then a duplicate bought from a carrier without keys, found, voided, netted.
 
 Flags:

@@ -65,7 +65,7 @@ func (n *narrator) Request(method, path string, headers []header, body []byte) {
 }
 
 // shownHeaders are the answer headers worth seeing, in this order.
-var shownHeaders = []string{"Content-Type", "Location", "Idempotent-Replayed", "Retry-After"}
+var shownHeaders = []string{"Content-Type", "Location", "Idempotent-Replayed", "Idempotency-Key-Expires", "Retry-After"}
 
 // Response prints an answer: status line, the relevant headers, the body.
 func (n *narrator) Response(r *response) {

@@ -23,6 +23,7 @@ import (
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/httpapi"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
+	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/notify"
 	"github.com/labelkit/labels/outbox"
@@ -44,6 +45,9 @@ type Opts struct {
 	AcceptBatch      int           // the API's Deps.AcceptBatch (0: shared transactions of 64; -1: none)
 	// Pool, when set, is used instead of a fresh database (it must be migrated).
 	Pool *pgxpool.Pool
+	// Webhooks configures the webhook delivery (zero values: the defaults,
+	// but a retry base of 10ms).
+	Webhooks jobs.WebhookConfig
 }
 
 // Stack is a running pipeline.
@@ -63,6 +67,9 @@ type Stack struct {
 func New(t testing.TB, o Opts) *Stack {
 	t.Helper()
 	defaults(&o.LeaseDuration, &o.CarrierTimeout, &o.MaxAttempts, &o.RetryBase)
+	if o.Webhooks.RetryBase == 0 {
+		o.Webhooks.RetryBase = 10 * time.Millisecond
+	}
 	pool := o.Pool
 	if pool == nil {
 		pool, _ = dbtest.New(t)
@@ -89,6 +96,7 @@ func New(t testing.TB, o Opts) *Stack {
 			Pool: pool, Carrier: s.Carrier, CarrierTimeout: o.CarrierTimeout, LeaseDuration: o.LeaseDuration,
 			MaxAttempts: o.MaxAttempts, Batch: o.BatchMax, RetryBase: o.RetryBase,
 			Metrics: m, Log: log, Notifier: notifier, Listener: listener, AfterCarrierFunc: o.AfterCarrierFunc,
+			Webhooks: o.Webhooks,
 		})
 		s.River, s.Relay, s.worker = w.River, w.Relay, w
 	}

@@ -2,7 +2,9 @@
 // and disturbs it while two callers send it a few hundred intents, then checks
 // what the seed promises: every accepted intent reaches a final state, the
 // carrier sells exactly one label per intent, every replay of a completed
-// intent is byte-identical, and no answer is a 5xx other than 503.
+// intent is byte-identical, no answer is a 5xx other than 503, and every
+// final intent's completion webhook reaches the receiver under exactly one
+// webhook-id, none lost.
 //
 // It owns nothing that outlives a run. Each [Run] starts a PostgreSQL server
 // of its own in a temporary directory (so that it may restart it), a database
@@ -39,6 +41,17 @@
 // plain body under the bare key, another rendering under the quoted key) and
 // read with GET /v1/labels/{id}: the three bodies and every 201 seen during
 // the run must be the same bytes.
+//
+// # Webhooks
+//
+// Both callers have an endpoint (`api webhook set`, the secrets sealed with
+// the run's WEBHOOK_SECRET_KEY) on a receiver in the run's own process, which verifies every delivery with the caller's
+// printed secret and answers the first delivery of one event in seven 503
+// with Retry-After: 1. The kills interrupt deliveries as well as purchases.
+// After the intents, the run waits until no event is pending, then checks
+// that every final intent has exactly one event, delivered, and that the
+// receiver saw exactly one distinct webhook-id per final intent (a
+// redelivery of the same id is allowed: delivery is at least once).
 //
 // tools/chaos runs it from the command line (go tool task chaos);
 // chaos_test.go runs a short run as part of go test.

@@ -48,6 +48,15 @@ type Figures struct {
 	WorkerKills, APIKills, DBRestarts int
 	LeaseTakeovers, FencedAttempts    int
 
+	// The webhooks: FinalIntents in the database, WebhookIDs distinct
+	// webhook-ids the receiver verified (one per final intent), the requests
+	// it got (WebhookRefused of them answered 503 on purpose; redeliveries of
+	// an event already delivered in WebhookRedelivered), WebhooksLost final
+	// intents whose event never arrived, WebhookUnverified deliveries that
+	// did not verify.
+	FinalIntents, WebhookIDs, WebhookRequests, WebhookRefused int
+	WebhookRedelivered, WebhooksLost, WebhookUnverified       int
+
 	// Drain is the time from the end of the window until the last accepted
 	// intent became final; Elapsed the whole run, the build included.
 	Drain, Elapsed time.Duration
@@ -115,6 +124,8 @@ func (f *Figures) Print(w io.Writer) {
 	p("carrier purchases per intent", "min %d, max %d; intents not bought exactly once: %d", f.MinPurchasesPerIntent, f.MaxPurchasesPerIntent, f.IntentsNotBoughtOnce)
 	p("carrier purchases total", "%d for %d intents (labels in the database: %d)", f.CarrierPurchases, f.Intents, f.Labels)
 	p("replays byte-identical", "%d of %d completed intents (2 replays + GET /v1/labels/{id} + every 201 seen)", f.ReplaysChecked-f.ReplayMismatches, f.ReplaysChecked)
+	p("webhooks", "%d distinct webhook-ids for %d final intents; %d lost; %d requests (%d answered 503 on purpose, %d redeliveries, %d not verified)",
+		f.WebhookIDs, f.FinalIntents, f.WebhooksLost, f.WebhookRequests, f.WebhookRefused, f.WebhookRedelivered, f.WebhookUnverified)
 	p("5xx answers other than 503", "%d", f.Other5xx)
 	p("unexpected answers", "%d", f.Unexpected)
 	p("time to drain", "%.1fs after the window", f.Drain.Seconds())

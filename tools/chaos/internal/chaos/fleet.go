@@ -2,6 +2,8 @@ package chaos
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"net"
 	"os"
@@ -108,10 +110,20 @@ type fleet struct {
 	crashes  []string                   // processes that exited on their own
 	logs     map[string]*os.File
 	stopping bool
+	// secretKey is the run's WEBHOOK_SECRET_KEY: the webhook secrets are
+	// stored sealed, and every worker opens them.
+	secretKey string
 }
 
 func newFleet(cfg Config, bins *proctest.Binaries, db *database, say func(string, ...any)) *fleet {
-	return &fleet{cfg: cfg, bins: bins, db: db, say: say, killed: map[*proctest.Process]bool{}, logs: map[string]*os.File{}}
+	return &fleet{cfg: cfg, bins: bins, db: db, say: say, killed: map[*proctest.Process]bool{}, logs: map[string]*os.File{},
+		secretKey: base64.StdEncoding.EncodeToString(randomBytes(32))}
+}
+
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	return b
 }
 
 // env is what every binary of the run gets; proctest passes nothing else of
@@ -125,7 +137,9 @@ func (f *fleet) env(direct bool, extra ...string) []string {
 	case f.pooledURL != "":
 		db = []string{"DATABASE_URL=" + f.pooledURL, "DATABASE_POOLED=true"}
 	}
-	return append(append(db, "LOG_FORMAT=json", "LOG_LEVEL=info"), extra...)
+	// The webhook receiver is this process's plain-HTTP loopback server.
+	return append(append(db, "LOG_FORMAT=json", "LOG_LEVEL=info",
+		"WEBHOOK_ALLOW_INSECURE=true", "WEBHOOK_ALLOW_PRIVATE=true", "WEBHOOK_SECRET_KEY="+f.secretKey), extra...)
 }
 
 func (f *fleet) opts(slot string, args []string, env []string) (*proctest.Opts, error) {

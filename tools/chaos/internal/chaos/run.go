@@ -33,6 +33,7 @@ type run struct {
 	intents []*intent
 	api     *api
 	rec     *recorder
+	hooks   *hooks
 	fig     *Figures
 	repeats *sync.WaitGroup // repeats after the first requests, which may outlive the window
 }
@@ -64,11 +65,13 @@ func Run(ctx context.Context, cfg Config) (*Figures, error) {
 		return nil, err
 	}
 	r.drain(ctx, window)
+	r.drainHooks(ctx)
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
 	vctx, vcancel := context.WithTimeout(ctx, verifyTimeout)
 	r.verify(vctx)
+	r.verifyHooks(vctx)
 	vcancel()
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
@@ -102,6 +105,9 @@ func (r *run) cleanup() {
 	}
 	if r.bouncer != nil {
 		r.bouncer.Stop()
+	}
+	if r.hooks != nil {
+		r.hooks.srv.Close()
 	}
 	if r.db != nil {
 		r.db.shutdown()
@@ -168,6 +174,10 @@ func (r *run) setup(ctx context.Context) error {
 			return err
 		}
 		r.callers = append(r.callers, &caller{name: name, token: res.LastLine()})
+	}
+	r.hooks = newHooks()
+	if err := r.hooks.setup(ctx, r); err != nil {
+		return err
 	}
 	r.say("starting the simulator, the API and %d workers", r.cfg.Workers)
 	if err := r.fleet.start(ctx); err != nil {

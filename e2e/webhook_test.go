@@ -1,0 +1,128 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/labelkit/labels/client"
+	"github.com/labelkit/labels/internal/testutil/dbtest"
+	"github.com/labelkit/labels/internal/testutil/proctest"
+)
+
+// A worker killed (SIGKILL) while a delivery is in flight: the receiver has
+// the request and has not answered. Another worker delivers the event again
+// with the same webhook-id, signed with the secret `api webhook set` printed,
+// once River's rescuer gives the stuck job back.
+func TestWebhookWorkerKilledMidDelivery(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binaries; waits for River's rescuer")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	bins := proctest.BuildT(t, "./cmd/api", "./cmd/worker", "./cmd/carrier")
+	_, dbURL := dbtest.New(t)
+
+	type got struct {
+		header http.Header
+		body   []byte
+	}
+	var mu sync.Mutex
+	var deliveries []got
+	arrived := make(chan struct{}, 1)
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		deliveries = append(deliveries, got{r.Header.Clone(), body})
+		first := len(deliveries) == 1
+		mu.Unlock()
+		if first {
+			arrived <- struct{}{}
+			<-r.Context().Done() // never answers: the worker dies first
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(receiver.Close)
+
+	carrierProc := proctest.StartT(t, bins.Path("carrier"), &proctest.Opts{Env: []string{"CARRIER_ADDR=127.0.0.1:0"}})
+	carrierAddr, err := carrierProc.WaitListening(ctx, "listening")
+	require.NoError(t, err)
+	cli := func(args ...string) string {
+		t.Helper()
+		res, err := proctest.Run(ctx, bins.Path("api"), &proctest.Opts{Args: args,
+			Env: []string{"DATABASE_URL=" + dbURL, "WEBHOOK_ALLOW_INSECURE=true", "WEBHOOK_ALLOW_PRIVATE=true"}})
+		require.NoError(t, err)
+		return res.LastLine()
+	}
+	token := cli("caller", "add", "shop")
+	secret := cli("webhook", "set", "shop", receiver.URL+"/labels")
+	require.True(t, strings.HasPrefix(secret, "whsec_"), secret)
+
+	api := proctest.StartT(t, bins.Path("api"), &proctest.Opts{Env: []string{"DATABASE_URL=" + dbURL, "API_ADDR=127.0.0.1:0"}})
+	apiAddr, err := api.WaitListening(ctx, "listening")
+	require.NoError(t, err)
+	startWorker := func(name string) *proctest.Process {
+		w := proctest.StartT(t, bins.Path("worker"), &proctest.Opts{Name: name,
+			Env: []string{"DATABASE_URL=" + dbURL, "CARRIER_URL=http://" + carrierAddr, "METRICS_ADDR=127.0.0.1:0",
+				"LEASE_DURATION=3s", "CARRIER_TIMEOUT=2s", "RETRY_BASE=100ms", "WEBHOOK_TIMEOUT=10s",
+				"WEBHOOK_ALLOW_INSECURE=true", "WEBHOOK_ALLOW_PRIVATE=true"}})
+		_, err := w.WaitListening(ctx, "metrics listening")
+		require.NoError(t, err)
+		return w
+	}
+	first := startWorker("worker-1")
+
+	req, err := http.NewRequest(http.MethodPost, "http://"+apiAddr+"/v1/labels",
+		strings.NewReader(`{"order_id":31337,"parcel_no":1,"weight_g":1450,"service":"ground","ship_to":{"name":"A. Example","line1":"1 Example Street","city":"Exampleton","postal_code":"10115","country":"DE"}}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Idempotency-Key", "label:31337:1:v1")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+
+	select {
+	case <-arrived:
+	case <-ctx.Done():
+		t.Fatal("the first delivery never arrived")
+	}
+	require.NoError(t, first.Kill())
+	<-first.Done()
+	startWorker("worker-2")
+
+	pool, err := pgxpool.New(ctx, dbURL)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.Eventually(t, func() bool {
+		var state string
+		_ = pool.QueryRow(ctx, `SELECT state FROM webhook_events`).Scan(&state)
+		return state == "delivered"
+	}, 3*time.Minute, 200*time.Millisecond, "the event was not delivered again")
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, deliveries, 2)
+	ids := map[string]bool{}
+	for _, d := range deliveries {
+		ev, err := client.VerifyWebhook(secret, d.header, d.body, time.Now())
+		require.NoError(t, err)
+		require.Equal(t, client.EventSucceeded, ev.Type)
+		ids[ev.ID] = true
+	}
+	require.Len(t, ids, 1, "the same webhook-id on both: %v", ids)
+	var attempts int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT attempts FROM webhook_events`).Scan(&attempts))
+	require.Equal(t, 2, attempts, "the killed attempt is counted")
+}
