@@ -20,10 +20,12 @@ var (
 	colAccept  = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
 	colE2E     = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
 	colE2ESlow = color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}
+	colLive    = color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}
 )
 
 // Chart draws throughput (left) and latency (right) against concurrency:
-// the pgbench ceiling and the accept, with the end-to-end rates as points.
+// the pgbench ceiling and the accept (worker stopped, and with the pipeline
+// live), with the end-to-end rates as points.
 func Chart(path string, r *Results) error {
 	ticks := plot.ConstantTicks{}
 	xmin, xmax := math.Inf(1), math.Inf(-1)
@@ -74,14 +76,26 @@ func Chart(path string, r *Results) error {
 			accP99 = append(accP99, plotter.XY{X: x, Y: positive(a.Latency.P99)})
 		}
 	}
+	var livePS, liveP50, liveP99 plotter.XYs
+	for _, a := range r.AcceptLive {
+		if a.Requests > 0 {
+			x := float64(a.Concurrency)
+			livePS = append(livePS, plotter.XY{X: x, Y: a.PerSec})
+			liveP50 = append(liveP50, plotter.XY{X: x, Y: positive(a.Latency.P50)})
+			liveP99 = append(liveP99, plotter.XY{X: x, Y: positive(a.Latency.P99)})
+		}
+	}
 	var ymax float64
-	for _, xy := range append(append(plotter.XYs{}, ceilTPS...), accPS...) {
+	for _, xy := range append(append(append(plotter.XYs{}, ceilTPS...), accPS...), livePS...) {
 		ymax = math.Max(ymax, xy.Y)
 	}
 	if err := addLine(thr, &thrLegend, ceilTPS, "ceiling: pgbench tps", colCeiling, false); err != nil {
 		return err
 	}
 	if err := addLine(thr, &thrLegend, accPS, "accept: requests/s", colAccept, false); err != nil {
+		return err
+	}
+	if err := addLine(thr, &thrLegend, livePS, "accept, pipeline live: requests/s", colLive, false); err != nil {
 		return err
 	}
 	for i, e := range r.EndToEnd {
@@ -116,20 +130,13 @@ func Chart(path string, r *Results) error {
 		{ceilP99, "ceiling p99", colCeiling, false},
 		{accP50, "accept p50", colAccept, true},
 		{accP99, "accept p99", colAccept, false},
+		{liveP50, "accept, pipeline live, p50", colLive, true},
+		{liveP99, "accept, pipeline live, p99", colLive, false},
 	} {
 		if err := addLine(lat, &latLegend, l.xys, l.name, l.col, l.dashed); err != nil {
 			return err
 		}
 	}
-	// The bar: accept p99 at most 25 ms at concurrency 32.
-	bar, err := plotter.NewLine(plotter.XYs{{X: xmin / 1.4, Y: barAcceptP99}, {X: xmax * 1.4, Y: barAcceptP99}})
-	if err != nil {
-		return err
-	}
-	bar.LineStyle.Color = colE2E
-	bar.LineStyle.Dashes = []vg.Length{vg.Points(2), vg.Points(3)}
-	lat.Add(bar)
-	latLegend.Add("bar: p99 ≤ 25 ms at 32", bar)
 	lat.Add(plotter.NewGrid())
 
 	// The figure: a title naming the run's date and machine, the two plots,

@@ -94,6 +94,10 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			AcceptBatch:       cfg.AcceptBatch,
 			WorkerBatch:       cfg.WorkerBatch,
 			WorkerConcurrency: cfg.WorkerConcurrency,
+			BurstReplays:      cfg.BurstReplays,
+			BurstConcurrency:  cfg.BurstConcurrency,
+			SelectScript:      selectScript,
+			LiveSimLatencyMs:  float64(cfg.LiveSimLatency.Milliseconds()),
 			GOGC:              serviceGOGC,
 		},
 	}
@@ -128,7 +132,7 @@ func (h *harness) phases(ctx context.Context) error {
 		}
 		h.logf("phase %s done in %s", name, time.Since(began).Round(time.Second))
 	}
-	if h.cfg.has(PhaseCeiling) || h.cfg.has(PhaseAccept) {
+	if h.cfg.has(PhaseCeiling) || h.cfg.has(PhaseAccept) || h.cfg.has(PhaseLive) {
 		step("ceiling+accept", h.ceilingAndAccept)
 	}
 	if h.cfg.has(PhaseProfile) {

@@ -78,8 +78,8 @@ type loadSpec struct {
 	RepeatShare float64
 	// NextOrder hands out order ids for new requests.
 	NextOrder *atomic.Int64
-	// Count, when positive, ends the load after that many new requests have
-	// been sent (the end-to-end run) instead of after Duration.
+	// Count, when positive, ends the load after that many new requests (or
+	// replays, with ReplayN) have been sent instead of after Duration.
 	Count int64
 	// ReplayFrom and ReplayN, when ReplayN is positive, make every request a
 	// replay of a filled key: an order drawn uniformly from [ReplayFrom, ReplayFrom+ReplayN).
@@ -160,6 +160,9 @@ func runLoad(ctx context.Context, spec loadSpec) LoadRun {
 				repeat := false
 				switch {
 				case spec.ReplayN > 0:
+					if spec.Count > 0 && sent.Add(1) > spec.Count {
+						return
+					}
 					order = spec.ReplayFrom + rng.Int64N(spec.ReplayN)
 					repeat = true
 				case len(mine) > 0 && rng.Float64() < spec.RepeatShare:

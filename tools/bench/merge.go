@@ -46,6 +46,7 @@ func mergeLoads(parts []LoadRun) LoadRun {
 	r := LoadRun{Name: parts[0].Name, Concurrency: parts[0].Concurrency, Rate: parts[0].Rate, Statuses: map[string]int{}, Rounds: len(parts)}
 	var cpus []weighted[CPU]
 	var dbs []weighted[DB]
+	var drainedSecs float64
 	for _, p := range parts {
 		r.Seconds += p.Seconds
 		r.Requests += p.Requests
@@ -61,6 +62,8 @@ func mergeLoads(parts []LoadRun) LoadRun {
 		r.newLat = append(r.newLat, p.newLat...)
 		r.repLat = append(r.repLat, p.repLat...)
 		r.Backends = max(r.Backends, p.Backends)
+		r.Drained += p.Drained
+		drainedSecs += p.DrainedPerSec * p.Seconds
 		cpus = append(cpus, weighted[CPU]{p.CPU, p.Seconds})
 		dbs = append(dbs, weighted[DB]{p.DB, p.Seconds})
 	}
@@ -68,6 +71,7 @@ func mergeLoads(parts []LoadRun) LoadRun {
 	if r.Seconds > 0 {
 		r.PerSec = round1(float64(r.Requests) / r.Seconds)
 		r.NewPerSec = round1(float64(r.New) / r.Seconds)
+		r.DrainedPerSec = round1(drainedSecs / r.Seconds)
 	}
 	all := append(slices.Clone(r.newLat), r.repLat...)
 	r.Latency, r.NewLatency, r.RepLatency = summarize(all), summarize(r.newLat), summarize(r.repLat)

@@ -44,6 +44,19 @@ ON CONFLICT (caller_id, order_id, parcel_no, label_version) WHERE status IN ('pe
 COMMIT;
 `
 
+// selectScript is the floor of a replay for pgbench: one key record read by
+// its primary key, the columns the API reads (postgres.GetKey), a key drawn
+// uniformly from the orders lo to hi (the end-to-end burst's, so the same
+// rows the replays read). selectScriptFor fills in the range.
+const selectScript = `\set o random(%d, %d)
+SELECT caller_id, idem_key, request_hash, fingerprint_version, request_id, state,
+       locked_until, lease_token, coalesce(response_status, 0), response_body::text, created_at, expires_at
+  FROM idempotency_keys
+ WHERE caller_id = '%s' AND idem_key = concat_ws(chr(58), 'label', :o::bigint, '1', 'v1');
+`
+
+func selectScriptFor(lo, hi int64) string { return fmt.Sprintf(selectScript, lo, hi, callerName) }
+
 var (
 	pgbenchTPS    = regexp.MustCompile(`(?m)^tps = ([0-9.]+) \(without initial connection time\)`)
 	pgbenchTxns   = regexp.MustCompile(`(?m)^number of transactions actually processed: (\d+)`)
@@ -66,36 +79,62 @@ func findPgbench() (string, error) {
 // runPgbench runs the ceiling script at one concurrency for d (whole seconds)
 // and reads its per-transaction log for the latency percentiles.
 func (h *harness) runPgbench(ctx context.Context, concurrency int, d time.Duration) PgbenchRun {
+	return h.pgbenchRun(ctx, pgbenchSpec{Script: ceilingScript, Concurrency: concurrency, Duration: d})
+}
+
+// pgbenchSpec is one pgbench run: a script at a concurrency, for a duration
+// (whole seconds) or a number of transactions per client.
+type pgbenchSpec struct {
+	Script      string
+	Concurrency int
+	Duration    time.Duration
+	PerClient   int // when positive: -t PerClient instead of -T
+}
+
+// pgbenchRun runs spec (-M prepared, -j 2 at most) and reads its
+// per-transaction log (-l): every transaction's latency, from which the
+// percentiles are taken as the HTTP loads' are (summarize).
+func (h *harness) pgbenchRun(ctx context.Context, spec pgbenchSpec) PgbenchRun {
+	concurrency := spec.Concurrency
 	r := PgbenchRun{Concurrency: concurrency, Threads: min(2, concurrency)}
-	secs := max(1, int(math.Ceil(d.Seconds())))
+	secs := max(1, int(math.Ceil(spec.Duration.Seconds())))
 	dir, err := os.MkdirTemp(h.work, "pgbench-")
 	if err != nil {
 		r.Error = err.Error()
 		return r
 	}
 	defer os.RemoveAll(dir)
-	script := filepath.Join(dir, "accept.sql")
-	if err := os.WriteFile(script, []byte(ceilingScript), 0o644); err != nil {
+	script := filepath.Join(dir, "script.sql")
+	if err := os.WriteFile(script, []byte(spec.Script), 0o644); err != nil {
 		r.Error = err.Error()
 		return r
 	}
 	prefix := filepath.Join(dir, "txn")
-	cmd := exec.CommandContext(ctx, h.pgbench, "-n", "-M", "prepared",
-		"-c", strconv.Itoa(concurrency), "-j", strconv.Itoa(r.Threads), "-T", strconv.Itoa(secs),
-		"-f", script, "-l", "--log-prefix", prefix, h.dbURL)
+	length := []string{"-T", strconv.Itoa(secs)}
+	if spec.PerClient > 0 {
+		length = []string{"-t", strconv.Itoa(spec.PerClient)}
+	}
+	args := append([]string{"-n", "-M", "prepared", "-c", strconv.Itoa(concurrency), "-j", strconv.Itoa(r.Threads)}, length...)
+	args = append(args, "-f", script, "-l", "--log-prefix", prefix, h.dbURL)
+	cmd := exec.CommandContext(ctx, h.pgbench, args...)
 	cmd.Dir = dir
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	before := h.cpu.read()
+	began := time.Now()
 	watch, werr := watchDB(ctx, h.dbURL, h.dbName)
 	err = cmd.Run()
 	if werr == nil {
 		r.DB = watch.finish(ctx)
 	}
+	if spec.PerClient > 0 {
+		secs = 0
+	}
+	wall := time.Since(began).Seconds()
 	r.CPU = since(before, h.cpu.read())
 	r.CPU.Client = 0 // the harness only waited
-	if cmd.ProcessState != nil {
-		r.CPU.Pgbench = round2((cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds() / float64(secs))
+	if cmd.ProcessState != nil && wall > 0 {
+		r.CPU.Pgbench = round2((cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds() / wall)
 	}
 	text := out.String()
 	if err != nil {
@@ -112,6 +151,9 @@ func (h *harness) runPgbench(ctx context.Context, concurrency int, d time.Durati
 		r.Failed, _ = strconv.ParseInt(m[1], 10, 64)
 	}
 	r.Seconds = float64(secs)
+	if secs == 0 {
+		r.Seconds = round2(wall)
+	}
 	lat, err := readPgbenchLogs(prefix)
 	if err != nil {
 		r.Error = err.Error()

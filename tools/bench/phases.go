@@ -32,16 +32,17 @@ func (h *harness) measured(ctx context.Context, warmup time.Duration, load func(
 	return r, cpu, db
 }
 
-// ceilingAndAccept runs, at each concurrency, pgbench's ceiling and the
-// accept load in alternating rounds (each from empty tables after a
-// checkpoint), and merges the rounds of each.
+// ceilingAndAccept runs, at each concurrency, pgbench's ceiling, the accept
+// load with the worker stopped and the accept load with the pipeline live in
+// alternating rounds (each from empty tables after a checkpoint), and merges
+// the rounds of each.
 func (h *harness) ceilingAndAccept(ctx context.Context) error {
 	var errs []error
 	rounds := h.cfg.Rounds
 	slice := time.Duration(math.Ceil(h.cfg.Duration.Seconds()/float64(rounds))) * time.Second
 	for _, c := range h.cfg.Concurrency {
 		var ceilParts []PgbenchRun
-		var accParts []LoadRun
+		var accParts, liveParts []LoadRun
 		for range rounds {
 			if h.cfg.has(PhaseCeiling) {
 				if err := h.reset(ctx); err != nil {
@@ -52,20 +53,26 @@ func (h *harness) ceilingAndAccept(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if !h.cfg.has(PhaseAccept) {
-				continue
-			}
-			if err := h.reset(ctx); err != nil {
-				return err
-			}
-			r, cpu, db := h.measured(ctx, h.cfg.Warmup, func() LoadRun {
-				return runLoad(ctx, loadSpec{
-					Name: "accept", BaseURL: h.apiURL, Token: h.token, Concurrency: c,
-					Warmup: h.cfg.Warmup, Duration: slice, RepeatShare: h.cfg.RepeatShare, NextOrder: &h.orders,
+			if h.cfg.has(PhaseAccept) {
+				if err := h.reset(ctx); err != nil {
+					return err
+				}
+				r, cpu, db := h.measured(ctx, h.cfg.Warmup, func() LoadRun {
+					return runLoad(ctx, h.acceptSpec("accept", c, slice))
 				})
-			})
-			r.CPU, r.DB, r.Backends = cpu, db, h.apiBackends(ctx)
-			accParts = append(accParts, r)
+				r.CPU, r.DB, r.Backends = cpu, db, h.apiBackends(ctx)
+				accParts = append(accParts, r)
+			}
+			if h.cfg.has(PhaseLive) && ctx.Err() == nil {
+				if err := h.reset(ctx); err != nil {
+					return err
+				}
+				r, err := h.acceptLive(ctx, c, slice)
+				if err != nil {
+					return fmt.Errorf("accept with the pipeline live, c=%d: %w", c, err)
+				}
+				liveParts = append(liveParts, r)
+			}
 		}
 		var ceiling *PgbenchRun
 		if len(ceilParts) > 0 {
@@ -77,20 +84,114 @@ func (h *harness) ceilingAndAccept(ctx context.Context) error {
 			}
 			h.logf("  c=%-3d ceiling  %7.0f tps   p50 %6.2f ms  p99 %6.2f ms   pg %.2f cores, pgbench %.2f", c, r.TPS, r.Latency.P50, r.Latency.P99, r.CPU.Postgres, r.CPU.Pgbench)
 		}
-		if len(accParts) == 0 {
-			continue
+		if len(accParts) > 0 {
+			r := mergeLoads(accParts)
+			toCeiling(&r, ceiling)
+			h.res.Accept = append(h.res.Accept, r)
+			if r.Errors > 0 {
+				errs = append(errs, fmt.Errorf("accept c=%d: %d errors, first: %s", c, r.Errors, r.FirstError))
+			}
+			h.logf("  c=%-3d accept   %7.0f req/s p50 %6.2f ms  p99 %6.2f ms   ratio %.2f   client %.2f, api %.2f, pg %.2f cores; %s", c, r.PerSec, r.Latency.P50, r.Latency.P99, r.RatioToCeiling, r.CPU.Client, r.CPU.API, r.CPU.Postgres, waitsLine(r.DB, 2))
 		}
-		r := mergeLoads(accParts)
-		if ceiling != nil && ceiling.TPS > 0 {
-			r.RatioToCeiling = round3(r.PerSec / ceiling.TPS)
+		if len(liveParts) > 0 {
+			r := mergeLoads(liveParts)
+			toCeiling(&r, ceiling)
+			h.res.AcceptLive = append(h.res.AcceptLive, r)
+			if r.Errors > 0 {
+				errs = append(errs, fmt.Errorf("accept with the pipeline live c=%d: %d errors, first: %s", c, r.Errors, r.FirstError))
+			}
+			h.logf("  c=%-3d live     %7.0f req/s p50 %6.2f ms  p99 %6.2f ms   ratio %.2f (p99 %.2f of pgbench's); %.0f final/s; api %.2f, worker %.2f, sim %.2f, pg %.2f cores; %s", c, r.PerSec, r.Latency.P50, r.Latency.P99, r.RatioToCeiling, r.P99ToCeiling, r.DrainedPerSec, r.CPU.API, r.CPU.Worker, r.CPU.Carrier, r.CPU.Postgres, waitsLine(r.DB, 2))
 		}
-		h.res.Accept = append(h.res.Accept, r)
-		if r.Errors > 0 {
-			errs = append(errs, fmt.Errorf("accept c=%d: %d errors, first: %s", c, r.Errors, r.FirstError))
-		}
-		h.logf("  c=%-3d accept   %7.0f req/s p50 %6.2f ms  p99 %6.2f ms   ratio %.2f   client %.2f, api %.2f, pg %.2f cores; %s", c, r.PerSec, r.Latency.P50, r.Latency.P99, r.RatioToCeiling, r.CPU.Client, r.CPU.API, r.CPU.Postgres, waitsLine(r.DB, 2))
 	}
 	return errors.Join(errs...)
+}
+
+// acceptSpec is the accept load at concurrency c for d.
+func (h *harness) acceptSpec(name string, c int, d time.Duration) loadSpec {
+	return loadSpec{Name: name, BaseURL: h.apiURL, Token: h.token, Concurrency: c,
+		Warmup: h.cfg.Warmup, Duration: d, RepeatShare: h.cfg.RepeatShare, NextOrder: &h.orders}
+}
+
+// toCeiling holds an accept load to the ceiling at its concurrency:
+// throughput and p99.
+func toCeiling(r *LoadRun, c *PgbenchRun) {
+	if c == nil {
+		return
+	}
+	if c.TPS > 0 {
+		r.RatioToCeiling = round3(r.PerSec / c.TPS)
+	}
+	if c.Latency.P99 > 0 {
+		r.P99ToCeiling = round3(r.Latency.P99 / c.Latency.P99)
+	}
+}
+
+// acceptLive runs the accept load at concurrency c for d with a worker and
+// the simulator running (started before the warm-up, so the relay and River
+// are polling when it begins), and counts the intents they made final
+// meanwhile. They stop after it: the next ceiling round's rows are not
+// theirs to dispatch.
+func (h *harness) acceptLive(ctx context.Context, c int, d time.Duration) (LoadRun, error) {
+	pl, err := h.startPipeline(ctx, h.cfg.LiveSimLatency)
+	if err != nil {
+		return LoadRun{}, err
+	}
+	defer func() { _ = h.stopPipeline(pl) }()
+	began := time.Now()
+	r, cpu, db := h.measured(ctx, h.cfg.Warmup, func() LoadRun {
+		return runLoad(ctx, h.acceptSpec("accept, pipeline live", c, d))
+	})
+	r.CPU, r.DB = cpu, db
+	if err := h.pool.QueryRow(ctx, `SELECT count(*) FROM label_intents WHERE status <> 'pending'`).Scan(&r.Drained); err != nil {
+		return r, err
+	}
+	if secs := time.Since(began).Seconds(); secs > 0 {
+		r.DrainedPerSec = round1(float64(r.Drained) / secs)
+	}
+	r.Backends = h.apiBackends(ctx)
+	return r, h.stopPipeline(pl)
+}
+
+// pipeline is a worker and the simulator it buys from.
+type pipeline struct {
+	worker, carrier *proctest.Process
+}
+
+// startPipeline starts the simulator at latency lat and a worker buying from
+// it, waits until the worker has started, and meters both.
+func (h *harness) startPipeline(ctx context.Context, lat time.Duration) (*pipeline, error) {
+	carrier, carrierAddr, err := h.start(ctx, "carrier", "carrier", "listening", "CARRIER_ADDR=127.0.0.1:0", "SIM_LATENCY="+lat.String())
+	if err != nil {
+		return nil, err
+	}
+	pl := &pipeline{carrier: carrier}
+	pl.worker, _, err = h.start(ctx, "worker", "worker", "metrics listening",
+		"CARRIER_URL=http://"+carrierAddr, "METRICS_ADDR=127.0.0.1:0", "ADMIN_ADDR=", "WORKER_CONCURRENCY="+strconv.Itoa(h.cfg.WorkerConcurrency))
+	if err != nil {
+		_ = h.stopPipeline(pl)
+		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	_, err = pl.worker.WaitLine(wctx, func(l proctest.Line) bool { return l.Msg() == "worker started" })
+	cancel()
+	if err != nil {
+		_ = h.stopPipeline(pl)
+		return nil, err
+	}
+	h.cpu.worker, h.cpu.carrier = pl.worker.Pid(), pl.carrier.Pid()
+	return pl, nil
+}
+
+// stopPipeline stops the worker (it finishes the jobs it runs), then the
+// simulator; a second call does nothing.
+func (h *harness) stopPipeline(pl *pipeline) error {
+	if pl == nil {
+		return nil
+	}
+	h.cpu.worker, h.cpu.carrier = 0, 0
+	err := errors.Join(stop(pl.worker), stop(pl.carrier))
+	pl.worker, pl.carrier = nil, nil
+	return err
 }
 
 // ceilingAt is the ceiling measured at the concurrency nearest to c.
@@ -126,8 +227,15 @@ func (h *harness) endToEnd(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("simulator latency %s: %w", lat, err))
 		}
 		h.res.EndToEnd = append(h.res.EndToEnd, r)
-		h.logf("  sim %-5s  %d creates: submitted at %.0f/s, %.0f creates/s to final; 202→final p50 %.0f ms, p99 %.0f ms; ratio %.2f",
-			lat, r.Creates, r.Submit.PerSec, r.CreatesPerSec, r.ToFinal.P50, r.ToFinal.P99, r.RatioToCeiling)
+		h.logf("  sim %-5s  %d creates: submitted at %.0f/s, %.0f creates/s to final; 202→final p50 %.0f ms, p99 %.0f ms; ratio %.2f; machine %.0f µs CPU per label",
+			lat, r.Creates, r.Submit.PerSec, r.CreatesPerSec, r.ToFinal.P50, r.ToFinal.P99, r.RatioToCeiling, r.CPUPerLabel.Machine)
+		if rp := r.ReplaysAfter; rp != nil {
+			line := fmt.Sprintf("  sim %-5s  replays right after: p50 %.2f ms, p99 %.2f ms (p99/p50 %.1f)", lat, rp.Latency.P50, rp.Latency.P99, r.ReplayP99OverP50)
+			if s := r.SelectAfter; s != nil {
+				line += fmt.Sprintf("; primary-key SELECT p50 %.2f ms, p99 %.2f ms (replay p99 / SELECT p99 %.1f)", s.Latency.P50, s.Latency.P99, r.ReplayP99OverSelectP99)
+			}
+			h.logf("%s", line)
+		}
 		if ctx.Err() != nil {
 			break
 		}
@@ -154,25 +262,11 @@ func (h *harness) endToEndAt(ctx context.Context, lat time.Duration) (E2ERun, er
 	if err := h.reset(ctx); err != nil {
 		return r, err
 	}
-	carrier, carrierAddr, err := h.start(ctx, "carrier", "carrier", "listening", "CARRIER_ADDR=127.0.0.1:0", "SIM_LATENCY="+lat.String())
+	pl, err := h.startPipeline(ctx, lat)
 	if err != nil {
 		return r, err
 	}
-	defer func() { _ = stop(carrier) }()
-	worker, _, err := h.start(ctx, "worker", "worker", "metrics listening",
-		"CARRIER_URL=http://"+carrierAddr, "METRICS_ADDR=127.0.0.1:0", "ADMIN_ADDR=", "WORKER_CONCURRENCY="+strconv.Itoa(h.cfg.WorkerConcurrency))
-	if err != nil {
-		return r, err
-	}
-	defer func() { _ = stop(worker) }()
-	wctx, cancel := context.WithTimeout(ctx, time.Minute)
-	_, err = worker.WaitLine(wctx, func(l proctest.Line) bool { return l.Msg() == "worker started" })
-	cancel()
-	if err != nil {
-		return r, err
-	}
-	h.cpu.worker, h.cpu.carrier = worker.Pid(), carrier.Pid()
-	defer func() { h.cpu.worker, h.cpu.carrier = 0, 0 }()
+	defer func() { _ = h.stopPipeline(pl) }()
 
 	lo := h.orders.Load() + 1
 	before := h.cpu.read()
@@ -200,6 +294,12 @@ func (h *harness) endToEndAt(ctx context.Context, lat time.Duration) (E2ERun, er
 	}
 	after := h.cpu.read()
 	r.CPU = since(before, after)
+	var replayErr error
+	if r.Pending == 0 && ctx.Err() == nil {
+		// Right after the burst is final, before anything else reads the
+		// database.
+		replayErr = h.burstReplays(ctx, &r, lo, hi)
+	}
 	if err := h.pool.QueryRow(ctx, `
 		SELECT count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status = 'failed')
 		  FROM label_intents WHERE order_id BETWEEN $1 AND $2`, lo, hi).Scan(&r.Succeeded, &r.Failed); err != nil {
@@ -244,7 +344,7 @@ func (h *harness) endToEndAt(ctx context.Context, lat time.Duration) (E2ERun, er
 		// The pipeline has drained (every intent is final). The worker and
 		// the simulator stop first, as they were not running before the run
 		// either: the worker's relay would dispatch pgbench's intents.
-		if err := errors.Join(stop(worker), stop(carrier)); err != nil {
+		if err := h.stopPipeline(pl); err != nil {
 			return r, err
 		}
 		c, err := h.e2eCeiling(ctx, r.Concurrency, "after")
@@ -272,7 +372,40 @@ func (h *harness) endToEndAt(ctx context.Context, lat time.Duration) (E2ERun, er
 	case r.Failed > 0:
 		return r, fmt.Errorf("%d intents failed", r.Failed)
 	}
-	return r, nil
+	return r, replayErr
+}
+
+// burstReplays replays random keys of the burst [lo, hi] right after it is
+// final, closed loop, then has pgbench read as many key records by primary
+// key at the same concurrency, and relates the replays' p99 to their p50 and
+// to that read's p99.
+func (h *harness) burstReplays(ctx context.Context, r *E2ERun, lo, hi int64) error {
+	n, c := h.cfg.BurstReplays, h.cfg.BurstConcurrency
+	load, cpu, db := h.measured(ctx, 0, func() LoadRun {
+		return runLoad(ctx, loadSpec{Name: "replay after the burst", BaseURL: h.apiURL, Token: h.token, Concurrency: c,
+			NextOrder: &h.orders, ReplayFrom: lo, ReplayN: hi - lo + 1, Count: int64(n)})
+	})
+	load.CPU, load.DB = cpu, db
+	r.ReplaysAfter = &load
+	if load.Latency.P50 > 0 {
+		r.ReplayP99OverP50 = round2(load.Latency.P99 / load.Latency.P50)
+	}
+	if load.Errors > 0 {
+		return fmt.Errorf("replays after the burst: %d errors, first: %s", load.Errors, load.FirstError)
+	}
+	if h.pgbench == "" {
+		return nil
+	}
+	sel := h.pgbenchRun(ctx, pgbenchSpec{Script: selectScriptFor(lo, hi), Concurrency: c, PerClient: (n + c - 1) / c})
+	sel.lat = nil
+	r.SelectAfter = &sel
+	if sel.Error != "" {
+		return fmt.Errorf("the primary-key read after the burst: %s", sel.Error)
+	}
+	if sel.Latency.P99 > 0 {
+		r.ReplayP99OverSelectP99 = round2(load.Latency.P99 / sel.Latency.P99)
+	}
+	return nil
 }
 
 // e2eCeiling runs pgbench at concurrency for a third of a load's duration (at

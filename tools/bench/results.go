@@ -14,15 +14,18 @@ type Results struct {
 	Machine   Machine   `json:"machine"`
 	Setup     Setup     `json:"setup"`
 
-	Ceiling   []PgbenchRun `json:"ceiling"`
-	Accept    []LoadRun    `json:"accept"`
-	EndToEnd  []E2ERun     `json:"end_to_end"`
-	Replays   []ReplayRun  `json:"replays"`
-	Store     *Store       `json:"store,omitempty"`
-	Reconcile *Reconcile   `json:"reconcile,omitempty"`
-	Profile   *Profile     `json:"profile,omitempty"`
+	Ceiling []PgbenchRun `json:"ceiling"`
+	Accept  []LoadRun    `json:"accept"`
+	// AcceptLive is the accept with the pipeline live: a worker and the
+	// simulator running and draining while the API accepts, as in production.
+	AcceptLive []LoadRun   `json:"accept_live"`
+	EndToEnd   []E2ERun    `json:"end_to_end"`
+	Replays    []ReplayRun `json:"replays"`
+	Store      *Store      `json:"store,omitempty"`
+	Reconcile  *Reconcile  `json:"reconcile,omitempty"`
+	Profile    *Profile    `json:"profile,omitempty"`
 
-	// Bar is issue 8's bar, checked against this run's own figures.
+	// Bar is the bar (report.go), checked against this run's own figures.
 	Bar []Check `json:"bar"`
 	// Errors names every phase that failed; the others still ran.
 	Errors []string `json:"errors,omitempty"`
@@ -70,6 +73,15 @@ type Setup struct {
 	WorkerBatch int `json:"worker_batch"`
 	// WorkerConcurrency is the end-to-end worker's WORKER_CONCURRENCY.
 	WorkerConcurrency int `json:"worker_concurrency"`
+	// BurstReplays replays at BurstConcurrency, closed loop, follow each
+	// end-to-end burst; SelectScript is the primary-key read pgbench runs
+	// right after them (its range filled in with the burst's orders).
+	BurstReplays     int    `json:"burst_replays"`
+	BurstConcurrency int    `json:"burst_concurrency"`
+	SelectScript     string `json:"select_script"`
+	// LiveSimLatencyMs is the simulator's latency while the accept runs
+	// with the pipeline live.
+	LiveSimLatencyMs float64 `json:"live_sim_latency_ms"`
 	// GOGC is the api's, apiprof's and worker's GOGC (see serviceGOGC).
 	GOGC int `json:"gogc"`
 }
@@ -189,9 +201,16 @@ type LoadRun struct {
 	// Backends is the API's connections to the database after the load
 	// (its pool and its LISTEN connection).
 	Backends int `json:"db_connections,omitempty"`
-	// RatioToCeiling is PerSec over the pgbench TPS at the same concurrency.
+	// RatioToCeiling is PerSec over the pgbench TPS at the same concurrency,
+	// and P99ToCeiling the load's p99 over pgbench's p99 there.
 	RatioToCeiling float64 `json:"ratio_to_ceiling,omitempty"`
-	Rounds         int     `json:"rounds,omitempty"`
+	P99ToCeiling   float64 `json:"p99_to_ceiling_p99,omitempty"`
+	// Drained, with the pipeline live, is how many intents the worker made
+	// final while the load ran (its warm-up included), DrainedPerSec that
+	// over the time from the load's start to the count.
+	Drained       int64   `json:"drained,omitempty"`
+	DrainedPerSec float64 `json:"drained_per_sec,omitempty"`
+	Rounds        int     `json:"rounds,omitempty"`
 
 	newLat, repLat []int64 // nanoseconds, for merging rounds
 }
@@ -229,7 +248,16 @@ type E2ERun struct {
 	CeilingTPS         float64 `json:"ceiling_tps,omitempty"`
 	RatioToCeiling     float64 `json:"ratio_to_ceiling,omitempty"`
 	CeilingConcurrency int     `json:"ceiling_concurrency,omitempty"`
-	Error              string  `json:"error,omitempty"`
+	// ReplaysAfter is BurstReplays random keys of the burst replayed right
+	// after it became final (the worker still running), closed loop at
+	// BurstConcurrency; SelectAfter is pgbench reading as many key records by
+	// primary key at the same concurrency right after that. The ratios are
+	// the replays' p99 over their p50 and over the SELECT's p99.
+	ReplaysAfter           *LoadRun    `json:"replays_after_burst,omitempty"`
+	SelectAfter            *PgbenchRun `json:"pk_select_after_burst,omitempty"`
+	ReplayP99OverP50       float64     `json:"replay_p99_over_p50,omitempty"`
+	ReplayP99OverSelectP99 float64     `json:"replay_p99_over_select_p99,omitempty"`
+	Error                  string      `json:"error,omitempty"`
 }
 
 // ReplayRun is replays with a store of a given size.
