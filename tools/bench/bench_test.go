@@ -141,6 +141,8 @@ func TestBenchTiny(t *testing.T) {
 		require.Positive(t, e.CPUPerLabel.API)
 		require.Positive(t, e.CPUPerLabel.Worker)
 		require.Positive(t, e.CPUPerLabel.Machine)
+		u := e.CPUPerLabel
+		require.InDelta(t, u.Client+u.API+u.Worker+u.Carrier+u.Postgres, u.Ours, 0.001, "ours is the sum of the run's processes")
 	}
 	require.GreaterOrEqual(t, r.EndToEnd[1].ToFinal.P50, 20.0, "the simulator's 20 ms are inside 202 → final")
 	// Right after each burst: its keys replayed, then read by primary key.
@@ -280,8 +282,8 @@ func TestSummarizeAndBar(t *testing.T) {
 			{Concurrency: 32, PerSec: 2500, DrainedPerSec: 1200, RatioToCeiling: 0.85, P99ToCeiling: 1.2, Latency: Latency{P99: 36}, CPU: CPU{Steal: 0.2}},
 		},
 		EndToEnd: []E2ERun{
-			{SimLatencyMs: 0, RatioToCeiling: 0.55, CeilingConcurrency: 32, CPUPerLabel: CPUPerLabel{Client: 100, API: 150, Worker: 250, Carrier: 80, Postgres: 300, Machine: 880},
-				ReplaysAfter: &LoadRun{Latency: Latency{P50: 0.5, P99: 6}}, ReplayP99OverP50: 12},
+			{SimLatencyMs: 0, RatioToCeiling: 0.55, CeilingConcurrency: 32, CPUPerLabel: CPUPerLabel{Client: 100, API: 150, Worker: 250, Carrier: 80, Postgres: 300, Ours: 880, Machine: 880},
+				ReplaysAfter: &LoadRun{Latency: Latency{P50: 0.5, P99: 6}}, ReplayP99OverP50: 12, SelectAfter: &PgbenchRun{Latency: Latency{P50: 0.5, P99: 2}}},
 			{SimLatencyMs: 50, RatioToCeiling: 0.3, CeilingConcurrency: 32, CPUPerLabel: CPUPerLabel{Machine: 1300},
 				ReplaysAfter: &LoadRun{Latency: Latency{P50: 0.5, P99: 4}}, ReplayP99OverP50: 8},
 		},
@@ -305,7 +307,10 @@ func TestSummarizeAndBar(t *testing.T) {
 	}, got)
 	// A latency check says what the machine did meanwhile.
 	require.Equal(t, "accept p99 36.00 ms, pgbench's own 30.00 ms; host stole 0.20 cores", notes["accept p99 (pipeline live) / pgbench's p99 at concurrency 32"])
-	require.Equal(t, "client 100 · api 150 · worker 250 · simulator 80 · PostgreSQL 300 µs", notes["machine CPU per label end to end, simulator 0 ms"])
+	require.Equal(t, "client 100 · api 150 · worker 250 · simulator 80 · PostgreSQL 300 µs: 880 µs of the run's own processes, the rest other work on the machine; host stole 0.00 cores",
+		notes["machine CPU per label end to end, simulator 0 ms"])
+	require.Equal(t, "p50 0.50 ms, p99 6.00 ms; the primary-key SELECT's own p99 / p50 4.0 (2.00 / 0.50 ms); host stole 0.00 cores",
+		notes["replay p99 / p50 right after the burst, simulator 0 ms"])
 	r.Bar = checkBar(r)
 	md := Markdown(r)
 	require.Contains(t, md, "| machine CPU per label end to end, simulator 0 ms | 880.00 µs | ≤ 900 | pass |")

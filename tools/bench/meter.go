@@ -73,6 +73,7 @@ func perLabel(a, b cpuReading, labels int64) CPUPerLabel {
 	c.Client, c.API, c.Worker, c.Carrier, c.Postgres, c.Machine = spent(a, b, func(s float64) float64 {
 		return math.Round(s * 1e6 / float64(labels))
 	})
+	c.Ours = c.Client + c.API + c.Worker + c.Carrier + c.Postgres
 	return c
 }
 

@@ -51,7 +51,7 @@ func checkBar(r *Results) []Check {
 		if rp := e.ReplaysAfter; rp != nil && e.ReplayP99OverP50 > 0 {
 			out = append(out, Check{Name: fmt.Sprintf("replay p99 / p50 right after the burst, simulator %g ms", e.SimLatencyMs),
 				Measured: e.ReplayP99OverP50, Bar: barReplayTail, Unit: "ratio", AtMost: true,
-				Note: fmt.Sprintf("p50 %s ms, p99 %s ms; %s", f2(rp.Latency.P50), f2(rp.Latency.P99), hostNote(rp.CPU, nil))})
+				Note: replayTailNote(e)})
 		}
 	}
 	for _, e := range r.EndToEnd {
@@ -59,7 +59,8 @@ func checkBar(r *Results) []Check {
 			u := e.CPUPerLabel
 			out = append(out, Check{Name: fmt.Sprintf("machine CPU per label end to end, simulator %g ms", e.SimLatencyMs),
 				Measured: u.Machine, Bar: barMachinePerLabel, Unit: "µs", AtMost: true,
-				Note: fmt.Sprintf("client %s · api %s · worker %s · simulator %s · PostgreSQL %s µs", f0(u.Client), f0(u.API), f0(u.Worker), f0(u.Carrier), f0(u.Postgres))})
+				Note: fmt.Sprintf("client %s · api %s · worker %s · simulator %s · PostgreSQL %s µs: %s µs of the run's own processes, the rest other work on the machine; %s",
+					f0(u.Client), f0(u.API), f0(u.Worker), f0(u.Carrier), f0(u.Postgres), f0(u.Ours), hostNote(e.CPU, nil))})
 		}
 	}
 	for i := range out {
@@ -70,6 +71,18 @@ func checkBar(r *Results) []Check {
 		}
 	}
 	return out
+}
+
+// replayTailNote gives a burst's replays' p50 and p99, the same-run
+// primary-key SELECT's own p99 / p50 (what the machine did to a plain read
+// at that concurrency), and the host's share.
+func replayTailNote(e E2ERun) string {
+	rp := e.ReplaysAfter
+	note := fmt.Sprintf("p50 %s ms, p99 %s ms", f2(rp.Latency.P50), f2(rp.Latency.P99))
+	if s := e.SelectAfter; s != nil && s.Latency.P50 > 0 {
+		note += fmt.Sprintf("; the primary-key SELECT's own p99 / p50 %s (%s / %s ms)", f1(s.Latency.P99/s.Latency.P50), f2(s.Latency.P99), f2(s.Latency.P50))
+	}
+	return note + "; " + hostNote(rp.CPU, nil)
 }
 
 // ceilingOf is the ceiling measured at concurrency c, or nil.
@@ -222,7 +235,7 @@ func Markdown(r *Results) string {
 		}
 		p("**End to end** (api + 1 worker, WORKER_CONCURRENCY=%d, + simulator; %s creates at concurrency %d, %s; created_at → completed_at in the database)\n\n", r.Setup.WorkerConcurrency,
 			count(r.Setup.E2ECreates), r.Setup.E2EConcurrency, paced)
-		p("| simulator latency | submitted /s | creates/s to final | 202 → final p50 / p90 / p99 / max ms | / ceiling | CPU cores: api · worker · postgres | CPU µs per label: client · api · worker · carrier · postgres · machine |\n")
+		p("| simulator latency | submitted /s | creates/s to final | 202 → final p50 / p90 / p99 / max ms | / ceiling | CPU cores: api · worker · postgres | CPU µs per label: client · api · worker · carrier · postgres · ours · machine |\n")
 		p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 		for _, e := range r.EndToEnd {
 			ratio := "–"
@@ -230,28 +243,31 @@ func Markdown(r *Results) string {
 				ratio = fmt.Sprintf("%s (%s)", f2(e.RatioToCeiling), e2eCeilingNote(e))
 			}
 			u := e.CPUPerLabel
-			p("| %g ms | %s | %s | %s / %s / %s / %s | %s | %s · %s · %s | %s · %s · %s · %s · %s · %s |\n", e.SimLatencyMs, f0(e.Submit.PerSec), f0(e.CreatesPerSec),
+			p("| %g ms | %s | %s | %s / %s / %s / %s | %s | %s · %s · %s | %s · %s · %s · %s · %s · %s · %s |\n", e.SimLatencyMs, f0(e.Submit.PerSec), f0(e.CreatesPerSec),
 				f0(e.ToFinal.P50), f0(e.ToFinal.P90), f0(e.ToFinal.P99), f0(e.ToFinal.Max), ratio, f2(e.CPU.API), f2(e.CPU.Worker), f2(e.CPU.Postgres),
-				f0(u.Client), f0(u.API), f0(u.Worker), f0(u.Carrier), f0(u.Postgres), f0(u.Machine))
+				f0(u.Client), f0(u.API), f0(u.Worker), f0(u.Carrier), f0(u.Postgres), f0(u.Ours), f0(u.Machine))
 		}
 		p("\n")
 	}
 	if len(r.EndToEnd) > 0 && r.EndToEnd[0].ReplaysAfter != nil {
 		p("**Replays right after each burst** (%d random keys of the burst, just final, replayed by %d clients back to back; then pgbench reads as many key records by primary key at %d)\n\n",
 			r.Setup.BurstReplays, r.Setup.BurstConcurrency, r.Setup.BurstConcurrency)
-		p("| simulator latency | replays/s | p50 / p99 / max ms | p99 / p50 | primary-key SELECT p50 / p99 ms | replay p99 / SELECT p99 |\n")
-		p("| ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		p("| simulator latency | replays/s | p50 / p99 / max ms | p99 / p50 | primary-key SELECT p50 / p99 ms | SELECT p99 / p50 | replay p99 / SELECT p99 |\n")
+		p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 		for _, e := range r.EndToEnd {
 			rp := e.ReplaysAfter
 			if rp == nil {
 				continue
 			}
-			sel := "–"
+			sel, selTail := "–", "–"
 			if s := e.SelectAfter; s != nil && s.Latency.Count > 0 {
 				sel = f2(s.Latency.P50) + " / " + f2(s.Latency.P99)
+				if s.Latency.P50 > 0 {
+					selTail = f1(s.Latency.P99 / s.Latency.P50)
+				}
 			}
-			p("| %g ms | %s | %s / %s / %s | %s | %s | %s |\n", e.SimLatencyMs, f0(rp.PerSec), f2(rp.Latency.P50), f2(rp.Latency.P99), f2(rp.Latency.Max),
-				f1(e.ReplayP99OverP50), sel, ratioCell(e.ReplayP99OverSelectP99))
+			p("| %g ms | %s | %s / %s / %s | %s | %s | %s | %s |\n", e.SimLatencyMs, f0(rp.PerSec), f2(rp.Latency.P50), f2(rp.Latency.P99), f2(rp.Latency.Max),
+				f1(e.ReplayP99OverP50), sel, selTail, ratioCell(e.ReplayP99OverSelectP99))
 		}
 		p("\n")
 	}

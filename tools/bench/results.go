@@ -125,7 +125,10 @@ type CPUPerLabel struct {
 	Worker   float64 `json:"worker"`
 	Carrier  float64 `json:"carrier"`
 	Postgres float64 `json:"postgres,omitempty"` // 0 with --server
-	Machine  float64 `json:"machine"`            // everything on the machine, other work included
+	// Ours is the sum of the parties above: the run's own processes. The
+	// machine's figure beyond it is other work sharing the cores.
+	Ours    float64 `json:"ours"`
+	Machine float64 `json:"machine"` // everything on the machine, other work included
 }
 
 // DB is what the database reports about a load (pg_stat_database and
