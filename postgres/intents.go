@@ -122,9 +122,15 @@ RETURNING request_id`
 // commit together. Several relays at once never dispatch an intent twice.
 // It returns how many it dispatched.
 func DispatchIntents(ctx context.Context, pool *pgxpool.Pool, batch int, dispatch DispatchFunc) (int, error) {
+	return dispatchMarked(ctx, pool, sqlDispatch, batch, dispatch)
+}
+
+// dispatchMarked runs mark (an UPDATE … RETURNING request_id of at most $1
+// rows) and dispatch in one transaction, and returns how many it marked.
+func dispatchMarked(ctx context.Context, pool *pgxpool.Pool, mark string, batch int, dispatch DispatchFunc) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, sqlDispatch, pgx.QueryExecModeExec, batch)
+		rows, err := tx.Query(ctx, mark, pgx.QueryExecModeExec, batch)
 		if err != nil {
 			return err
 		}

@@ -140,23 +140,7 @@ RETURNING request_id`
 // to batch undispatched events dispatched and hands their request ids to
 // dispatch, in one transaction.
 func DispatchWebhookEvents(ctx context.Context, pool *pgxpool.Pool, batch int, dispatch DispatchFunc) (int, error) {
-	var n int
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, sqlDispatchEvents, pgx.QueryExecModeExec, batch)
-		if err != nil {
-			return err
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil || len(ids) == 0 {
-			return err
-		}
-		if err := dispatch(ctx, tx, ids); err != nil {
-			return err
-		}
-		n = len(ids)
-		return nil
-	})
-	return n, err
+	return dispatchMarked(ctx, pool, sqlDispatchEvents, batch, dispatch)
 }
 
 // WebhookEvent is one event as an attempt to deliver it sees it.

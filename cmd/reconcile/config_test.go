@@ -1,11 +1,7 @@
 package main
 
 import (
-	"context"
-	"io"
 	"testing"
-
-	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels/internal/testutil/envdoc"
 )
@@ -15,8 +11,5 @@ import (
 // reconcile is read. --help stops after the configuration is read.
 func TestConfigMatchesTheTable(t *testing.T) {
 	t.Parallel()
-	rec := envdoc.NewRecorder(nil)
-	require.Equal(t, 0, run(context.Background(), []string{"reconcile", "--help"}, rec.Getenv, io.Discard, io.Discard))
-	require.Equal(t, 0, run(context.Background(), []string{"reconcile", "void", "--help"}, rec.Getenv, io.Discard, io.Discard))
-	envdoc.Check(t, "reconcile", rec.Read())
+	envdoc.CheckHelp(t, "reconcile", run, "void")
 }

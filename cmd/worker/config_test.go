@@ -1,11 +1,7 @@
 package main
 
 import (
-	"context"
-	"io"
 	"testing"
-
-	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels/internal/testutil/envdoc"
 )
@@ -15,7 +11,5 @@ import (
 // configuration is read, before anything starts.
 func TestConfigMatchesTheTable(t *testing.T) {
 	t.Parallel()
-	rec := envdoc.NewRecorder(nil)
-	require.Equal(t, 0, run(context.Background(), []string{"worker", "--help"}, rec.Getenv, io.Discard, io.Discard))
-	envdoc.Check(t, "worker", rec.Read())
+	envdoc.CheckHelp(t, "worker", run)
 }

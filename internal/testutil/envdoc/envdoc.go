@@ -11,6 +11,8 @@
 package envdoc
 
 import (
+	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -152,4 +154,23 @@ func Check(t testing.TB, binary string, read []string) {
 	for _, n := range documented {
 		require.Contains(t, read, n, "docs/operations.md lists %s for %s, which its configuration does not read", n, binary)
 	}
+}
+
+// RunFunc is a binary's run function (main only calls it).
+type RunFunc func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int
+
+// CheckHelp runs binary --help (and each extra command's --help, such as
+// "void") through run, which must exit 0 after reading its configuration,
+// and then [Check]s what it read.
+func CheckHelp(t testing.TB, binary string, run RunFunc, extra ...string) {
+	t.Helper()
+	rec := NewRecorder(nil)
+	runs := [][]string{{binary, "--help"}}
+	for _, c := range extra {
+		runs = append(runs, []string{binary, c, "--help"})
+	}
+	for _, args := range runs {
+		require.Equal(t, 0, run(context.Background(), args, rec.Getenv, io.Discard, io.Discard), "%v", args)
+	}
+	Check(t, binary, rec.Read())
 }
