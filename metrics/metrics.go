@@ -178,7 +178,8 @@ func (m *Metrics) exports() []export {
 }
 
 // Names returns the names of the metrics process p exports, the database
-// gauges of StoreCollector included for the worker.
+// gauges of StoreCollector and the webhook metrics (NewWebhooks,
+// NewWebhookCollector) included for the worker.
 func Names(p Process) []string {
 	m := New()
 	ch := make(chan *prometheus.Desc, 64)
@@ -190,6 +191,10 @@ func Names(p Process) []string {
 		}
 		if p == Worker {
 			NewStoreCollector(nil).Describe(ch)
+			w := NewWebhooks(nil)
+			for _, c := range []prometheus.Collector{w.Deliveries, w.Attempts, w.AttemptDuration, w.EndpointsDisabled, NewWebhookCollector(nil)} {
+				c.Describe(ch)
+			}
 		}
 		close(ch)
 	}()

@@ -14,7 +14,7 @@ import (
 // and machine (RENDER_CHART=path keeps a copy to look at).
 func TestChartOfSavedResults(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../../bench/results/2026-12-03.json")
+	b, err := os.ReadFile("testdata/results-2026-12-03.json")
 	require.NoError(t, err)
 	var r Results
 	require.NoError(t, json.Unmarshal(b, &r))
