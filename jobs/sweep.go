@@ -93,17 +93,7 @@ func (w *SweepKeysWorker) Work(ctx context.Context, _ *river.Job[SweepKeysArgs])
 // SweepWebhookEvents deletes every webhook event delivered or dropped before
 // before, batch by batch.
 func SweepWebhookEvents(ctx context.Context, pool *pgxpool.Pool, before time.Time, batch int) (int64, error) {
-	if batch <= 0 {
-		batch = 1000
-	}
-	var total int64
-	for {
-		n, err := postgres.PurgeWebhookEvents(ctx, pool, before, batch)
-		total += n
-		if err != nil || n < int64(batch) {
-			return total, err
-		}
-	}
+	return purgeAll(ctx, pool, postgres.PurgeWebhookEvents, before, batch)
 }
 
 // pruneSweeps deletes the completed sweep_keys jobs finished more than
@@ -137,12 +127,19 @@ func (w *SweepKeysWorker) now() time.Time {
 
 // SweepTombstones deletes every tombstone older than before, batch by batch.
 func SweepTombstones(ctx context.Context, pool *pgxpool.Pool, before time.Time, batch int) (int64, error) {
+	return purgeAll(ctx, pool, postgres.PurgeTombstones, before, batch)
+}
+
+// purgeAll calls purge (rows older than before, at most batch a statement)
+// until a statement deletes fewer than batch, and returns how many it deleted.
+func purgeAll(ctx context.Context, pool *pgxpool.Pool, purge func(context.Context, postgres.DB, time.Time, int) (int64, error),
+	before time.Time, batch int) (int64, error) {
 	if batch <= 0 {
 		batch = 1000
 	}
 	var total int64
 	for {
-		n, err := postgres.PurgeTombstones(ctx, pool, before, batch)
+		n, err := purge(ctx, pool, before, batch)
 		total += n
 		if err != nil || n < int64(batch) {
 			return total, err
