@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -71,18 +69,7 @@ func TestMigrateCallerServe(t *testing.T) {
 	logs := &logtest.Buffer{}
 	done := make(chan int, 1)
 	go func() { done <- run(sctx, []string{"api"}, e, io.Discard, logs) }()
-	var addr string
-	require.Eventually(t, func() bool {
-		sc := bufio.NewScanner(strings.NewReader(logs.String()))
-		for sc.Scan() {
-			var l struct{ Message, Addr string }
-			if json.Unmarshal(sc.Bytes(), &l) == nil && l.Message == "listening" {
-				addr = l.Addr
-				return true
-			}
-		}
-		return false
-	}, 10*time.Second, 10*time.Millisecond)
+	addr := logs.WaitAddr(t, "listening", 10*time.Second)
 
 	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/labels", strings.NewReader(`{"order_id":918273,"parcel_no":1,"weight_g":1450,"service":"ground","ship_to":{"name":"A","line1":"1 Example Street","city":"Exampleton","postal_code":"10115","country":"DE"}}`))
 	req.Header.Set("Authorization", "Bearer "+token)

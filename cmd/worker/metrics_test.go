@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -26,18 +23,7 @@ func TestWorkerExportsOnlyItsMetrics(t *testing.T) {
 	logs := &logtest.Buffer{}
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"worker"}, e, io.Discard, logs) }()
-	var addr string
-	require.Eventually(t, func() bool {
-		sc := bufio.NewScanner(strings.NewReader(logs.String()))
-		for sc.Scan() {
-			var l struct{ Message, Addr string }
-			if json.Unmarshal(sc.Bytes(), &l) == nil && l.Message == "metrics listening" {
-				addr = l.Addr
-				return true
-			}
-		}
-		return false
-	}, 30*time.Second, 10*time.Millisecond, "the worker logs its metrics address: %s", logs)
+	addr := logs.WaitAddr(t, "metrics listening", 30*time.Second)
 
 	resp, err := http.Get("http://" + addr + "/metrics")
 	require.NoError(t, err)

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // Buffer is an io.Writer for a zerolog logger, safe for concurrent writes.
@@ -48,4 +51,22 @@ func (l *Buffer) Lines(t testing.TB, message string) []map[string]any {
 		}
 	}
 	return out
+}
+
+// WaitAddr waits up to within for a line whose message is message (a
+// listener's announcement) and returns its addr field.
+func (l *Buffer) WaitAddr(t testing.TB, message string, within time.Duration) string {
+	t.Helper()
+	var addr string
+	require.Eventually(t, func() bool {
+		for line := range strings.SplitSeq(l.String(), "\n") {
+			var m struct{ Message, Addr string }
+			if json.Unmarshal([]byte(line), &m) == nil && m.Message == message && m.Addr != "" {
+				addr = m.Addr
+				return true
+			}
+		}
+		return false
+	}, within, 10*time.Millisecond, "no %q line with an addr: %s", message, l)
+	return addr
 }
