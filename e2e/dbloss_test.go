@@ -43,12 +43,7 @@ func TestLosingTheDatabase(t *testing.T) {
 	s := stacktest.New(t, stacktest.Opts{Pool: pool, RetryBase: 50 * time.Millisecond, LeaseDuration: 5 * time.Second, CarrierTimeout: 4 * time.Second})
 	tok := s.Token("fulfilment")
 	// The carrier is slow to answer the first purchases, so some intents are in flight when the database goes.
-	s.Carrier.Script = func(call int, _ string) string {
-		if call <= 3 {
-			return "slow"
-		}
-		return ""
-	}
+	s.Carrier.StallFirst(3)
 	var ids []string
 	for i := range 10 {
 		r := s.Create(tok, fmt.Sprintf("before-%d", i), stacktest.ParcelBody(int64(100+i), 1, 100))

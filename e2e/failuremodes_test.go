@@ -16,6 +16,7 @@ import (
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/carrier/sim"
 	"github.com/labelkit/labels/client"
+	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
 	"github.com/labelkit/labels/reconcile"
 )
@@ -63,7 +64,7 @@ func TestEffectAndRecordCommitTogether(t *testing.T) {
 				require.NoError(t, err, sql)
 			}
 			crashes := func() int {
-				return scalar[int](t, s, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM crashes`)
+				return dbtest.Scalar[int](t, s.Pool, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM crashes`)
 			}
 
 			tok := s.Token("fulfilment")
@@ -76,10 +77,10 @@ func TestEffectAndRecordCommitTogether(t *testing.T) {
 			// gets it back) and died before their commit, each crashing once in
 			// its completion.
 			require.Eventually(t, func() bool { return s.Carrier.Calls() >= 2 && crashes() >= 3 }, time.Minute, 10*time.Millisecond)
-			require.Equal(t, 0, scalar[int](t, s, `SELECT count(*) FROM labels`), "no label without its completed key")
-			require.Equal(t, "started", scalar[string](t, s, `SELECT state::text FROM idempotency_keys`), "no completed key without its label")
-			require.Equal(t, 0, scalar[int](t, s, `SELECT count(*) FROM idempotency_keys WHERE response_body IS NOT NULL`))
-			require.Equal(t, "pending", scalar[string](t, s, `SELECT status FROM label_intents WHERE request_id = $1`, id))
+			require.Equal(t, 0, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM labels`), "no label without its completed key")
+			require.Equal(t, "started", dbtest.Scalar[string](t, s.Pool, `SELECT state::text FROM idempotency_keys`), "no completed key without its label")
+			require.Equal(t, 0, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM idempotency_keys WHERE response_body IS NOT NULL`))
+			require.Equal(t, "pending", dbtest.Scalar[string](t, s.Pool, `SELECT status FROM label_intents WHERE request_id = $1`, id))
 			repeat := s.Create(tok, "label:918273:1:v1", body)
 			require.Equal(t, http.StatusAccepted, repeat.Status, "a repeat meanwhile is still pending: %s", repeat.Body)
 			_, bought := s.Carrier.Purchases("")
@@ -91,10 +92,10 @@ func TestEffectAndRecordCommitTogether(t *testing.T) {
 			require.Contains(t, string(final.Body), `"status":"succeeded"`)
 
 			// The label and the key committed together, with the one label bought.
-			require.Equal(t, 1, scalar[int](t, s, `SELECT count(*) FROM labels`))
-			labelID := scalar[string](t, s, `SELECT label_id FROM labels`)
-			require.Equal(t, "completed", scalar[string](t, s, `SELECT state::text FROM idempotency_keys`))
-			saved := scalar[string](t, s, `SELECT response_body::text FROM idempotency_keys`)
+			require.Equal(t, 1, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM labels`))
+			labelID := dbtest.Scalar[string](t, s.Pool, `SELECT label_id FROM labels`)
+			require.Equal(t, "completed", dbtest.Scalar[string](t, s.Pool, `SELECT state::text FROM idempotency_keys`))
+			saved := dbtest.Scalar[string](t, s.Pool, `SELECT response_body::text FROM idempotency_keys`)
 			require.Contains(t, saved, `"label_id":"`+labelID+`"`)
 			require.Contains(t, saved, `"carrier_label_id":"CL-1"`)
 			_, bought = s.Carrier.Purchases("")
@@ -240,11 +241,4 @@ func reconcileAll(t *testing.T, s *stacktest.SimStack) *reconcile.Report {
 		}
 	}
 	return total
-}
-
-func scalar[T any](t *testing.T, s *stacktest.Stack, sql string, args ...any) T {
-	t.Helper()
-	var v T
-	require.NoError(t, s.Pool.QueryRow(context.Background(), sql, args...).Scan(&v))
-	return v
 }

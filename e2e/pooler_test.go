@@ -144,9 +144,7 @@ func (s *pooledStack) waitFinal(loc string) answer {
 
 func (s *pooledStack) count(sql string, args ...any) int {
 	s.t.Helper()
-	var n int
-	require.NoError(s.t, s.direct.QueryRow(context.Background(), sql, args...).Scan(&n))
-	return n
+	return dbtest.Scalar[int](s.t, s.direct, sql, args...)
 }
 
 // metric reads a counter of worker i (0 when absent).

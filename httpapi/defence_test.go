@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/labelkit/labels/httpapi"
+	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/metrics"
@@ -41,8 +42,8 @@ func TestNaturalKeyDefence(t *testing.T) {
 	require.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
 	saved := s.Create(tok, "attempt-1", body)
 	require.Equal(t, saved.Body, r.Body, "the natural-key replay is byte-identical to the saved response")
-	require.Equal(t, 1, count(t, s, `SELECT count(*) FROM idempotency_keys`), "nothing stored under the new keys")
-	require.Equal(t, 1, count(t, s, `SELECT count(*) FROM label_intents`))
+	require.Equal(t, 1, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM idempotency_keys`), "nothing stored under the new keys")
+	require.Equal(t, 1, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM label_intents`))
 	require.Equal(t, 2.0, testutil.ToFloat64(s.Metrics.IdempotencyOutcomes.WithLabelValues(metrics.OutcomeDuplicate)))
 
 	// A different request for the same parcel and version.
@@ -62,7 +63,7 @@ func TestNaturalKeyDefence(t *testing.T) {
 	require.Equal(t, saved.Body, late.Body)
 	_, total := s.Carrier.Purchases("")
 	require.GreaterOrEqual(t, total, 1)
-	require.Equal(t, 1, count(t, s, `SELECT count(*) FROM labels WHERE label_version = 1`))
+	require.Equal(t, 1, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM labels WHERE label_version = 1`))
 }
 
 // The labels table refuses a second label for a parcel and version on its own.
@@ -84,18 +85,11 @@ func TestLabelsNaturalKeyConstraint(t *testing.T) {
 	        tracking_no, carrier_label_id, carrier_key, cost_cents, currency, created_by_key, created_at)
 	     SELECT 'lbl_second', caller_id, 'lr_other', order_id, parcel_no, label_version, service, tracking_no || '-2',
 	            carrier_label_id || '-2', 'carrier:x', cost_cents, currency, 'k2', now() FROM labels WHERE label_id = $1`,
-		scalarString(t, s, `SELECT label_id FROM labels`))
+		dbtest.Scalar[string](t, s.Pool, `SELECT label_id FROM labels`))
 	var pgErr *pgconn.PgError
 	require.ErrorAs(t, err, &pgErr)
 	require.Equal(t, "23505", pgErr.Code)
 	require.Equal(t, "labels_natural_key", pgErr.ConstraintName)
-}
-
-func scalarString(t *testing.T, s *stacktest.Stack, sql string) string {
-	t.Helper()
-	var v string
-	require.NoError(t, s.Pool.QueryRow(context.Background(), sql).Scan(&v))
-	return v
 }
 
 func TestPreferWait(t *testing.T) {
@@ -198,8 +192,8 @@ func TestPurgedKeyIsDetected(t *testing.T) {
 	n, err := jobs.Sweep(ctx, s.Pool, time.Now().Add(25*time.Hour), 100, nil)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
-	require.Equal(t, 0, count(t, s, `SELECT count(*) FROM idempotency_keys`))
-	require.Equal(t, 1, count(t, s, `SELECT count(*) FROM idempotency_tombstones WHERE caller_id = 'fulfilment' AND key_hash = sha256('label:918273:1:v1')`))
+	require.Equal(t, 0, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM idempotency_keys`))
+	require.Equal(t, 1, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM idempotency_tombstones WHERE caller_id = 'fulfilment' AND key_hash = sha256('label:918273:1:v1')`))
 
 	late := s.Create(tok, "label:918273:1:v1", body)
 	require.Equal(t, http.StatusCreated, late.Status, string(late.Body))

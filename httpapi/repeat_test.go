@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/metrics"
@@ -25,12 +26,7 @@ func TestEveryRepeatOutcome(t *testing.T) {
 	s := stacktest.New(t, stacktest.Opts{})
 	// The first purchase waits for Release, so that k1 is still pending
 	// when it is repeated.
-	s.Carrier.Script = func(call int, _ string) string {
-		if call == 1 {
-			return "slow"
-		}
-		return ""
-	}
+	s.Carrier.StallFirst(1)
 	tok := s.Token("fulfilment")
 	body := stacktest.ParcelBody(918273, 1, 1450)
 
@@ -94,7 +90,7 @@ func TestEveryRepeatOutcome(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, burstID, "the request that stored the key answers 202")
-	require.Equal(t, 1, count(t, s, `SELECT count(*) FROM label_intents WHERE caller_id = 'fulfilment' AND order_id = 5`))
+	require.Equal(t, 1, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM label_intents WHERE caller_id = 'fulfilment' AND order_id = 5`))
 	s.WaitFinal(tok, burstID)
 	_, total := s.Carrier.Purchases("")
 	require.Equal(t, 3, total, "k1, the other caller's k1, and k5: nothing bought twice")

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels"
+	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
 	"github.com/labelkit/labels/postgres"
 )
@@ -40,13 +41,6 @@ func accept(t *testing.T, s *stacktest.Stack, tok, key string, body []byte) labe
 	return decode[labelRequest](t, r.Body)
 }
 
-func scalar[T any](t *testing.T, s *stacktest.Stack, sql string, args ...any) T {
-	t.Helper()
-	var v T
-	require.NoError(t, s.Pool.QueryRow(context.Background(), sql, args...).Scan(&v))
-	return v
-}
-
 // The carrier bought the label but the reply was lost: the retry, under the
 // same carrier key, gets the same label back, and only one is bought.
 func TestLostReplyGetsTheSameLabel(t *testing.T) {
@@ -66,8 +60,8 @@ func TestLostReplyGetsTheSameLabel(t *testing.T) {
 	_, total := s.Carrier.Purchases("")
 	require.Equal(t, 1, total)
 	require.Equal(t, "CL-1", decode[map[string]any](t, final.Label)["carrier_label_id"])
-	require.Equal(t, 2, scalar[int](t, s, `SELECT attempt FROM river_job WHERE args->>'request_id' = $1`, lr.ID), "the second job attempt bought it")
-	require.True(t, scalar[bool](t, s, `SELECT attempts IS NULL FROM idempotency_keys WHERE request_id = $1`, lr.ID), "the count is cleared on completion")
+	require.Equal(t, 2, dbtest.Scalar[int](t, s.Pool, `SELECT attempt FROM river_job WHERE args->>'request_id' = $1`, lr.ID), "the second job attempt bought it")
+	require.True(t, dbtest.Scalar[bool](t, s.Pool, `SELECT attempts IS NULL FROM idempotency_keys WHERE request_id = $1`, lr.ID), "the count is cleared on completion")
 }
 
 // A permanent rejection is saved as 422 carrier_rejected with the carrier's
@@ -121,37 +115,25 @@ func TestCarrierUnavailableAfterMaxAttempts(t *testing.T) {
 func TestFencingStalledAttemptWritesNothing(t *testing.T) {
 	t.Parallel()
 	s := stacktest.New(t, stacktest.Opts{})
-	var stalled atomic.Bool
-	s.Carrier.Script = func(call int, _ string) string {
-		if call == 1 {
-			stalled.Store(true)
-			return "slow"
-		}
-		return ""
-	}
+	stalled := s.Carrier.StallFirst(1)
 	tok := s.Token("fulfilment")
 	lr := accept(t, s, tok, "k-fence", stacktest.ParcelBody(9, 1, 100))
-	require.Eventually(t, stalled.Load, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, stalled, 30*time.Second, 10*time.Millisecond)
 
-	// The lease runs out (instead of waiting 30 s, move it into the past), and
-	// the rescuer hands the job to a new attempt (instead of waiting for it).
-	ctx := context.Background()
-	_, err := s.Pool.Exec(ctx, `UPDATE idempotency_keys SET locked_until = now() - interval '1 second' WHERE idem_key = 'k-fence'`)
-	require.NoError(t, err)
-	_, err = s.Pool.Exec(ctx, `UPDATE river_job SET state = 'available', scheduled_at = now() WHERE args->>'request_id' = $1`, lr.ID)
-	require.NoError(t, err)
+	// The lease runs out and the rescuer hands the job to a new attempt.
+	s.TakeOver(lr.ID)
 
 	final := decode[labelRequest](t, s.WaitFinal(tok, lr.ID).Body)
 	require.Equal(t, "succeeded", final.Status)
 	require.Equal(t, 1.0, testutil.ToFloat64(s.Metrics.LeaseTakeovers))
-	labelBefore := scalar[string](t, s, `SELECT label_id FROM labels`)
-	bodyBefore := scalar[string](t, s, `SELECT response_body::text FROM idempotency_keys WHERE idem_key = 'k-fence'`)
+	labelBefore := dbtest.Scalar[string](t, s.Pool, `SELECT label_id FROM labels`)
+	bodyBefore := dbtest.Scalar[string](t, s.Pool, `SELECT response_body::text FROM idempotency_keys WHERE idem_key = 'k-fence'`)
 
 	close(s.Carrier.Release) // attempt 1 resumes with the carrier's answer
 	require.Eventually(t, func() bool { return testutil.ToFloat64(s.Metrics.FencingRejections) == 1 }, 30*time.Second, 10*time.Millisecond)
-	require.Equal(t, 1, scalar[int](t, s, `SELECT count(*) FROM labels`))
-	require.Equal(t, labelBefore, scalar[string](t, s, `SELECT label_id FROM labels`))
-	require.Equal(t, bodyBefore, scalar[string](t, s, `SELECT response_body::text FROM idempotency_keys WHERE idem_key = 'k-fence'`))
+	require.Equal(t, 1, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM labels`))
+	require.Equal(t, labelBefore, dbtest.Scalar[string](t, s.Pool, `SELECT label_id FROM labels`))
+	require.Equal(t, bodyBefore, dbtest.Scalar[string](t, s.Pool, `SELECT response_body::text FROM idempotency_keys WHERE idem_key = 'k-fence'`))
 	_, total := s.Carrier.Purchases("")
 	require.Equal(t, 1, total)
 }
@@ -192,7 +174,7 @@ func TestLeaseTakeoverAndFencing(t *testing.T) {
 	tok := s.Token("fulfilment")
 	accept(t, s, tok, "k-lease", stacktest.ParcelBody(11, 1, 100))
 	ctx := context.Background()
-	requestID := scalar[string](t, s, `SELECT request_id FROM idempotency_keys WHERE idem_key = 'k-lease'`)
+	requestID := dbtest.Scalar[string](t, s.Pool, `SELECT request_id FROM idempotency_keys WHERE idem_key = 'k-lease'`)
 	attempts := 0
 	lease := func() postgres.LeaseOutcome {
 		outs, err := postgres.TakeLeases(ctx, s.Pool, []postgres.LeaseRow{{RequestID: requestID, Token: uuid.New()}}, time.Minute)
@@ -203,7 +185,9 @@ func TestLeaseTakeoverAndFencing(t *testing.T) {
 		}
 		return outs[0]
 	}
-	token := func() uuid.UUID { return scalar[uuid.UUID](t, s, `SELECT lease_token FROM idempotency_keys`) }
+	token := func() uuid.UUID {
+		return dbtest.Scalar[uuid.UUID](t, s.Pool, `SELECT lease_token FROM idempotency_keys`)
+	}
 	complete := func(tok uuid.UUID) postgres.CompleteResult {
 		p := labels.NewProblem(labels.CodeCarrierRejected, "rejected")
 		body := []byte(`{"a": 1}`)
@@ -229,9 +213,9 @@ func TestLeaseTakeoverAndFencing(t *testing.T) {
 	require.NotEqual(t, first, second)
 
 	require.Equal(t, postgres.CompleteFenced, complete(first))
-	require.Equal(t, "started", scalar[string](t, s, `SELECT state::text FROM idempotency_keys`))
+	require.Equal(t, "started", dbtest.Scalar[string](t, s.Pool, `SELECT state::text FROM idempotency_keys`))
 	require.Equal(t, postgres.Completed, complete(second))
-	require.Equal(t, `{"a": 1}`, scalar[string](t, s, `SELECT response_body::text FROM idempotency_keys`), "the body is saved byte for byte")
+	require.Equal(t, `{"a": 1}`, dbtest.Scalar[string](t, s.Pool, `SELECT response_body::text FROM idempotency_keys`), "the body is saved byte for byte")
 	require.Equal(t, postgres.LeaseFinal, lease().Result)
 }
 
@@ -255,9 +239,9 @@ func TestShutdownFinishesTheCarrierCall(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	close(s.Carrier.Release)
 	require.NoError(t, <-stopped)
-	require.Equal(t, "succeeded", scalar[string](t, s, `SELECT status FROM label_intents WHERE request_id = $1`, lr.ID))
-	require.Equal(t, "completed", scalar[string](t, s, `SELECT state::text FROM idempotency_keys WHERE idem_key = 'k-shutdown'`))
-	require.Equal(t, 1, scalar[int](t, s, `SELECT count(*) FROM labels`))
+	require.Equal(t, "succeeded", dbtest.Scalar[string](t, s.Pool, `SELECT status FROM label_intents WHERE request_id = $1`, lr.ID))
+	require.Equal(t, "completed", dbtest.Scalar[string](t, s.Pool, `SELECT state::text FROM idempotency_keys WHERE idem_key = 'k-shutdown'`))
+	require.Equal(t, 1, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM labels`))
 }
 
 // Many labels at once, with the worker's shared statements and without: each
@@ -282,10 +266,10 @@ func TestManyLabelsAtOnce(t *testing.T) {
 			}
 			_, total := s.Carrier.Purchases("")
 			require.Equal(t, n, total)
-			require.Equal(t, n, scalar[int](t, s, `SELECT count(*) FROM labels`))
-			require.Equal(t, n, scalar[int](t, s, `SELECT count(*) FROM idempotency_keys k JOIN labels l ON l.request_id = k.request_id
+			require.Equal(t, n, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM labels`))
+			require.Equal(t, n, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM idempotency_keys k JOIN labels l ON l.request_id = k.request_id
 			    WHERE k.state = 'completed' AND k.response_status = 201 AND k.response_body->>'label_id' = l.label_id`))
-			require.Equal(t, n, scalar[int](t, s, `SELECT count(*) FROM label_intents i JOIN idempotency_keys k ON k.request_id = i.request_id
+			require.Equal(t, n, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM label_intents i JOIN idempotency_keys k ON k.request_id = i.request_id
 			    WHERE i.status = 'succeeded' AND k.state = 'completed' AND k.attempts IS NULL`))
 		})
 	}

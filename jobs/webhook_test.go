@@ -26,6 +26,7 @@ import (
 	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/client"
+	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/logtest"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
 	"github.com/labelkit/labels/jobs"
@@ -144,9 +145,9 @@ func TestWebhookOneEventPerFinalRequest(t *testing.T) {
 	s.WaitFinal(quiet, other.ID)
 
 	require.Eventually(t, func() bool {
-		return scalar[int](t, s, `SELECT count(*) FROM webhook_events WHERE state = 'delivered'`) == 3
+		return dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM webhook_events WHERE state = 'delivered'`) == 3
 	}, time.Minute, 20*time.Millisecond)
-	require.Equal(t, 3, scalar[int](t, s, `SELECT count(*) FROM webhook_events`), "one event per final request, none for replays or for a caller without an endpoint")
+	require.Equal(t, 3, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM webhook_events`), "one event per final request, none for replays or for a caller without an endpoint")
 
 	byID := map[string]client.Event{}
 	for _, d := range rc.deliveries() {
@@ -168,7 +169,7 @@ func TestWebhookOneEventPerFinalRequest(t *testing.T) {
 		require.JSONEq(t, string(get.Body), string(data))
 		require.True(t, ev.Data.CompletedAt.Equal(ev.Timestamp), "%s vs %s", ev.Data.CompletedAt, ev.Timestamp)
 	}
-	require.Zero(t, scalar[int](t, s, `SELECT count(*) FROM webhook_events WHERE request_id = $1`, other.ID))
+	require.Zero(t, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM webhook_events WHERE request_id = $1`, other.ID))
 }
 
 // A receiver that is down (connections refused) and then up gets the event
@@ -260,9 +261,9 @@ func TestWebhookDisabling(t *testing.T) {
 
 	first := final("k-1", 8001)
 	require.Equal(t, postgres.WebhookDisabled, hook().State)
-	require.Equal(t, "gone", scalar[string](t, s, `SELECT drop_reason FROM webhook_events WHERE request_id = $1`, first))
+	require.Equal(t, "gone", dbtest.Scalar[string](t, s.Pool, `SELECT drop_reason FROM webhook_events WHERE request_id = $1`, first))
 	second := final("k-2", 8002)
-	require.Equal(t, "endpoint_disabled", scalar[string](t, s, `SELECT drop_reason FROM webhook_events WHERE request_id = $1`, second))
+	require.Equal(t, "endpoint_disabled", dbtest.Scalar[string](t, s.Pool, `SELECT drop_reason FROM webhook_events WHERE request_id = $1`, second))
 	require.Len(t, rc.deliveries(), 1, "a disabled endpoint gets nothing")
 	require.Equal(t, 1.0, testutil.ToFloat64(m.EndpointsDisabled))
 
@@ -357,7 +358,7 @@ func TestWebhookPrivateAddressRefusedAtDelivery(t *testing.T) {
 		lr := accept(t, s, tok, "k-1", stacktest.ParcelBody(9500+int64(i), 1, 900))
 		s.WaitFinal(tok, lr.ID)
 		require.Eventually(t, func() bool { st, _ := eventState(t, s, lr.ID); return st == "dropped" }, time.Minute, 10*time.Millisecond, host)
-		require.Contains(t, scalar[string](t, s, `SELECT last_error FROM webhook_events WHERE request_id = $1`, lr.ID), "refused to connect")
+		require.Contains(t, dbtest.Scalar[string](t, s.Pool, `SELECT last_error FROM webhook_events WHERE request_id = $1`, lr.ID), "refused to connect")
 	}
 	require.Empty(t, rc.deliveries())
 	require.Equal(t, 4.0, testutil.ToFloat64(m.Attempts.WithLabelValues("refused")))
@@ -472,7 +473,7 @@ func TestWebhookSealedSecretNeedsTheKey(t *testing.T) {
 	lr := accept(t, s, tok, "k-1", stacktest.ParcelBody(9900, 1, 900))
 	s.WaitFinal(tok, lr.ID)
 	require.Eventually(t, func() bool { st, _ := eventState(t, s, lr.ID); return st == "dropped" }, time.Minute, 10*time.Millisecond)
-	require.Contains(t, scalar[string](t, s, `SELECT last_error FROM webhook_events WHERE request_id = $1`, lr.ID), "WEBHOOK_SECRET_KEY is not set")
+	require.Contains(t, dbtest.Scalar[string](t, s.Pool, `SELECT last_error FROM webhook_events WHERE request_id = $1`, lr.ID), "WEBHOOK_SECRET_KEY is not set")
 	require.Empty(t, rc.deliveries(), "nothing sent unsigned")
 }
 

@@ -6,20 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/fixture"
 	"github.com/labelkit/labels/postgres"
 )
-
-func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
-	t.Helper()
-	var c int
-	require.NoError(t, pool.QueryRow(context.Background(), sql, args...).Scan(&c))
-	return c
-}
 
 // One accept statement with, side by side: new accepts, a key that exists, a
 // parcel that is taken, and two rows of the call with the same key and with
@@ -60,13 +52,13 @@ func TestAcceptOutcomes(t *testing.T) {
 		postgres.AcceptStored, postgres.AcceptKeyExists, postgres.AcceptParcelTaken,
 		postgres.AcceptKeyExists, postgres.AcceptParcelTaken, postgres.AcceptStored, postgres.AcceptKeyExists,
 	}, got)
-	require.Equal(t, 4, count(t, pool, `SELECT count(*) FROM idempotency_keys`), "2 before, 2 new; none for a taken parcel")
-	require.Equal(t, 4, count(t, pool, `SELECT count(*) FROM label_intents`))
-	require.Equal(t, 0, count(t, pool, `SELECT count(*) FROM idempotency_keys k WHERE NOT EXISTS (SELECT 1 FROM label_intents i WHERE i.request_id = k.request_id)`))
-	require.Equal(t, 0, count(t, pool, `SELECT count(*) FROM idempotency_keys WHERE idem_key IN ('k4', 'k5')`))
-	require.Equal(t, 1, count(t, pool, `SELECT count(*) FROM idempotency_keys WHERE idem_key = 'k1' AND request_id = 'lr_many_1'`),
+	require.Equal(t, 4, dbtest.Scalar[int](t, pool, `SELECT count(*) FROM idempotency_keys`), "2 before, 2 new; none for a taken parcel")
+	require.Equal(t, 4, dbtest.Scalar[int](t, pool, `SELECT count(*) FROM label_intents`))
+	require.Equal(t, 0, dbtest.Scalar[int](t, pool, `SELECT count(*) FROM idempotency_keys k WHERE NOT EXISTS (SELECT 1 FROM label_intents i WHERE i.request_id = k.request_id)`))
+	require.Equal(t, 0, dbtest.Scalar[int](t, pool, `SELECT count(*) FROM idempotency_keys WHERE idem_key IN ('k4', 'k5')`))
+	require.Equal(t, 1, dbtest.Scalar[int](t, pool, `SELECT count(*) FROM idempotency_keys WHERE idem_key = 'k1' AND request_id = 'lr_many_1'`),
 		"an existing key is left as it was")
-	require.Equal(t, 1, count(t, pool, `SELECT count(*) FROM idempotency_keys WHERE idem_key = 'k3' AND request_id = $1`, batch[0].Key.RequestID),
+	require.Equal(t, 1, dbtest.Scalar[int](t, pool, `SELECT count(*) FROM idempotency_keys WHERE idem_key = 'k3' AND request_id = $1`, batch[0].Key.RequestID),
 		"the first row of a key stores it")
 }
 
@@ -92,8 +84,8 @@ func TestAcceptIsOneTransaction(t *testing.T) {
 	_, err := postgres.Accept(ctx, pool, []postgres.AcceptRow{fixture.Accept("c1", "k1", "lr_1", 1), fixture.Accept("c1", "k2", "lr_2", 2)},
 		postgres.AcceptOpts{BeforeCommitFunc: func(context.Context) error { return fmt.Errorf("crash") }})
 	require.EqualError(t, err, "crash")
-	require.Zero(t, count(t, pool, `SELECT count(*) FROM idempotency_keys`))
-	require.Zero(t, count(t, pool, `SELECT count(*) FROM label_intents`))
+	require.Zero(t, dbtest.Scalar[int](t, pool, `SELECT count(*) FROM idempotency_keys`))
+	require.Zero(t, dbtest.Scalar[int](t, pool, `SELECT count(*) FROM label_intents`))
 }
 
 // A key held by a transaction that has not committed makes the statement

@@ -82,7 +82,7 @@ func TestComplete(t *testing.T) {
 	require.Equal(t, []postgres.CompleteResult{postgres.Completed, postgres.CompleteFenced, postgres.Completed, postgres.CompleteParcelLabelled}, saved)
 
 	state := func(in *postgres.Intent) string {
-		return row[string](t, pool, `SELECT k.state::text || ' ' || coalesce(k.response_status::text, '-') || ' ' || i.status || ' ' ||
+		return dbtest.Scalar[string](t, pool, `SELECT k.state::text || ' ' || coalesce(k.response_status::text, '-') || ' ' || i.status || ' ' ||
 		        (SELECT count(*) FROM labels l WHERE l.request_id = i.request_id)
 		   FROM idempotency_keys k JOIN label_intents i ON i.request_id = k.request_id WHERE k.request_id = $1`, in.RequestID)
 	}
@@ -91,14 +91,14 @@ func TestComplete(t *testing.T) {
 	require.Equal(t, "completed 422 failed 0", state(ins[2]))
 	require.Equal(t, "started - pending 0", state(ins[3]), "a second label for the parcel writes nothing")
 
-	require.JSONEq(t, string(cs[0].Body), row[string](t, pool, `SELECT response_body::text FROM idempotency_keys WHERE request_id = $1`, ins[0].RequestID))
-	require.Equal(t, string(cs[0].Body), row[string](t, pool, `SELECT response_body::text FROM idempotency_keys WHERE request_id = $1`, ins[0].RequestID),
+	require.JSONEq(t, string(cs[0].Body), dbtest.Scalar[string](t, pool, `SELECT response_body::text FROM idempotency_keys WHERE request_id = $1`, ins[0].RequestID))
+	require.Equal(t, string(cs[0].Body), dbtest.Scalar[string](t, pool, `SELECT response_body::text FROM idempotency_keys WHERE request_id = $1`, ins[0].RequestID),
 		"saved byte for byte")
-	require.Equal(t, cs[0].Label.LabelID, row[string](t, pool, `SELECT label_id FROM label_intents WHERE request_id = $1`, ins[0].RequestID))
-	require.JSONEq(t, string(cs[2].Body), row[string](t, pool, `SELECT error::text FROM label_intents WHERE request_id = $1`, ins[2].RequestID))
-	require.True(t, row[bool](t, pool, `SELECT expires_at > now() + interval '59 minutes' AND lease_token IS NULL AND locked_until IS NULL
+	require.Equal(t, cs[0].Label.LabelID, dbtest.Scalar[string](t, pool, `SELECT label_id FROM label_intents WHERE request_id = $1`, ins[0].RequestID))
+	require.JSONEq(t, string(cs[2].Body), dbtest.Scalar[string](t, pool, `SELECT error::text FROM label_intents WHERE request_id = $1`, ins[2].RequestID))
+	require.True(t, dbtest.Scalar[bool](t, pool, `SELECT expires_at > now() + interval '59 minutes' AND lease_token IS NULL AND locked_until IS NULL
 	   FROM idempotency_keys WHERE request_id = $1`, ins[0].RequestID))
-	require.Equal(t, "T-1 CL-1 495 EUR label:1:1:v1", row[string](t, pool,
+	require.Equal(t, "T-1 CL-1 495 EUR label:1:1:v1", dbtest.Scalar[string](t, pool,
 		`SELECT tracking_no || ' ' || carrier_label_id || ' ' || cost_cents || ' ' || currency || ' ' || created_by_key FROM labels WHERE request_id = $1`, ins[0].RequestID))
 
 	// Saved once: the same completion again is fenced.

@@ -27,13 +27,6 @@ func accepted(t *testing.T, pool *pgxpool.Pool, order int64) *postgres.Intent {
 	return row.Intent
 }
 
-func row[T any](t *testing.T, pool *pgxpool.Pool, sql string, args ...any) T {
-	t.Helper()
-	var v T
-	require.NoError(t, pool.QueryRow(context.Background(), sql, args...).Scan(&v))
-	return v
-}
-
 // The lease statement leases what nobody holds, and says for every other row
 // why not: a live lease, a completed key, the same job twice, no intent.
 func TestTakeLeases(t *testing.T) {
@@ -80,10 +73,10 @@ func TestTakeLeases(t *testing.T) {
 	require.WithinDuration(t, time.Now().Add(time.Minute), outs[1].HeldUntil, 30*time.Second, "the live lease's end")
 	require.Equal(t, "c1", outs[1].CallerID)
 	require.Equal(t, ins[1].Key, outs[1].Key)
-	require.Equal(t, toks[0], row[uuid.UUID](t, pool, `SELECT lease_token FROM idempotency_keys WHERE request_id = $1`, ins[0].RequestID))
-	require.Equal(t, 1, row[int](t, pool, `SELECT attempts FROM idempotency_keys WHERE request_id = $1`, ins[0].RequestID))
-	require.True(t, row[bool](t, pool, `SELECT attempts IS NULL FROM idempotency_keys WHERE request_id = $1`, ins[1].RequestID), "no attempt counted without the lease")
-	require.True(t, row[bool](t, pool, `SELECT attempts IS NULL FROM idempotency_keys WHERE request_id = $1`, ins[2].RequestID))
+	require.Equal(t, toks[0], dbtest.Scalar[uuid.UUID](t, pool, `SELECT lease_token FROM idempotency_keys WHERE request_id = $1`, ins[0].RequestID))
+	require.Equal(t, 1, dbtest.Scalar[int](t, pool, `SELECT attempts FROM idempotency_keys WHERE request_id = $1`, ins[0].RequestID))
+	require.True(t, dbtest.Scalar[bool](t, pool, `SELECT attempts IS NULL FROM idempotency_keys WHERE request_id = $1`, ins[1].RequestID), "no attempt counted without the lease")
+	require.True(t, dbtest.Scalar[bool](t, pool, `SELECT attempts IS NULL FROM idempotency_keys WHERE request_id = $1`, ins[2].RequestID))
 
 	// An expired lease is taken over, and the attempt counted again.
 	_, err = pool.Exec(ctx, `UPDATE idempotency_keys SET locked_until = now() - interval '1 ms' WHERE request_id = $1`, ins[3].RequestID)
@@ -94,7 +87,7 @@ func TestTakeLeases(t *testing.T) {
 	require.Equal(t, postgres.Leased, outs[0].Result)
 	require.True(t, outs[0].Takeover)
 	require.Equal(t, 2, outs[0].Attempt)
-	require.Equal(t, tok, row[uuid.UUID](t, pool, `SELECT lease_token FROM idempotency_keys WHERE request_id = $1`, ins[3].RequestID))
+	require.Equal(t, tok, dbtest.Scalar[uuid.UUID](t, pool, `SELECT lease_token FROM idempotency_keys WHERE request_id = $1`, ins[3].RequestID))
 }
 
 // A key row that another session holds (a worker frozen inside its
@@ -134,7 +127,7 @@ func TestRelease(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, postgres.Leased, outs[0].Result)
 	require.NoError(t, postgres.Release(ctx, pool, []postgres.Lease{{CallerID: "c1", Key: in.Key, Token: uuid.New()}}, time.Second))
-	require.True(t, row[bool](t, pool, `SELECT lease_token IS NOT NULL FROM idempotency_keys WHERE request_id = $1`, in.RequestID), "another's token releases nothing")
+	require.True(t, dbtest.Scalar[bool](t, pool, `SELECT lease_token IS NOT NULL FROM idempotency_keys WHERE request_id = $1`, in.RequestID), "another's token releases nothing")
 	require.NoError(t, postgres.Release(ctx, pool, []postgres.Lease{{CallerID: "c1", Key: in.Key, Token: tok}}, time.Second))
-	require.True(t, row[bool](t, pool, `SELECT lease_token IS NULL AND locked_until IS NULL FROM idempotency_keys WHERE request_id = $1`, in.RequestID))
+	require.True(t, dbtest.Scalar[bool](t, pool, `SELECT lease_token IS NULL AND locked_until IS NULL FROM idempotency_keys WHERE request_id = $1`, in.RequestID))
 }

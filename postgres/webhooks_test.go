@@ -77,7 +77,7 @@ func TestCompleteWritesWebhookEvents(t *testing.T) {
 		{ids[1], "msg_" + ids[1], "label_request.failed", "pending"},
 	}, got)
 	// The event's time is the completion's.
-	require.True(t, row[bool](t, pool, `SELECT e.created_at = i.completed_at FROM webhook_events e JOIN label_intents i USING (request_id) WHERE request_id = $1`, ids[0]))
+	require.True(t, dbtest.Scalar[bool](t, pool, `SELECT e.created_at = i.completed_at FROM webhook_events e JOIN label_intents i USING (request_id) WHERE request_id = $1`, ids[0]))
 
 	// The gauges: the oldest pending event, the disabled endpoints.
 	_, err = pool.Exec(ctx, `UPDATE webhook_events SET created_at = now() - interval '90 seconds' WHERE request_id = $1`, ids[1])
@@ -91,7 +91,7 @@ func TestCompleteWritesWebhookEvents(t *testing.T) {
 	outs, err = postgres.Complete(ctx, pool, cs[:2], time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, []postgres.CompleteResult{postgres.CompleteFenced, postgres.CompleteFenced}, outs)
-	require.Equal(t, 2, row[int](t, pool, `SELECT count(*) FROM webhook_events`))
+	require.Equal(t, 2, dbtest.Scalar[int](t, pool, `SELECT count(*) FROM webhook_events`))
 }
 
 // BenchmarkComplete times the shared completion of 64 rows, for callers
@@ -153,5 +153,5 @@ func TestPurgeWebhookEvents(t *testing.T) {
 	n, err = postgres.PurgeWebhookEvents(ctx, pool, time.Now().Add(-30*24*time.Hour), 10)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
-	require.Equal(t, "lr_new_delivered,lr_old_pending", row[string](t, pool, `SELECT string_agg(request_id, ',' ORDER BY request_id) FROM webhook_events`))
+	require.Equal(t, "lr_new_delivered,lr_old_pending", dbtest.Scalar[string](t, pool, `SELECT string_agg(request_id, ',' ORDER BY request_id) FROM webhook_events`))
 }

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels/internal/testutil/dbtest"
@@ -92,7 +91,7 @@ func TestWebhookCommands(t *testing.T) {
 	second := lastLine(out)
 	require.True(t, strings.HasPrefix(second, "whsec_"))
 	require.NotEqual(t, first, second)
-	require.Equal(t, 2, count(t, pool, `SELECT count(*) FROM webhook_secrets WHERE caller_id = 'shop' AND (expires_at IS NULL OR expires_at > now())`))
+	require.Equal(t, 2, dbtest.Scalar[int](t, pool, `SELECT count(*) FROM webhook_secrets WHERE caller_id = 'shop' AND (expires_at IS NULL OR expires_at > now())`))
 
 	code, out, _ = do(lenient, "list")
 	require.Equal(t, 0, code)
@@ -104,18 +103,11 @@ func TestWebhookCommands(t *testing.T) {
 	code, out, _ = do(lenient, "delete", "shop")
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "2 undelivered events dropped")
-	require.Equal(t, 2, count(t, pool, `SELECT count(*) FROM webhook_events WHERE state = 'dropped' AND drop_reason = 'endpoint_deleted'`))
-	require.Zero(t, count(t, pool, `SELECT count(*) FROM webhook_secrets`))
+	require.Equal(t, 2, dbtest.Scalar[int](t, pool, `SELECT count(*) FROM webhook_events WHERE state = 'dropped' AND drop_reason = 'endpoint_deleted'`))
+	require.Zero(t, dbtest.Scalar[int](t, pool, `SELECT count(*) FROM webhook_secrets`))
 	code, out, _ = do(lenient, "list")
 	require.Equal(t, 0, code)
 	require.Empty(t, out)
-}
-
-func count(t *testing.T, pool *pgxpool.Pool, sql string) int {
-	t.Helper()
-	var n int
-	require.NoError(t, pool.QueryRow(context.Background(), sql).Scan(&n))
-	return n
 }
 
 // With WEBHOOK_SECRET_KEY the secrets are stored sealed: not in the clear,

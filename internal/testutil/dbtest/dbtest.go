@@ -36,14 +36,11 @@ var (
 // New returns a pool on a fresh, migrated database and its connection string.
 func New(t testing.TB) (*pgxpool.Pool, string) {
 	t.Helper()
+	maint := AdminURL(t) // the template is built by then
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	once.Do(func() { setupErr = setup(ctx) })
-	if setupErr != nil {
-		t.Fatalf("dbtest: %v", setupErr)
-	}
 	name := "labels_t_" + randomHex(6)
-	admin, err := pgx.Connect(ctx, adminURL)
+	admin, err := pgx.Connect(ctx, maint)
 	if err != nil {
 		t.Fatalf("dbtest: %v", err)
 	}
@@ -51,7 +48,7 @@ func New(t testing.TB) (*pgxpool.Pool, string) {
 	if _, err := admin.Exec(ctx, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`, name, templateName)); err != nil {
 		t.Fatalf("dbtest: cloning template: %v", err)
 	}
-	url := withDatabase(adminURL, name)
+	url := withDatabase(maint, name)
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatalf("dbtest: %v", err)
@@ -65,7 +62,7 @@ func New(t testing.TB) (*pgxpool.Pool, string) {
 		pool.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		admin, err := pgx.Connect(ctx, adminURL)
+		admin, err := pgx.Connect(ctx, maint)
 		if err != nil {
 			return
 		}
@@ -165,4 +162,20 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// Querier runs a query of one row: a pool, a connection or a transaction.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Scalar returns the one value of the one row that sql returns, failing t on
+// an error (no row included).
+func Scalar[T any](t testing.TB, db Querier, sql string, args ...any) T {
+	t.Helper()
+	var v T
+	if err := db.QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
+		t.Fatalf("dbtest: %s: %v", sql, err)
+	}
+	return v
 }

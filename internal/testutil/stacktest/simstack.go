@@ -196,9 +196,7 @@ func (s *SimStack) Purchases(orderID int64, parcelNo int) int {
 // Count runs a count query against the stack's database.
 func (s *SimStack) Count(sql string, args ...any) int {
 	s.T.Helper()
-	var n int
-	require.NoError(s.T, s.Pool.QueryRow(context.Background(), sql, args...).Scan(&n))
-	return n
+	return dbtest.Scalar[int](s.T, s.Pool, sql, args...)
 }
 
 // Fault is what the [Faults] front does to one request.

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,6 +122,18 @@ func (s *Stack) Token(name string) string {
 	return tok
 }
 
+// TakeOver has the job of requestID attempted again now, as when the lease of
+// its key runs out and River's rescuer hands the job on: both are moved into
+// the past instead of waited for.
+func (s *Stack) TakeOver(requestID string) {
+	s.T.Helper()
+	ctx := context.Background()
+	_, err := s.Pool.Exec(ctx, `UPDATE idempotency_keys SET locked_until = now() - interval '1 second' WHERE request_id = $1`, requestID)
+	require.NoError(s.T, err)
+	_, err = s.Pool.Exec(ctx, `UPDATE river_job SET state = 'available', scheduled_at = now() WHERE args->>'request_id' = $1`, requestID)
+	require.NoError(s.T, err)
+}
+
 // Response is an answer read whole.
 type Response struct {
 	Status int
@@ -204,6 +217,22 @@ type FakeCarrier struct {
 // NewFakeCarrier returns a carrier that always answers.
 func NewFakeCarrier() *FakeCarrier {
 	return &FakeCarrier{byKey: map[string]*carrier.Label{}, purchases: map[string]int{}, Release: make(chan struct{})}
+}
+
+// StallFirst scripts the first n purchase calls to wait for Release (the
+// later ones answer at once) and returns whether the first has begun.
+func (c *FakeCarrier) StallFirst(n int) (begun func() bool) {
+	var stalled atomic.Bool
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.Script = func(call int, _ string) string {
+		if call <= n {
+			stalled.Store(true)
+			return "slow"
+		}
+		return ""
+	}
+	return stalled.Load
 }
 
 // Buy implements jobs.Carrier.
