@@ -173,14 +173,10 @@ func TestImage(t *testing.T) {
 	uid, err := strconv.Atoi(strings.Split(cf.Config.User, ":")[0])
 	require.NoError(t, err)
 	manifestImage := ""
-	for _, o := range readManifests(t, "kubernetes") {
-		w := decodeWorkload(t, o)
-		if w == nil || o.Metadata.Labels["app.kubernetes.io/component"] == "pgbouncer" {
-			continue // PgBouncer runs its own image
-		}
-		for _, c := range append(w.pod.Spec.Containers, w.pod.Spec.InitContainers...) {
+	for _, w := range imageWorkloads(t) {
+		o := w.obj
+		for _, c := range w.containers() {
 			argv := invocation(c)
-			require.NotEmpty(t, argv, o.id())
 			requireInImage(t, img, o.id(), argv[0])
 			requireNoShell(t, o.id(), argv)
 			if manifestImage == "" {
@@ -244,14 +240,10 @@ func TestCommandsNeedNoShell(t *testing.T) {
 	for _, m := range dirs {
 		commands = append(commands, filepath.Base(filepath.Dir(m)))
 	}
-	for _, o := range readManifests(t, "kubernetes") {
-		w := decodeWorkload(t, o)
-		if w == nil || o.Metadata.Labels["app.kubernetes.io/component"] == "pgbouncer" {
-			continue // PgBouncer runs its own image
-		}
-		for _, c := range append(w.pod.Spec.Containers, w.pod.Spec.InitContainers...) {
+	for _, w := range imageWorkloads(t) {
+		o := w.obj
+		for _, c := range w.containers() {
 			argv := invocation(c)
-			require.NotEmpty(t, argv, o.id())
 			require.Contains(t, commands, filepath.Base(argv[0]), "%s runs %q, not a command of cmd/", o.id(), argv[0])
 			requireNoShell(t, o.id(), argv)
 		}
@@ -270,6 +262,24 @@ func TestCommandsNeedNoShell(t *testing.T) {
 			requireNoShell(t, path, argv)
 		}
 	}
+}
+
+// imageWorkloads returns the workloads that run the project's image: all but
+// PgBouncer's, which runs its own. Each of their containers names a command.
+func imageWorkloads(t *testing.T) []*workload {
+	t.Helper()
+	var ws []*workload
+	for _, o := range readManifests(t, "kubernetes") {
+		w := decodeWorkload(t, o)
+		if w == nil || o.Metadata.Labels["app.kubernetes.io/component"] == "pgbouncer" {
+			continue
+		}
+		for _, c := range w.containers() {
+			require.NotEmpty(t, invocation(c), o.id())
+		}
+		ws = append(ws, w)
+	}
+	return ws
 }
 
 func requireDir(t *testing.T, img builtImage, path string, perm int64) {

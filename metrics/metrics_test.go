@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"reflect"
-	"regexp"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -112,24 +112,10 @@ var stableNames = []string{
 	"labels_store_up",
 }
 
-var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
-
 func TestMetricNamesAreStable(t *testing.T) {
 	t.Parallel()
 	m := metrics.New(metrics.API, metrics.Worker)
-	ch := make(chan *prometheus.Desc, 100)
-	v := reflect.ValueOf(m).Elem()
-	for i := range v.NumField() {
-		if c, ok := v.Field(i).Interface().(prometheus.Collector); ok && v.Type().Field(i).Name != "Registry" {
-			c.Describe(ch)
-		}
-	}
-	metrics.NewStoreCollector(nil).Describe(ch)
-	close(ch)
-	var names []string
-	for d := range ch {
-		names = append(names, fqName.FindStringSubmatch(d.String())[1])
-	}
+	names := slices.Concat(metrics.Names(metrics.API), metrics.Names(metrics.Worker))
 	for _, n := range stableNames {
 		require.Contains(t, names, n)
 	}
@@ -297,27 +283,15 @@ func status(t *testing.T, body []byte) string {
 func TestLeaseTakeoverAndFencingRejection(t *testing.T) {
 	t.Parallel()
 	s := stacktest.New(t, stacktest.Opts{})
-	var stalled atomic.Bool
-	s.Carrier.Script = func(call int, _ string) string {
-		if call == 1 {
-			stalled.Store(true)
-			return "slow"
-		}
-		return ""
-	}
+	stalled := s.Carrier.StallFirst(1)
 	tok := s.Token("fulfilment")
 	g := s.Metrics.Registry
 	lr := accept(t, s, tok, "k-fence", stacktest.ParcelBody(30, 1, 100))
-	require.Eventually(t, stalled.Load, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, stalled, 30*time.Second, 10*time.Millisecond)
 	require.Equal(t, 0.0, value(t, g, "labels_lease_takeovers_total"))
 
-	// The lease runs out and River hands the job to a new attempt: both moved
-	// into the past instead of waited for.
-	ctx := context.Background()
-	_, err := s.Pool.Exec(ctx, `UPDATE idempotency_keys SET locked_until = now() - interval '1 second' WHERE idem_key = 'k-fence'`)
-	require.NoError(t, err)
-	_, err = s.Pool.Exec(ctx, `UPDATE river_job SET state = 'available', scheduled_at = now() WHERE args->>'request_id' = $1`, lr.ID)
-	require.NoError(t, err)
+	// The lease runs out and River hands the job to a new attempt.
+	s.TakeOver(lr.ID)
 	s.WaitFinal(tok, lr.ID)
 	require.Equal(t, 1.0, value(t, g, "labels_lease_takeovers_total"))
 	require.Equal(t, 0.0, value(t, g, "labels_fencing_rejections_total"))
