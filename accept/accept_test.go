@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/fixture"
 	"github.com/labelkit/labels/postgres"
@@ -47,24 +48,26 @@ func TestDecisions(t *testing.T) {
 	first, err := a.Accept(ctx, "c1", "k1", p)
 	require.NoError(t, err)
 	require.Equal(t, Accepted, first.Outcome)
-	again, err := a.Accept(ctx, "c1", "k1", p)
-	require.NoError(t, err)
-	require.Equal(t, Replayed, again.Outcome)
-	require.Equal(t, first.Intent.RequestID, again.Intent.RequestID)
-
 	other := p
 	other.WeightG++
-	reused, err := a.Accept(ctx, "c1", "k1", other)
-	require.NoError(t, err)
-	require.Equal(t, KeyReused, reused.Outcome)
-
-	dup, err := a.Accept(ctx, "c1", "k2", p)
-	require.NoError(t, err)
-	require.Equal(t, Duplicate, dup.Outcome)
-	require.Equal(t, first.Intent.RequestID, dup.Intent.RequestID)
-	taken, err := a.Accept(ctx, "c1", "k3", other)
-	require.NoError(t, err)
-	require.Equal(t, ParcelLabelled, taken.Outcome)
+	for _, step := range []struct {
+		key    string
+		parcel labels.Parcel
+		want   Outcome
+		sameID bool // answered with the first intent's request id
+	}{
+		{"k1", p, Replayed, true},
+		{"k1", other, KeyReused, false},
+		{"k2", p, Duplicate, true},
+		{"k3", other, ParcelLabelled, false},
+	} {
+		d, err := a.Accept(ctx, "c1", step.key, step.parcel)
+		require.NoError(t, err, step.key)
+		require.Equal(t, step.want, d.Outcome, step.key)
+		if step.sameID {
+			require.Equal(t, first.Intent.RequestID, d.Intent.RequestID, step.key)
+		}
+	}
 }
 
 // A key seen lately reads first; an unseen key reads first only while more

@@ -41,11 +41,7 @@ func webhookCmd(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, args [
 	switch args[0] {
 	case "set":
 		caller, url := args[1], args[2]
-		printed, secret, err := webhook.NewSecret()
-		if err != nil {
-			return fail(1, "%v", err)
-		}
-		stored, err := seal(cfg, caller, secret)
+		printed, stored, err := newSecret(cfg, caller)
 		if err != nil {
 			return fail(1, "%v", err)
 		}
@@ -63,11 +59,7 @@ func webhookCmd(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, args [
 		}
 	case "rotate":
 		caller := args[1]
-		printed, secret, err := webhook.NewSecret()
-		if err != nil {
-			return fail(1, "%v", err)
-		}
-		stored, err := seal(cfg, caller, secret)
+		printed, stored, err := newSecret(cfg, caller)
 		if err != nil {
 			return fail(1, "%v", err)
 		}
@@ -102,11 +94,16 @@ func webhookCmd(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, args [
 	return 0
 }
 
-// seal is what is stored of caller's secret: sealed with WEBHOOK_SECRET_KEY
-// when it is set, raw otherwise.
-func seal(cfg Config, caller string, secret []byte) (postgres.Secret, error) {
+// newSecret makes a signing secret for caller and returns it as printed once
+// to the operator and as stored: sealed with WEBHOOK_SECRET_KEY when it is
+// set, raw otherwise.
+func newSecret(cfg Config, caller string) (printed string, stored postgres.Secret, err error) {
+	printed, secret, err := webhook.NewSecret()
+	if err != nil {
+		return "", postgres.Secret{}, err
+	}
 	v, sealed, err := cfg.webhookSecretKey.Seal(caller, secret)
-	return postgres.Secret{Value: v, Sealed: sealed}, err
+	return printed, postgres.Secret{Value: v, Sealed: sealed}, err
 }
 
 func (c *Config) webhookPolicy() webhook.Policy {
