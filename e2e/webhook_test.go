@@ -16,6 +16,7 @@ import (
 	"github.com/labelkit/labels/client"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/proctest"
+	"github.com/labelkit/labels/internal/testutil/stacktest"
 )
 
 // A worker killed (SIGKILL) while a delivery is in flight: the receiver has
@@ -82,16 +83,8 @@ func TestWebhookWorkerKilledMidDelivery(t *testing.T) {
 	}
 	first := startWorker("worker-1")
 
-	req, err := http.NewRequest(http.MethodPost, "http://"+apiAddr+"/v1/labels",
-		strings.NewReader(`{"order_id":31337,"parcel_no":1,"weight_g":1450,"service":"ground","ship_to":{"name":"A. Example","line1":"1 Example Street","city":"Exampleton","postal_code":"10115","country":"DE"}}`))
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Idempotency-Key", "label:31337:1:v1")
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	created := (&stacktest.Stack{T: t, URL: "http://" + apiAddr}).Create(token, "label:31337:1:v1", stacktest.ParcelBody(31337, 1, 1450))
+	require.Equal(t, http.StatusAccepted, created.Status, string(created.Body))
 
 	select {
 	case <-arrived:

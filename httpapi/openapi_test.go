@@ -381,24 +381,8 @@ func (d *openAPIDoc) check(t *testing.T, method, path string, r stacktest.Respon
 // fetch sends a request to base and checks the answer.
 func (d *openAPIDoc) fetch(t *testing.T, base, method, path, token string, body []byte, headers ...string) stacktest.Response {
 	t.Helper()
-	req, err := http.NewRequest(method, base+path, bytes.NewReader(body))
-	require.NoError(t, err)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	var buf bytes.Buffer
-	_, err = buf.ReadFrom(resp.Body)
-	require.NoError(t, err)
-	r := stacktest.Response{Status: resp.StatusCode, Header: resp.Header, Body: buf.Bytes()}
+	api := &stacktest.Stack{T: t, URL: base}
+	r := api.Do(method, path, token, body, headers...)
 	d.check(t, method, path, r)
 	return r
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/logtest"
+	"github.com/labelkit/labels/internal/testutil/stacktest"
 	"github.com/labelkit/labels/metrics"
 )
 
@@ -71,14 +72,9 @@ func TestMigrateCallerServe(t *testing.T) {
 	go func() { done <- run(sctx, []string{"api"}, e, io.Discard, logs) }()
 	addr := logs.WaitAddr(t, "listening", 10*time.Second)
 
-	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/labels", strings.NewReader(`{"order_id":918273,"parcel_no":1,"weight_g":1450,"service":"ground","ship_to":{"name":"A","line1":"1 Example Street","city":"Exampleton","postal_code":"10115","country":"DE"}}`))
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", "label:918273:1:v1")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	api := &stacktest.Stack{T: t, URL: "http://" + addr}
+	created := api.Create(token, "label:918273:1:v1", stacktest.ParcelBody(918273, 1, 1450))
+	require.Equal(t, http.StatusAccepted, created.Status, string(created.Body))
 	require.NotContains(t, logs.String(), "Exampleton", "the address is never logged")
 	require.NotContains(t, logs.String(), token, "the token is never logged")
 
