@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels"
-	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/fixture"
 	"github.com/labelkit/labels/postgres"
 )
@@ -20,9 +19,8 @@ import (
 // rows are then stored one by one, and the others are stored.
 func TestSharedAcceptSplitsOnAHeldKey(t *testing.T) {
 	t.Parallel()
-	pool, _ := dbtest.New(t)
+	pool := fixture.DB(t, "c1")
 	ctx := context.Background()
-	fixture.Caller(t, pool, "c1")
 	fixture.HoldKey(t, pool, "c1", "k1")
 
 	a := New(Opts{Pool: pool, ClaimWait: 100 * time.Millisecond})
@@ -39,9 +37,8 @@ func TestSharedAcceptSplitsOnAHeldKey(t *testing.T) {
 // labelled already.
 func TestDecisions(t *testing.T) {
 	t.Parallel()
-	pool, _ := dbtest.New(t)
+	pool := fixture.DB(t, "c1")
 	ctx := context.Background()
-	fixture.Caller(t, pool, "c1")
 	a := New(Opts{Pool: pool})
 	p := fixture.Accept("c1", "k", "lr_x", 7).Intent.Parcel
 

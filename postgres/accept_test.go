@@ -19,9 +19,8 @@ import (
 // stored for those that were not new.
 func TestAcceptOutcomes(t *testing.T) {
 	t.Parallel()
-	pool, _ := dbtest.New(t)
+	pool := fixture.DB(t, "c1")
 	ctx := context.Background()
-	fixture.Caller(t, pool, "c1")
 	opts := postgres.AcceptOpts{LockTimeout: time.Second}
 	n := 0
 	mk := func(key string, order int64) postgres.AcceptRow {
@@ -65,9 +64,8 @@ func TestAcceptOutcomes(t *testing.T) {
 // A key purged before (a tombstone matches) is reported, and accepted anew.
 func TestAcceptSeesTombstones(t *testing.T) {
 	t.Parallel()
-	pool, _ := dbtest.New(t)
+	pool := fixture.DB(t, "c1")
 	ctx := context.Background()
-	fixture.Caller(t, pool, "c1")
 	_, err := pool.Exec(ctx, `INSERT INTO idempotency_tombstones (caller_id, key_hash, purged_at) VALUES ('c1', sha256('old'::bytea), now())`)
 	require.NoError(t, err)
 	outs, err := postgres.Accept(ctx, pool, []postgres.AcceptRow{fixture.Accept("c1", "old", "lr_1", 1), fixture.Accept("c1", "new", "lr_2", 2)}, postgres.AcceptOpts{})
@@ -78,9 +76,8 @@ func TestAcceptSeesTombstones(t *testing.T) {
 // A failure before the commit stores nothing of any row.
 func TestAcceptIsOneTransaction(t *testing.T) {
 	t.Parallel()
-	pool, _ := dbtest.New(t)
+	pool := fixture.DB(t, "c1")
 	ctx := context.Background()
-	fixture.Caller(t, pool, "c1")
 	_, err := postgres.Accept(ctx, pool, []postgres.AcceptRow{fixture.Accept("c1", "k1", "lr_1", 1), fixture.Accept("c1", "k2", "lr_2", 2)},
 		postgres.AcceptOpts{BeforeCommitFunc: func(context.Context) error { return fmt.Errorf("crash") }})
 	require.EqualError(t, err, "crash")
@@ -92,9 +89,8 @@ func TestAcceptIsOneTransaction(t *testing.T) {
 // wait at most its lock timeout.
 func TestAcceptLockTimeout(t *testing.T) {
 	t.Parallel()
-	pool, _ := dbtest.New(t)
+	pool := fixture.DB(t, "c1")
 	ctx := context.Background()
-	fixture.Caller(t, pool, "c1")
 	fixture.HoldKey(t, pool, "c1", "k1")
 	_, err := postgres.Accept(ctx, pool, []postgres.AcceptRow{fixture.Accept("c1", "k1", "lr_1", 1)}, postgres.AcceptOpts{LockTimeout: 100 * time.Millisecond})
 	require.True(t, postgres.IsLockTimeout(err), "%v", err)

@@ -39,9 +39,8 @@ func completion(in *postgres.Intent, tok uuid.UUID, n int, problem *labels.Probl
 // same.
 func TestComplete(t *testing.T) {
 	t.Parallel()
-	pool, _ := dbtest.New(t)
+	pool := fixture.DB(t, "c1")
 	ctx := context.Background()
-	fixture.Caller(t, pool, "c1")
 	var ins []*postgres.Intent
 	var toks []uuid.UUID
 	for o := int64(1); o <= 4; o++ {
@@ -111,9 +110,8 @@ func TestComplete(t *testing.T) {
 // later) without holding up the other completions of the statement.
 func TestCompleteSkipsALockedRow(t *testing.T) {
 	t.Parallel()
-	pool, _ := dbtest.New(t)
+	pool := fixture.DB(t, "c1")
 	ctx := context.Background()
-	fixture.Caller(t, pool, "c1")
 	a, b := accepted(t, pool, 1), accepted(t, pool, 2)
 	ta, tb := uuid.New(), uuid.New()
 	_, err := postgres.TakeLeases(ctx, pool, []postgres.LeaseRow{{RequestID: a.RequestID, Token: ta}, {RequestID: b.RequestID, Token: tb}}, time.Minute)

@@ -31,9 +31,8 @@ func accepted(t *testing.T, pool *pgxpool.Pool, order int64) *postgres.Intent {
 // why not: a live lease, a completed key, the same job twice, no intent.
 func TestTakeLeases(t *testing.T) {
 	t.Parallel()
-	pool, _ := dbtest.New(t)
+	pool := fixture.DB(t, "c1")
 	ctx := context.Background()
-	fixture.Caller(t, pool, "c1")
 	var ins []*postgres.Intent
 	for o := int64(1); o <= 4; o++ {
 		ins = append(ins, accepted(t, pool, o))
@@ -95,9 +94,8 @@ func TestTakeLeases(t *testing.T) {
 // others of the statement are leased at once.
 func TestTakeLeasesSkipsALockedRow(t *testing.T) {
 	t.Parallel()
-	pool, _ := dbtest.New(t)
+	pool := fixture.DB(t, "c1")
 	ctx := context.Background()
-	fixture.Caller(t, pool, "c1")
 	a, b := accepted(t, pool, 1), accepted(t, pool, 2)
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
@@ -118,9 +116,8 @@ func TestTakeLeasesSkipsALockedRow(t *testing.T) {
 // Release gives back only the attempt's own lease.
 func TestRelease(t *testing.T) {
 	t.Parallel()
-	pool, _ := dbtest.New(t)
+	pool := fixture.DB(t, "c1")
 	ctx := context.Background()
-	fixture.Caller(t, pool, "c1")
 	in := accepted(t, pool, 1)
 	tok := uuid.New()
 	outs, err := postgres.TakeLeases(ctx, pool, []postgres.LeaseRow{{RequestID: in.RequestID, Token: tok}}, time.Minute)

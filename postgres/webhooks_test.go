@@ -37,10 +37,8 @@ func leased(t testing.TB, pool *pgxpool.Pool, caller string, order int64) (*post
 // second completion of the same intent writes no second one.
 func TestCompleteWritesWebhookEvents(t *testing.T) {
 	t.Parallel()
-	pool, _ := dbtest.New(t)
+	pool := fixture.DB(t, "hooked", "plain")
 	ctx := context.Background()
-	fixture.Caller(t, pool, "hooked")
-	fixture.Caller(t, pool, "plain")
 	_, err := postgres.SetWebhook(ctx, pool, "hooked", "https://hooks.example.com/x", postgres.Secret{Value: make([]byte, 32)})
 	require.NoError(t, err)
 

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels/internal/testutil/dbtest"
-	"github.com/labelkit/labels/postgres"
+	"github.com/labelkit/labels/internal/testutil/fixture"
 	"github.com/labelkit/labels/webhook"
 )
 
@@ -20,7 +20,8 @@ import (
 // the listing, and delete dropping the undelivered events.
 func TestWebhookCommands(t *testing.T) {
 	t.Parallel()
-	pool, url := dbtest.New(t)
+	pool := fixture.DB(t, "shop")
+	url := pool.Config().ConnString()
 	ctx := context.Background()
 	strict := map[string]string{"DATABASE_URL": url}
 	lenient := map[string]string{"DATABASE_URL": url, "WEBHOOK_ALLOW_INSECURE": "true", "WEBHOOK_ALLOW_PRIVATE": "true"}
@@ -33,8 +34,6 @@ func TestWebhookCommands(t *testing.T) {
 		lines := strings.Split(strings.TrimSpace(s), "\n")
 		return lines[len(lines)-1]
 	}
-	_, err := postgres.AddCaller(ctx, pool, "shop")
-	require.NoError(t, err)
 
 	for _, tc := range []struct {
 		vars map[string]string
@@ -114,12 +113,11 @@ func TestWebhookCommands(t *testing.T) {
 // and they open with the key to the printed secret.
 func TestWebhookSecretsSealed(t *testing.T) {
 	t.Parallel()
-	pool, url := dbtest.New(t)
+	pool := fixture.DB(t, "shop")
+	url := pool.Config().ConnString()
 	ctx := context.Background()
 	key := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
 	vars := map[string]string{"DATABASE_URL": url, "WEBHOOK_SECRET_KEY": key}
-	_, err := postgres.AddCaller(ctx, pool, "shop")
-	require.NoError(t, err)
 	for _, args := range [][]string{{"set", "shop", "https://hooks.example.com/x"}, {"rotate", "shop"}} {
 		var out bytes.Buffer
 		require.Equal(t, 0, run(ctx, append([]string{"api", "webhook"}, args...), env(vars), &out, io.Discard), args)
