@@ -95,13 +95,19 @@ func testContext(t *testing.T) context.Context {
 	return ctx
 }
 
-func TestServerLifecycle(t *testing.T) {
-	t.Parallel()
+// serve starts the helper in mode and waits until it says it listens.
+func serve(t *testing.T, mode string) (context.Context, *proctest.Process, string) {
+	t.Helper()
 	ctx := testContext(t)
-	p := proctest.StartT(t, os.Args[0], helperOpts("serve"))
-
+	p := proctest.StartT(t, os.Args[0], helperOpts(mode))
 	addr, err := p.WaitListening(ctx, "listening")
 	require.NoError(t, err)
+	return ctx, p, addr
+}
+
+func TestServerLifecycle(t *testing.T) {
+	t.Parallel()
+	ctx, p, addr := serve(t, "serve")
 	require.NotEqual(t, "127.0.0.1:1", addr, "the metrics line must not match the message listening")
 	require.NoError(t, p.WaitHealthy(ctx, "http://"+addr))
 	require.NoError(t, proctest.WaitHealthy(ctx, addr), "a bare host:port works too")
@@ -115,10 +121,7 @@ func TestServerLifecycle(t *testing.T) {
 
 func TestPlainTextListenLine(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
-	p := proctest.StartT(t, os.Args[0], helperOpts("serve-text"))
-	addr, err := p.WaitListening(ctx, "listening")
-	require.NoError(t, err)
+	ctx, p, addr := serve(t, "serve-text")
 	require.True(t, strings.HasPrefix(addr, "127.0.0.1:"), "[::] is dialled as 127.0.0.1, got %s", addr)
 	require.NoError(t, p.WaitHealthy(ctx, addr))
 }
@@ -141,10 +144,7 @@ func TestStopKillsWhatIgnoresSIGTERM(t *testing.T) {
 
 func TestKill(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
-	p := proctest.StartT(t, os.Args[0], helperOpts("serve"))
-	_, err := p.WaitListening(ctx, "listening")
-	require.NoError(t, err)
+	ctx, p, _ := serve(t, "serve")
 	require.NoError(t, p.Kill())
 	require.Equal(t, -1, p.ExitCode())
 	require.ErrorIs(t, p.Signal(syscall.SIGTERM), os.ErrProcessDone)
@@ -197,14 +197,12 @@ func TestWaitFailsWhenTheProcessExits(t *testing.T) {
 
 func TestWaitLineHonoursContext(t *testing.T) {
 	t.Parallel()
-	p := proctest.StartT(t, os.Args[0], helperOpts("serve"))
 	// Once it listens, the helper has installed its SIGTERM handler, so the
 	// test's cleanup stops it cleanly however early it runs.
-	_, err := p.WaitListening(testContext(t), "listening")
-	require.NoError(t, err)
+	_, p, _ := serve(t, "serve")
 	ctx, cancel := context.WithTimeout(testContext(t), 200*time.Millisecond)
 	defer cancel()
-	_, err = p.WaitLine(ctx, func(proctest.Line) bool { return false })
+	_, err := p.WaitLine(ctx, func(proctest.Line) bool { return false })
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.False(t, p.Exited())
 }
