@@ -15,25 +15,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
 )
-
-type labelRequest struct {
-	ID             string          `json:"id"`
-	IdempotencyKey string          `json:"idempotency_key"`
-	Status         string          `json:"status"`
-	CompletedAt    *string         `json:"completed_at"`
-	Label          json.RawMessage `json:"label"`
-	Error          json.RawMessage `json:"error"`
-}
-
-func decode[T any](t *testing.T, b []byte) T {
-	t.Helper()
-	var v T
-	require.NoError(t, json.Unmarshal(b, &v), string(b))
-	return v
-}
 
 type problem struct {
 	Type           string `json:"type"`
@@ -53,7 +38,7 @@ func requireProblem(t *testing.T, r stacktest.Response, status int, code string)
 	t.Helper()
 	require.Equal(t, status, r.Status, string(r.Body))
 	require.Equal(t, "application/problem+json", r.Header.Get("Content-Type"))
-	p := decode[problem](t, r.Body)
+	p := stacktest.Decode[problem](t, r.Body)
 	require.Equal(t, code, p.Code)
 	require.Equal(t, status, p.Status)
 	require.NotEmpty(t, p.Title)
@@ -71,7 +56,7 @@ func TestCreatePollReplayReuse(t *testing.T) {
 
 	r := s.Create(tok, "label:918273:1:v1", body)
 	require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
-	lr := decode[labelRequest](t, r.Body)
+	lr := stacktest.Decode[labels.LabelRequest](t, r.Body)
 	require.Equal(t, "pending", lr.Status)
 	require.Equal(t, "label:918273:1:v1", lr.IdempotencyKey)
 	require.Nil(t, lr.CompletedAt)
@@ -79,7 +64,7 @@ func TestCreatePollReplayReuse(t *testing.T) {
 	require.Equal(t, "1", r.Header.Get("Retry-After"))
 	require.Empty(t, r.Header.Get("Idempotent-Replayed"))
 
-	final := decode[labelRequest](t, s.WaitFinal(tok, lr.ID).Body)
+	final := s.Final(tok, lr.ID)
 	require.Equal(t, "succeeded", final.Status)
 	require.NotNil(t, final.CompletedAt)
 	require.NotEmpty(t, final.Label)
@@ -87,7 +72,7 @@ func TestCreatePollReplayReuse(t *testing.T) {
 	replay := s.Create(tok, "label:918273:1:v1", body)
 	require.Equal(t, http.StatusCreated, replay.Status, string(replay.Body))
 	require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
-	label := decode[map[string]any](t, replay.Body)
+	label := stacktest.Decode[map[string]any](t, replay.Body)
 	require.Equal(t, "/v1/labels/"+label["label_id"].(string), replay.Header.Get("Location"))
 	require.JSONEq(t, string(final.Label), string(replay.Body))
 
@@ -123,12 +108,12 @@ func TestLabelDocument(t *testing.T) {
 	} {
 		key := fmt.Sprintf("doc-%d", i)
 		body := stacktest.ParcelBody(int64(8100+i), 1, 1450)
-		lr := decode[labelRequest](t, s.Create(tok, key, body).Body)
-		final := decode[labelRequest](t, s.WaitFinal(tok, lr.ID).Body)
+		lr := stacktest.Decode[labels.LabelRequest](t, s.Create(tok, key, body).Body)
+		final := s.Final(tok, lr.ID)
 		require.Equal(t, "succeeded", final.Status)
 		replay := s.Create(tok, key, body)
 		require.Equal(t, http.StatusCreated, replay.Status)
-		label := decode[map[string]any](t, replay.Body)
+		label := stacktest.Decode[map[string]any](t, replay.Body)
 		if want == nil {
 			require.NotContains(t, label, "document")
 		} else {
@@ -160,14 +145,14 @@ func TestReplayWhileePendingAndCanonicalForms(t *testing.T) {
 	tok := s.Token("fulfilment")
 	first := s.Create(tok, "k1", stacktest.ParcelBody(1, 1, 100))
 	require.Equal(t, http.StatusAccepted, first.Status)
-	lr := decode[labelRequest](t, first.Body)
+	lr := stacktest.Decode[labels.LabelRequest](t, first.Body)
 
 	reordered := []byte(`{ "ship_to": {"country":"DE","postal_code":"10115","city":"Exampleton","line2":"","line1":"1 Example Street","name":"A. Example"},
 		"label_version": 1, "service":"ground", "weight_g":100, "parcel_no":1, "order_id":1 }`)
 	r := s.Create(tok, `"k1"`, reordered) // the Structured-Field string form names the same key
 	require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
 	require.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
-	require.Equal(t, lr.ID, decode[labelRequest](t, r.Body).ID)
+	require.Equal(t, lr.ID, stacktest.Decode[labels.LabelRequest](t, r.Body).ID)
 	require.Equal(t, "/v1/label-requests/"+lr.ID, r.Header.Get("Location"))
 	require.NotEmpty(t, r.Header.Get("Retry-After"))
 	require.Equal(t, 1, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM label_intents`))
@@ -199,7 +184,7 @@ func TestRepeatIsReadOnly(t *testing.T) {
 	r := s.Create(tok, "k1", body)
 	require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
 	require.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
-	require.Equal(t, decode[labelRequest](t, first.Body).ID, decode[labelRequest](t, r.Body).ID)
+	require.Equal(t, stacktest.Decode[labels.LabelRequest](t, first.Body).ID, stacktest.Decode[labels.LabelRequest](t, r.Body).ID)
 	requireProblem(t, s.Create(tok, "k1", stacktest.ParcelBody(1, 1, 200)), http.StatusUnprocessableEntity, "idempotency_key_reused")
 
 	blocked := s.Create(tok, "k2", stacktest.ParcelBody(2, 1, 100))
@@ -350,14 +335,14 @@ func TestKeysAreScopedPerCaller(t *testing.T) {
 	s := stacktest.New(t, stacktest.Opts{})
 	a, b := s.Token("alpha"), s.Token("beta")
 	body := stacktest.ParcelBody(918273, 1, 1450)
-	ra := decode[labelRequest](t, s.Create(a, "label:918273:1:v1", body).Body)
-	rb := decode[labelRequest](t, s.Create(b, "label:918273:1:v1", body).Body)
+	ra := stacktest.Decode[labels.LabelRequest](t, s.Create(a, "label:918273:1:v1", body).Body)
+	rb := stacktest.Decode[labels.LabelRequest](t, s.Create(b, "label:918273:1:v1", body).Body)
 	require.NotEqual(t, ra.ID, rb.ID)
-	fa := decode[labelRequest](t, s.WaitFinal(a, ra.ID).Body)
-	fb := decode[labelRequest](t, s.WaitFinal(b, rb.ID).Body)
+	fa := s.Final(a, ra.ID)
+	fb := s.Final(b, rb.ID)
 	require.Equal(t, "succeeded", fa.Status)
 	require.Equal(t, "succeeded", fb.Status)
-	la, lb := decode[map[string]any](t, fa.Label), decode[map[string]any](t, fb.Label)
+	la, lb := stacktest.Decode[map[string]any](t, fa.Label), stacktest.Decode[map[string]any](t, fb.Label)
 	require.NotEqual(t, la["label_id"], lb["label_id"])
 	require.NotEqual(t, la["carrier_label_id"], lb["carrier_label_id"])
 	_, total := s.Carrier.Purchases("")
@@ -367,7 +352,7 @@ func TestKeysAreScopedPerCaller(t *testing.T) {
 	requireProblem(t, s.Do(http.MethodGet, "/v1/labels/"+la["label_id"].(string), b, nil), http.StatusNotFound, "not_found")
 	byKey := s.Do(http.MethodGet, "/v1/label-requests?idempotency_key=label:918273:1:v1", b, nil)
 	require.Equal(t, http.StatusOK, byKey.Status)
-	require.Equal(t, rb.ID, decode[labelRequest](t, byKey.Body).ID)
+	require.Equal(t, rb.ID, stacktest.Decode[labels.LabelRequest](t, byKey.Body).ID)
 	requireProblem(t, s.Do(http.MethodGet, "/v1/label-requests?idempotency_key=unknown", b, nil), http.StatusNotFound, "not_found")
 }
 
@@ -494,12 +479,12 @@ func TestConcurrentMixedAccepts(t *testing.T) {
 				r := answers[i]
 				if r.Status == http.StatusConflict {
 					require.Equal(t, int64(8), c.order, string(r.Body))
-					require.Equal(t, "parcel_already_labelled", decode[map[string]any](t, r.Body)["code"])
+					require.Equal(t, "parcel_already_labelled", stacktest.Decode[map[string]any](t, r.Body)["code"])
 					conflicts++
 					continue
 				}
 				require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
-				require.Equal(t, intentOf[c.order], decode[labelRequest](t, r.Body).ID, "call %d (%s)", i, c.key)
+				require.Equal(t, intentOf[c.order], stacktest.Decode[labels.LabelRequest](t, r.Body).ID, "call %d (%s)", i, c.key)
 			}
 			require.Equal(t, 5, conflicts, "one body of parcel 8 wins, the five others are refused")
 		})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
 )
 
@@ -47,7 +48,7 @@ func TestIdempotencyKeyExpires(t *testing.T) {
 	r := s.Create(tok, "k-1", body)
 	require.Equal(t, http.StatusAccepted, r.Status)
 	within(expires(r), before.Add(24*time.Hour), time.Now().Add(24*time.Hour))
-	id := decode[labelRequest](t, r.Body).ID
+	id := stacktest.Decode[labels.LabelRequest](t, r.Body).ID
 
 	time.Sleep(1100 * time.Millisecond)
 	before = time.Now()

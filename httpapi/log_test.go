@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/httpapi"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/logtest"
@@ -59,7 +60,7 @@ func TestRequestLogLine(t *testing.T) {
 		wants = append(wants, w)
 	}
 	created := s.Create(tok, "k-log", bodyWithAddress(1, 100, "DE"), "X-Request-Id", "trace-1")
-	intent = decode[labelRequest](t, created.Body).ID
+	intent = stacktest.Decode[labels.LabelRequest](t, created.Body).ID
 	do(want{202, "create_label", "new", "fulfilment", "k-log", "intent"}, created)
 	do(want{202, "create_label", "replayed", "fulfilment", "k-log", "intent"}, s.Create(tok, "k-log", bodyWithAddress(1, 100, "DE")))
 	do(want{422, "create_label", "key_reused", "fulfilment", "k-log", ""}, s.Create(tok, "k-log", bodyWithAddress(1, 200, "DE")))

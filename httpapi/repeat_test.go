@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
 	"github.com/labelkit/labels/jobs"
@@ -32,11 +33,11 @@ func TestEveryRepeatOutcome(t *testing.T) {
 
 	first := s.Create(tok, "k1", body)
 	require.Equal(t, http.StatusAccepted, first.Status, string(first.Body))
-	lr := decode[labelRequest](t, first.Body)
+	lr := stacktest.Decode[labels.LabelRequest](t, first.Body)
 	pending := s.Create(tok, "k1", body)
 	require.Equal(t, http.StatusAccepted, pending.Status, string(pending.Body))
 	require.Equal(t, "true", pending.Header.Get("Idempotent-Replayed"))
-	require.Equal(t, lr.ID, decode[labelRequest](t, pending.Body).ID)
+	require.Equal(t, lr.ID, stacktest.Decode[labels.LabelRequest](t, pending.Body).ID)
 	requireProblem(t, s.Create(tok, "k1", stacktest.ParcelBody(918273, 1, 1500)), http.StatusUnprocessableEntity, "idempotency_key_reused")
 	close(s.Carrier.Release)
 
@@ -54,7 +55,7 @@ func TestEveryRepeatOutcome(t *testing.T) {
 	other := s.Token("other")
 	mine := s.Create(other, "k1", body)
 	require.Equal(t, http.StatusAccepted, mine.Status, string(mine.Body))
-	s.WaitFinal(other, decode[labelRequest](t, mine.Body).ID)
+	s.WaitFinal(other, stacktest.Decode[labels.LabelRequest](t, mine.Body).ID)
 
 	n, err := jobs.Sweep(context.Background(), s.Pool, time.Now().Add(25*time.Hour), 100, nil)
 	require.NoError(t, err)
@@ -74,7 +75,7 @@ func TestEveryRepeatOutcome(t *testing.T) {
 			r := s.Create(tok, "k5", burst)
 			statuses[i] = r.Status
 			if r.Status == http.StatusAccepted {
-				ids[i] = decode[labelRequest](t, r.Body).ID
+				ids[i] = stacktest.Decode[labels.LabelRequest](t, r.Body).ID
 			}
 		})
 	}
@@ -110,7 +111,7 @@ func TestTwoServersOneDatabase(t *testing.T) {
 		r := b.Create(tok, key, body)
 		require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
 		require.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
-		require.Equal(t, decode[labelRequest](t, first.Body).ID, decode[labelRequest](t, r.Body).ID)
+		require.Equal(t, stacktest.Decode[labels.LabelRequest](t, first.Body).ID, stacktest.Decode[labels.LabelRequest](t, r.Body).ID)
 	}
 	require.Equal(t, 64.0, testutil.ToFloat64(b.Metrics.IdempotencyOutcomes.WithLabelValues(metrics.OutcomeReplayed)))
 }

@@ -2,7 +2,6 @@ package jobs_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -20,27 +19,6 @@ import (
 	"github.com/labelkit/labels/postgres"
 )
 
-type labelRequest struct {
-	ID     string          `json:"id"`
-	Status string          `json:"status"`
-	Label  json.RawMessage `json:"label"`
-	Error  json.RawMessage `json:"error"`
-}
-
-func decode[T any](t *testing.T, b []byte) T {
-	t.Helper()
-	var v T
-	require.NoError(t, json.Unmarshal(b, &v), string(b))
-	return v
-}
-
-func accept(t *testing.T, s *stacktest.Stack, tok, key string, body []byte) labelRequest {
-	t.Helper()
-	r := s.Create(tok, key, body)
-	require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
-	return decode[labelRequest](t, r.Body)
-}
-
 // The carrier bought the label but the reply was lost: the retry, under the
 // same carrier key, gets the same label back, and only one is bought.
 func TestLostReplyGetsTheSameLabel(t *testing.T) {
@@ -53,13 +31,13 @@ func TestLostReplyGetsTheSameLabel(t *testing.T) {
 		return ""
 	}
 	tok := s.Token("fulfilment")
-	lr := accept(t, s, tok, "label:918273:1:v1", stacktest.ParcelBody(918273, 1, 1450))
-	final := decode[labelRequest](t, s.WaitFinal(tok, lr.ID).Body)
+	lr := s.Accept(tok, "label:918273:1:v1", stacktest.ParcelBody(918273, 1, 1450))
+	final := s.Final(tok, lr.ID)
 	require.Equal(t, "succeeded", final.Status)
 	require.Equal(t, 2, s.Carrier.Calls())
 	_, total := s.Carrier.Purchases("")
 	require.Equal(t, 1, total)
-	require.Equal(t, "CL-1", decode[map[string]any](t, final.Label)["carrier_label_id"])
+	require.Equal(t, "CL-1", stacktest.Decode[map[string]any](t, final.Label)["carrier_label_id"])
 	require.Equal(t, 2, dbtest.Scalar[int](t, s.Pool, `SELECT attempt FROM river_job WHERE args->>'request_id' = $1`, lr.ID), "the second job attempt bought it")
 	require.True(t, dbtest.Scalar[bool](t, s.Pool, `SELECT attempts IS NULL FROM idempotency_keys WHERE request_id = $1`, lr.ID), "the count is cleared on completion")
 }
@@ -72,10 +50,10 @@ func TestCarrierRejectionIsSavedAndReplayed(t *testing.T) {
 	s.Carrier.Script = func(int, string) string { return "reject" }
 	tok := s.Token("fulfilment")
 	body := stacktest.ParcelBody(7, 1, 100)
-	lr := accept(t, s, tok, "k-reject", body)
-	final := decode[labelRequest](t, s.WaitFinal(tok, lr.ID).Body)
+	lr := s.Accept(tok, "k-reject", body)
+	final := s.Final(tok, lr.ID)
 	require.Equal(t, "failed", final.Status)
-	p := decode[map[string]any](t, final.Error)
+	p := stacktest.Decode[map[string]any](t, final.Error)
 	require.Equal(t, "carrier_rejected", p["code"])
 	require.Equal(t, "address_invalid", p["carrier_code"])
 	require.Equal(t, "no such postal code", p["carrier_message"])
@@ -89,9 +67,9 @@ func TestCarrierRejectionIsSavedAndReplayed(t *testing.T) {
 
 	// A failed intent does not block its parcel: a new key is a new intent.
 	s.Carrier.Script = nil
-	again := accept(t, s, tok, "k-reject-2", body)
+	again := s.Accept(tok, "k-reject-2", body)
 	require.NotEqual(t, lr.ID, again.ID)
-	require.Equal(t, "succeeded", decode[labelRequest](t, s.WaitFinal(tok, again.ID).Body).Status)
+	require.Equal(t, "succeeded", s.Final(tok, again.ID).Status)
 }
 
 // A carrier that stays unreachable through MAX_ATTEMPTS gives a saved 502.
@@ -100,10 +78,10 @@ func TestCarrierUnavailableAfterMaxAttempts(t *testing.T) {
 	s := stacktest.New(t, stacktest.Opts{MaxAttempts: 3})
 	s.Carrier.Script = func(int, string) string { return "unavailable" }
 	tok := s.Token("fulfilment")
-	lr := accept(t, s, tok, "k-502", stacktest.ParcelBody(8, 1, 100))
-	final := decode[labelRequest](t, s.WaitFinal(tok, lr.ID).Body)
+	lr := s.Accept(tok, "k-502", stacktest.ParcelBody(8, 1, 100))
+	final := s.Final(tok, lr.ID)
 	require.Equal(t, "failed", final.Status)
-	require.Equal(t, "carrier_unavailable", decode[map[string]any](t, final.Error)["code"])
+	require.Equal(t, "carrier_unavailable", stacktest.Decode[map[string]any](t, final.Error)["code"])
 	require.Equal(t, 3, s.Carrier.Calls())
 	replay := s.Create(tok, "k-502", stacktest.ParcelBody(8, 1, 100))
 	require.Equal(t, http.StatusBadGateway, replay.Status)
@@ -117,13 +95,13 @@ func TestFencingStalledAttemptWritesNothing(t *testing.T) {
 	s := stacktest.New(t, stacktest.Opts{})
 	stalled := s.Carrier.StallFirst(1)
 	tok := s.Token("fulfilment")
-	lr := accept(t, s, tok, "k-fence", stacktest.ParcelBody(9, 1, 100))
+	lr := s.Accept(tok, "k-fence", stacktest.ParcelBody(9, 1, 100))
 	require.Eventually(t, stalled, 30*time.Second, 10*time.Millisecond)
 
 	// The lease runs out and the rescuer hands the job to a new attempt.
 	s.TakeOver(lr.ID)
 
-	final := decode[labelRequest](t, s.WaitFinal(tok, lr.ID).Body)
+	final := s.Final(tok, lr.ID)
 	require.Equal(t, "succeeded", final.Status)
 	require.Equal(t, 1.0, testutil.ToFloat64(s.Metrics.LeaseTakeovers))
 	labelBefore := dbtest.Scalar[string](t, s.Pool, `SELECT label_id FROM labels`)
@@ -155,14 +133,14 @@ func TestCrashAfterCarrierCallIsFinishedByAnotherAttempt(t *testing.T) {
 		},
 	})
 	tok := s.Token("fulfilment")
-	lr := accept(t, s, tok, "k-crash", stacktest.ParcelBody(10, 1, 100))
-	final := decode[labelRequest](t, s.WaitFinal(tok, lr.ID).Body)
+	lr := s.Accept(tok, "k-crash", stacktest.ParcelBody(10, 1, 100))
+	final := s.Final(tok, lr.ID)
 	require.Equal(t, "succeeded", final.Status)
 	require.True(t, crashed.Load())
 	require.Equal(t, 2, s.Carrier.Calls())
 	_, total := s.Carrier.Purchases("")
 	require.Equal(t, 1, total)
-	require.Equal(t, "CL-1", decode[map[string]any](t, final.Label)["carrier_label_id"])
+	require.Equal(t, "CL-1", stacktest.Decode[map[string]any](t, final.Label)["carrier_label_id"])
 	require.GreaterOrEqual(t, testutil.ToFloat64(s.Metrics.LeaseTakeovers), 1.0)
 }
 
@@ -172,7 +150,7 @@ func TestLeaseTakeoverAndFencing(t *testing.T) {
 	t.Parallel()
 	s := stacktest.New(t, stacktest.Opts{NoWorker: true})
 	tok := s.Token("fulfilment")
-	accept(t, s, tok, "k-lease", stacktest.ParcelBody(11, 1, 100))
+	s.Accept(tok, "k-lease", stacktest.ParcelBody(11, 1, 100))
 	ctx := context.Background()
 	requestID := dbtest.Scalar[string](t, s.Pool, `SELECT request_id FROM idempotency_keys WHERE idem_key = 'k-lease'`)
 	attempts := 0
@@ -230,7 +208,7 @@ func TestShutdownFinishesTheCarrierCall(t *testing.T) {
 		return "slow"
 	}
 	tok := s.Token("fulfilment")
-	lr := accept(t, s, tok, "k-shutdown", stacktest.ParcelBody(12, 1, 100))
+	lr := s.Accept(tok, "k-shutdown", stacktest.ParcelBody(12, 1, 100))
 	require.Eventually(t, inFlight.Load, 30*time.Second, 10*time.Millisecond)
 
 	stopped := make(chan error, 1)
@@ -259,10 +237,10 @@ func TestManyLabelsAtOnce(t *testing.T) {
 			const n = 120
 			ids := make([]string, n)
 			for i := range n {
-				ids[i] = accept(t, s, tok, fmt.Sprintf("label:%d:1:v1", 5000+i), stacktest.ParcelBody(int64(5000+i), 1, 100)).ID
+				ids[i] = s.Accept(tok, fmt.Sprintf("label:%d:1:v1", 5000+i), stacktest.ParcelBody(int64(5000+i), 1, 100)).ID
 			}
 			for _, id := range ids {
-				require.Equal(t, "succeeded", decode[labelRequest](t, s.WaitFinal(tok, id).Body).Status)
+				require.Equal(t, "succeeded", s.Final(tok, id).Status)
 			}
 			_, total := s.Carrier.Purchases("")
 			require.Equal(t, n, total)

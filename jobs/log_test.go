@@ -32,7 +32,7 @@ func TestJobAttemptLogLine(t *testing.T) {
 	address := []string{"Zebulon Quxworth", "77 Wobblegate Lane", "Flat Qv", "Frobnitzham", "QX7 3ZZ"}
 	body := fmt.Appendf(nil, `{"order_id":5,"parcel_no":1,"weight_g":1450,"service":"ground","ship_to":{"name":%q,"line1":%q,"line2":%q,"city":%q,"postal_code":%q,"country":"DE"}}`,
 		address[0], address[1], address[2], address[3], address[4])
-	lr := accept(t, s, tok, "k-log", body)
+	lr := s.Accept(tok, "k-log", body)
 
 	// The real simulator behind a token; its first purchase call fails with 503.
 	const carrierToken = "carrier-secret-Vq3x9Lr"
@@ -76,7 +76,7 @@ func TestJobAttemptLogLine(t *testing.T) {
 	inserted, err := client.Insert(ctx, jobs.BuyLabelArgs{RequestID: lr.ID}, nil)
 	require.NoError(t, err)
 
-	final := decode[labelRequest](t, s.WaitFinal(tok, lr.ID).Body)
+	final := s.Final(tok, lr.ID)
 	require.Equal(t, "succeeded", final.Status)
 	require.Eventually(t, func() bool { return len(buf.Lines(t, "buy_label attempt")) == 2 }, 30*time.Second, 10*time.Millisecond, buf.String())
 

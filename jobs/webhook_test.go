@@ -132,7 +132,7 @@ func TestWebhookOneEventPerFinalRequest(t *testing.T) {
 		{"k-down", client.EventFailed, "carrier_unavailable"},
 	} {
 		body := stacktest.ParcelBody(5000+int64(i), 1, 900)
-		lr := accept(t, s, tok, tc.key, body)
+		lr := s.Accept(tok, tc.key, body)
 		final := s.WaitFinal(tok, lr.ID)
 		require.Contains(t, string(final.Body), tc.code)
 		want[lr.ID] = tc.typ
@@ -141,7 +141,7 @@ func TestWebhookOneEventPerFinalRequest(t *testing.T) {
 			require.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
 		}
 	}
-	other := accept(t, s, quiet, "k-quiet", stacktest.ParcelBody(6000, 1, 900))
+	other := s.Accept(quiet, "k-quiet", stacktest.ParcelBody(6000, 1, 900))
 	s.WaitFinal(quiet, other.ID)
 
 	require.Eventually(t, func() bool {
@@ -188,7 +188,7 @@ func TestWebhookReceiverDownThenUp(t *testing.T) {
 	tok := s.Token("shop")
 	secret := setHook(t, s, "shop", "http://"+addr+"/hooks")
 
-	lr := accept(t, s, tok, "k-1", stacktest.ParcelBody(7000, 1, 900))
+	lr := s.Accept(tok, "k-1", stacktest.ParcelBody(7000, 1, 900))
 	s.WaitFinal(tok, lr.ID)
 	require.Eventually(t, func() bool { return testutil.ToFloat64(m.Attempts.WithLabelValues("error")) >= 2 }, time.Minute, 10*time.Millisecond,
 		"attempts refused while nothing listens")
@@ -253,7 +253,7 @@ func TestWebhookDisabling(t *testing.T) {
 		return hs[0]
 	}
 	final := func(key string, order int64) string {
-		lr := accept(t, s, tok, key, stacktest.ParcelBody(order, 1, 900))
+		lr := s.Accept(tok, key, stacktest.ParcelBody(order, 1, 900))
 		s.WaitFinal(tok, lr.ID)
 		require.Eventually(t, func() bool { st, _ := eventState(t, s, lr.ID); return st != "pending" }, time.Minute, 10*time.Millisecond)
 		return lr.ID
@@ -310,7 +310,7 @@ func TestWebhookRotationSignsWithBoth(t *testing.T) {
 	require.NoError(t, postgres.RotateWebhookSecret(ctx, s.Pool, "shop", postgres.Secret{Value: stored, Sealed: sealed}, time.Hour))
 
 	deliver := func(key string, order int64) delivery {
-		lr := accept(t, s, tok, key, stacktest.ParcelBody(order, 1, 900))
+		lr := s.Accept(tok, key, stacktest.ParcelBody(order, 1, 900))
 		s.WaitFinal(tok, lr.ID)
 		require.Eventually(t, func() bool { st, _ := eventState(t, s, lr.ID); return st == "delivered" }, time.Minute, 10*time.Millisecond)
 		got := rc.deliveries()
@@ -355,7 +355,7 @@ func TestWebhookPrivateAddressRefusedAtDelivery(t *testing.T) {
 		tok := s.Token(caller)
 		// Stored directly: `api webhook set` refuses these (cmd/api's tests).
 		setHook(t, s, caller, "http://"+net.JoinHostPort(host, port)+"/hooks")
-		lr := accept(t, s, tok, "k-1", stacktest.ParcelBody(9500+int64(i), 1, 900))
+		lr := s.Accept(tok, "k-1", stacktest.ParcelBody(9500+int64(i), 1, 900))
 		s.WaitFinal(tok, lr.ID)
 		require.Eventually(t, func() bool { st, _ := eventState(t, s, lr.ID); return st == "dropped" }, time.Minute, 10*time.Millisecond, host)
 		require.Contains(t, dbtest.Scalar[string](t, s.Pool, `SELECT last_error FROM webhook_events WHERE request_id = $1`, lr.ID), "refused to connect")
@@ -396,7 +396,7 @@ func TestWebhookAttemptLogLine(t *testing.T) {
 	})
 	tok := s.Token("fulfilment")
 	secret := setHook(t, s, "fulfilment", rc.srv.URL)
-	lr := accept(t, s, tok, "k-log", stacktest.ParcelBody(77, 1, 900))
+	lr := s.Accept(tok, "k-log", stacktest.ParcelBody(77, 1, 900))
 	// Completed as the buy-label worker does, which writes the event.
 	lease := uuid.New()
 	leases, err := postgres.TakeLeases(ctx, s.Pool, []postgres.LeaseRow{{RequestID: lr.ID, Token: lease}}, time.Minute)
@@ -470,7 +470,7 @@ func TestWebhookSealedSecretNeedsTheKey(t *testing.T) {
 	require.NoError(t, err)
 	_, err = postgres.SetWebhook(ctx, s.Pool, "shop", rc.srv.URL, postgres.Secret{Value: stored, Sealed: sealed})
 	require.NoError(t, err)
-	lr := accept(t, s, tok, "k-1", stacktest.ParcelBody(9900, 1, 900))
+	lr := s.Accept(tok, "k-1", stacktest.ParcelBody(9900, 1, 900))
 	s.WaitFinal(tok, lr.ID)
 	require.Eventually(t, func() bool { st, _ := eventState(t, s, lr.ID); return st == "dropped" }, time.Minute, 10*time.Millisecond)
 	require.Contains(t, dbtest.Scalar[string](t, s.Pool, `SELECT last_error FROM webhook_events WHERE request_id = $1`, lr.ID), "WEBHOOK_SECRET_KEY is not set")
@@ -491,7 +491,7 @@ func TestWebhookDeleteDropsAndCounts(t *testing.T) {
 	setHook(t, s, "shop", rc.srv.URL)
 	var ids []string
 	for i := range 2 {
-		lr := accept(t, s, tok, fmt.Sprintf("k-%d", i), stacktest.ParcelBody(9700+int64(i), 1, 900))
+		lr := s.Accept(tok, fmt.Sprintf("k-%d", i), stacktest.ParcelBody(9700+int64(i), 1, 900))
 		s.WaitFinal(tok, lr.ID)
 		ids = append(ids, lr.ID)
 	}

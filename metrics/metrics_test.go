@@ -77,20 +77,6 @@ func eventually(t *testing.T, g prometheus.Gatherer, want float64, name string, 
 		"%s%v: want %v, have %v", name, labels, want, value(t, g, name, labels...))
 }
 
-type labelRequest struct {
-	ID     string `json:"id"`
-	Status string `json:"status"`
-}
-
-func accept(t *testing.T, s *stacktest.Stack, tok, key string, body []byte) labelRequest {
-	t.Helper()
-	r := s.Create(tok, key, body)
-	require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
-	var lr labelRequest
-	require.NoError(t, json.Unmarshal(r.Body, &lr))
-	return lr
-}
-
 // The names of every metric before this change, which dashboards and alerts
 // use: a rename or a removal breaks them, so a name may only be added.
 var stableNames = []string{
@@ -157,7 +143,7 @@ func TestHTTPRequestsByRouteStatusAndDuration(t *testing.T) {
 	tok := s.Token("fulfilment")
 	g := s.Metrics.Registry
 
-	lr := accept(t, s, tok, "k-http", stacktest.ParcelBody(1, 1, 100))
+	lr := s.Accept(tok, "k-http", stacktest.ParcelBody(1, 1, 100))
 	require.Equal(t, http.StatusUnauthorized, s.Create("", "k-http", stacktest.ParcelBody(1, 1, 100)).Status)
 	require.Equal(t, http.StatusOK, s.Do(http.MethodGet, "/v1/label-requests/"+lr.ID, tok, nil).Status)
 	require.Equal(t, http.StatusNotFound, s.Do(http.MethodGet, "/v1/label-requests/lr_nope", tok, nil).Status)
@@ -216,7 +202,7 @@ func TestSweeperDeletionsAndPurgedKeyReused(t *testing.T) {
 	g := s.Metrics.Registry
 	body := stacktest.ParcelBody(918273, 1, 1450)
 	for i, key := range []string{"label:918273:1:v1", "label:918273:2:v1"} {
-		lr := accept(t, s, tok, key, stacktest.ParcelBody(918273, i+1, 1450))
+		lr := s.Accept(tok, key, stacktest.ParcelBody(918273, i+1, 1450))
 		s.WaitFinal(tok, lr.ID)
 	}
 
@@ -252,7 +238,7 @@ func TestCarrierCallsAndJobOutcomes(t *testing.T) {
 	tok := s.Token("fulfilment")
 	g := s.Metrics.Registry
 
-	lost := accept(t, s, tok, "k-lost", stacktest.ParcelBody(20, 1, 100))
+	lost := s.Accept(tok, "k-lost", stacktest.ParcelBody(20, 1, 100))
 	require.Equal(t, `"succeeded"`, status(t, s.WaitFinal(tok, lost.ID).Body))
 	eventually(t, g, 1, "labels_job_outcomes_total", "kind", "buy_label", "outcome", "carrier_unknown")
 	eventually(t, g, 1, "labels_job_outcomes_total", "kind", "buy_label", "outcome", "succeeded")
@@ -261,7 +247,7 @@ func TestCarrierCallsAndJobOutcomes(t *testing.T) {
 	require.Equal(t, 1.0, value(t, g, "labels_carrier_call_duration_seconds", "outcome", "unknown"))
 	require.Equal(t, 1.0, value(t, g, "labels_carrier_call_duration_seconds", "outcome", "replayed"))
 
-	rejected := accept(t, s, tok, "k-reject", stacktest.ParcelBody(21, 1, 100))
+	rejected := s.Accept(tok, "k-reject", stacktest.ParcelBody(21, 1, 100))
 	require.Equal(t, `"failed"`, status(t, s.WaitFinal(tok, rejected.ID).Body))
 	eventually(t, g, 1, "labels_job_outcomes_total", "kind", "buy_label", "outcome", "failed_carrier_rejected")
 	require.Equal(t, 1.0, value(t, g, "labels_carrier_calls_total", "outcome", "rejected"))
@@ -286,7 +272,7 @@ func TestLeaseTakeoverAndFencingRejection(t *testing.T) {
 	stalled := s.Carrier.StallFirst(1)
 	tok := s.Token("fulfilment")
 	g := s.Metrics.Registry
-	lr := accept(t, s, tok, "k-fence", stacktest.ParcelBody(30, 1, 100))
+	lr := s.Accept(tok, "k-fence", stacktest.ParcelBody(30, 1, 100))
 	require.Eventually(t, stalled, 30*time.Second, 10*time.Millisecond)
 	require.Equal(t, 0.0, value(t, g, "labels_lease_takeovers_total"))
 

@@ -53,7 +53,7 @@ func TestPendingIntentsByAgeOldestAndOutboxLag(t *testing.T) {
 
 	ids := make([]string, 5)
 	for i := range ids {
-		ids[i] = accept(t, s, tok, "k-age-"+string(rune('a'+i)), stacktest.ParcelBody(40, i+1, 100)).ID
+		ids[i] = s.Accept(tok, "k-age-"+string(rune('a'+i)), stacktest.ParcelBody(40, i+1, 100)).ID
 	}
 	// Age them: 0s, 5 min, 30 min, 2 h and 3 h.
 	for i, age := range []string{"0 seconds", "5 minutes", "30 minutes", "2 hours", "3 hours"} {

@@ -6,6 +6,7 @@ package stacktest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/httpapi"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
@@ -177,6 +179,23 @@ func (s *Stack) Create(token, key string, body []byte, headers ...string) Respon
 	return s.Do(http.MethodPost, "/v1/labels", token, body, append([]string{"Idempotency-Key", key}, headers...)...)
 }
 
+// Accept creates a label request under key, requires it accepted (202) and
+// returns it.
+func (s *Stack) Accept(token, key string, body []byte) labels.LabelRequest {
+	s.T.Helper()
+	r := s.Create(token, key, body)
+	require.Equal(s.T, http.StatusAccepted, r.Status, string(r.Body))
+	return Decode[labels.LabelRequest](s.T, r.Body)
+}
+
+// Decode unmarshals the JSON of b, failing t when it does not decode.
+func Decode[T any](t testing.TB, b []byte) T {
+	t.Helper()
+	var v T
+	require.NoError(t, json.Unmarshal(b, &v), string(b))
+	return v
+}
+
 // WaitFinal polls a label request until it is final and returns it.
 func (s *Stack) WaitFinal(token, requestID string) Response {
 	s.T.Helper()
@@ -192,6 +211,12 @@ func (s *Stack) WaitFinal(token, requestID string) Response {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Final waits until a label request is final and returns it.
+func (s *Stack) Final(token, requestID string) labels.LabelRequest {
+	s.T.Helper()
+	return Decode[labels.LabelRequest](s.T, s.WaitFinal(token, requestID).Body)
 }
 
 // ParcelBody returns a valid request body for order and parcel.
