@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -40,9 +39,9 @@ type pooledStack struct {
 	direct     *pgxpool.Pool // straight to PostgreSQL, for the checks
 	directURL  string
 	pooledURL  string
-	apiURL     string
-	carrierURL string
+	api        *stacktest.Stack // the API, with the caller's token
 	token      string
+	carrierURL string
 	workers    []*proctest.Process
 	metrics    []string // each worker's metrics base URL
 	http       *http.Client
@@ -90,7 +89,7 @@ func startPooledStack(t *testing.T, keyRetention time.Duration) *pooledStack {
 	}
 	s.carrierURL = start("carrier", "carrier", "listening", []string{"CARRIER_ADDR=127.0.0.1:0", "LOG_FORMAT=json", "SIM_LATENCY=20ms"})
 	retention := "KEY_RETENTION=" + keyRetention.String()
-	s.apiURL = start("api", "api", "listening", append(withDirect, "API_ADDR=127.0.0.1:0", retention))
+	s.api = &stacktest.Stack{T: t, URL: start("api", "api", "listening", append(withDirect, "API_ADDR=127.0.0.1:0", retention)), Client: s.http}
 	workerEnv := []string{"CARRIER_URL=" + s.carrierURL, "METRICS_ADDR=127.0.0.1:0", "CARRIER_TIMEOUT=2s", "LEASE_DURATION=4s",
 		"RETRY_BASE=100ms", "RETRY_MAX=1s", retention, "SWEEP_INTERVAL=1s"}
 	start("worker-1", "worker", "metrics listening", append(append(withDirect, workerEnv...), "LOG_LEVEL=info"))
@@ -98,48 +97,9 @@ func startPooledStack(t *testing.T, keyRetention time.Duration) *pooledStack {
 	return s
 }
 
-type answer struct {
-	status int
-	header http.Header
-	body   []byte
-}
-
-func (s *pooledStack) do(method, url string, body []byte, headers ...string) answer {
+func (s *pooledStack) create(key string, body []byte, headers ...string) stacktest.Response {
 	s.t.Helper()
-	req, err := http.NewRequest(method, url, bytes.NewReader(body))
-	require.NoError(s.t, err)
-	req.Header.Set("Authorization", "Bearer "+s.token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	resp, err := s.http.Do(req)
-	require.NoError(s.t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(s.t, err)
-	return answer{resp.StatusCode, resp.Header, b}
-}
-
-func (s *pooledStack) create(key string, body []byte, headers ...string) answer {
-	s.t.Helper()
-	return s.do(http.MethodPost, s.apiURL+"/v1/labels", body, append([]string{"Idempotency-Key", key}, headers...)...)
-}
-
-// waitFinal polls a label request (its Location) until it is final.
-func (s *pooledStack) waitFinal(loc string) answer {
-	s.t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		a := s.do(http.MethodGet, s.apiURL+loc, nil)
-		require.Equal(s.t, http.StatusOK, a.status, string(a.body))
-		if !bytes.Contains(a.body, []byte(`"status":"pending"`)) || time.Now().After(deadline) {
-			return a
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return s.api.Create(s.token, key, body, headers...)
 }
 
 func (s *pooledStack) count(sql string, args ...any) int {
@@ -195,30 +155,30 @@ func TestStackThroughPgBouncer(t *testing.T) {
 	// key with another body is 422.
 	body := stacktest.ParcelBody(918273, 1, 1450)
 	first := s.create("label:918273:1:v1", body)
-	require.Equal(t, http.StatusAccepted, first.status, string(first.body))
-	loc := first.header.Get("Location")
+	require.Equal(t, http.StatusAccepted, first.Status, string(first.Body))
+	loc := first.Header.Get("Location")
 	require.True(t, strings.HasPrefix(loc, "/v1/label-requests/"), loc)
-	require.Contains(t, string(s.waitFinal(loc).body), `"status":"succeeded"`)
+	require.Equal(t, "succeeded", s.api.Final(s.token, strings.TrimPrefix(loc, "/v1/label-requests/")).Status)
 	replay := s.create("label:918273:1:v1", body)
-	require.Equal(t, http.StatusCreated, replay.status, string(replay.body))
-	require.Equal(t, "true", replay.header.Get("Idempotent-Replayed"))
+	require.Equal(t, http.StatusCreated, replay.Status, string(replay.Body))
+	require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
 	again := s.create("label:918273:1:v1", body)
-	require.Equal(t, replay.body, again.body, "the saved outcome, byte for byte")
+	require.Equal(t, replay.Body, again.Body, "the saved outcome, byte for byte")
 	other := s.create("label:918273:1:v1", stacktest.ParcelBody(918273, 1, 9999))
-	require.Equal(t, http.StatusUnprocessableEntity, other.status, string(other.body))
+	require.Equal(t, http.StatusUnprocessableEntity, other.Status, string(other.Body))
 
 	// Prefer: wait on the first POST: the outcome within the wait.
 	waited := s.create("label:918274:1:v1", stacktest.ParcelBody(918274, 1, 100), "Prefer", "wait=20")
-	require.Equal(t, http.StatusCreated, waited.status, string(waited.body))
-	require.Equal(t, "wait=20", waited.header.Get("Preference-Applied"))
+	require.Equal(t, http.StatusCreated, waited.Status, string(waited.Body))
+	require.Equal(t, "wait=20", waited.Header.Get("Preference-Applied"))
 
 	// Many clients on the two server connections: 60 intents, each sent three
 	// times at once, then once more after it is final.
 	const n = 60
 	var wg sync.WaitGroup
-	answers := make([][]answer, n)
+	answers := make([][]stacktest.Response, n)
 	for i := range n {
-		answers[i] = make([]answer, 3)
+		answers[i] = make([]stacktest.Response, 3)
 		for j := range 3 {
 			wg.Go(func() {
 				answers[i][j] = s.create(fmt.Sprintf("burst-%d", i), stacktest.ParcelBody(int64(20_000+i), 1, 100), "Prefer", "wait=30")
@@ -229,10 +189,10 @@ func TestStackThroughPgBouncer(t *testing.T) {
 	for i := range n {
 		for j := range 3 {
 			a := answers[i][j]
-			require.Contains(t, []int{http.StatusCreated, http.StatusAccepted}, a.status, string(a.body))
+			require.Contains(t, []int{http.StatusCreated, http.StatusAccepted}, a.Status, string(a.Body))
 		}
 		r := s.create(fmt.Sprintf("burst-%d", i), stacktest.ParcelBody(int64(20_000+i), 1, 100), "Prefer", "wait=30")
-		require.Equal(t, http.StatusCreated, r.status, string(r.body))
+		require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
 	}
 	require.Equal(t, n+2, s.count(`SELECT count(*) FROM labels`))
 	require.Equal(t, n+2, s.count(`SELECT count(*) FROM label_intents WHERE status = 'succeeded'`))
@@ -251,7 +211,7 @@ func TestStackThroughPgBouncer(t *testing.T) {
 	before := s.metric(1, succeeded)
 	require.NoError(t, s.workers[0].Signal(syscall.SIGSTOP))
 	polled := s.create("poll-only", stacktest.ParcelBody(918275, 1, 100), "Prefer", "wait=30")
-	require.Equal(t, http.StatusCreated, polled.status, string(polled.body))
+	require.Equal(t, http.StatusCreated, polled.Status, string(polled.Body))
 	require.Equal(t, before+1, s.metric(1, succeeded))
 
 	// Fencing: worker-2 stalls (SIGSTOP) in the middle of a purchase, the
@@ -265,8 +225,8 @@ func TestStackThroughPgBouncer(t *testing.T) {
 	}
 	setLatency("1500ms")
 	fence := s.create("k-fence", stacktest.ParcelBody(30, 1, 100))
-	require.Equal(t, http.StatusAccepted, fence.status, string(fence.body))
-	id := strings.TrimPrefix(fence.header.Get("Location"), "/v1/label-requests/")
+	require.Equal(t, http.StatusAccepted, fence.Status, string(fence.Body))
+	id := strings.TrimPrefix(fence.Header.Get("Location"), "/v1/label-requests/")
 	require.Eventually(t, func() bool {
 		return s.count(`SELECT count(*) FROM idempotency_keys WHERE idem_key = 'k-fence' AND lease_token IS NOT NULL`) == 1
 	}, time.Minute, 20*time.Millisecond)
@@ -278,7 +238,7 @@ func TestStackThroughPgBouncer(t *testing.T) {
 	require.NoError(t, err)
 	_, err = s.direct.Exec(ctx, `UPDATE river_job SET state = 'available', scheduled_at = now(), attempted_by = NULL WHERE args->>'request_id' = $1`, id)
 	require.NoError(t, err)
-	require.Contains(t, string(s.waitFinal("/v1/label-requests/"+id).body), `"status":"succeeded"`)
+	require.Equal(t, "succeeded", s.api.Final(s.token, id).Status)
 	require.NoError(t, s.workers[1].Signal(syscall.SIGCONT))
 	require.Eventually(t, func() bool { return s.metric(1, "labels_fencing_rejections_total") == 1 }, time.Minute, 50*time.Millisecond,
 		"the stalled attempt's completion is fenced")

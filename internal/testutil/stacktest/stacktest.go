@@ -55,9 +55,11 @@ type Opts struct {
 
 // Stack is a running pipeline.
 type Stack struct {
-	T       testing.TB
-	Pool    *pgxpool.Pool
-	URL     string // the API's base URL
+	T    testing.TB
+	Pool *pgxpool.Pool
+	URL  string // the API's base URL
+	// Client sends the requests of Do (nil: http.DefaultClient).
+	Client  *http.Client
 	Carrier *FakeCarrier
 	Metrics *metrics.Metrics
 	River   *river.Client[pgx.Tx]
@@ -165,7 +167,11 @@ func (s *Stack) Do(method, path, token string, body []byte, headers ...string) R
 		}
 		req.Header.Add(headers[i], headers[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	client := s.Client
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(req)
 	require.NoError(s.T, err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
