@@ -78,8 +78,7 @@ func TestLosingTheDatabase(t *testing.T) {
 	}
 	_, total := s.Carrier.Purchases("")
 	require.Equal(t, len(ids), total, "one purchase per intent")
-	var labels int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM labels`).Scan(&labels))
+	labels := dbtest.Scalar[int](t, pool, `SELECT count(*) FROM labels`)
 	require.Equal(t, len(ids), labels)
 }
 

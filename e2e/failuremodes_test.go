@@ -141,8 +141,7 @@ func TestDownstreamWithoutKey(t *testing.T) {
 			require.Equal(t, 1, s.Count(`SELECT count(*) FROM label_intents WHERE status = 'succeeded'`))
 			require.Equal(t, 1, s.Count(`SELECT count(*) FROM labels`))
 			require.Equal(t, 1, s.Count(`SELECT count(*) FROM idempotency_keys WHERE state = 'completed'`))
-			var requestID string
-			require.NoError(t, s.Pool.QueryRow(ctx, `SELECT request_id FROM label_intents`).Scan(&requestID))
+			requestID := dbtest.Scalar[string](t, s.Pool, `SELECT request_id FROM label_intents`)
 
 			// The carrier's side: the first reply was lost after the purchase, the
 			// retry sent the same key; whether it bought again is up to the carrier.

@@ -115,7 +115,6 @@ func TestWebhookWorkerKilledMidDelivery(t *testing.T) {
 		ids[ev.ID] = true
 	}
 	require.Len(t, ids, 1, "the same webhook-id on both: %v", ids)
-	var attempts int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT attempts FROM webhook_events`).Scan(&attempts))
+	attempts := dbtest.Scalar[int](t, pool, `SELECT attempts FROM webhook_events`)
 	require.Equal(t, 2, attempts, "the killed attempt is counted")
 }

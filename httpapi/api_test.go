@@ -79,8 +79,7 @@ func TestCreatePollReplayReuse(t *testing.T) {
 	// Saved byte for byte: a second replay and GET /v1/labels/{id} are identical.
 	again := s.Create(tok, "label:918273:1:v1", body)
 	require.Equal(t, replay.Body, again.Body)
-	var saved string
-	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT response_body::text FROM idempotency_keys WHERE idem_key = $1`, "label:918273:1:v1").Scan(&saved))
+	saved := dbtest.Scalar[string](t, s.Pool, `SELECT response_body::text FROM idempotency_keys WHERE idem_key = $1`, "label:918273:1:v1")
 	require.Equal(t, saved, string(replay.Body))
 	got := s.Do(http.MethodGet, "/v1/labels/"+label["label_id"].(string), tok, nil)
 	require.Equal(t, http.StatusOK, got.Status)
@@ -132,8 +131,7 @@ func TestLabelDocument(t *testing.T) {
 
 func carrierKeyOf(t *testing.T, s *stacktest.Stack, callerID, key string) string {
 	t.Helper()
-	var ck string
-	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT carrier_key FROM label_intents WHERE caller_id = $1 AND idem_key = $2`, callerID, key).Scan(&ck))
+	ck := dbtest.Scalar[string](t, s.Pool, `SELECT carrier_key FROM label_intents WHERE caller_id = $1 AND idem_key = $2`, callerID, key)
 	return ck
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels"
+	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
 )
 
@@ -64,8 +65,7 @@ func TestIdempotencyKeyExpires(t *testing.T) {
 
 	close(s.Carrier.Release)
 	s.WaitFinal(tok, id)
-	var stored time.Time
-	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT expires_at FROM idempotency_keys WHERE idem_key = 'k-1'`).Scan(&stored))
+	stored := dbtest.Scalar[time.Time](t, s.Pool, `SELECT expires_at FROM idempotency_keys WHERE idem_key = 'k-1'`)
 	r = s.Create(tok, "k-1", body)
 	require.Equal(t, http.StatusCreated, r.Status)
 	want := stored.Truncate(time.Second)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels/httpapi"
+	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
 )
 
@@ -129,7 +130,6 @@ func TestHostileInput(t *testing.T) {
 	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM idempotency_keys), (SELECT count(*) FROM label_intents)`).Scan(&keys, &intents))
 	require.Zero(t, keys)
 	require.Zero(t, intents)
-	var tables int
-	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_tables WHERE tablename = 'labels'`).Scan(&tables))
+	tables := dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM pg_tables WHERE tablename = 'labels'`)
 	require.Equal(t, 1, tables)
 }

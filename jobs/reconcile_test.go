@@ -155,8 +155,7 @@ func TestReconcileWorker(t *testing.T) {
 
 	require.ErrorAs(t, w.Work(ctx, reconcileJob("yesterday")), &cancel)
 
-	var runs int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM reconcile_runs`).Scan(&runs))
+	runs := dbtest.Scalar[int](t, pool, `SELECT count(*) FROM reconcile_runs`)
 	require.Equal(t, 1, runs, "only the run that worked is saved")
 }
 

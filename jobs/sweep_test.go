@@ -57,8 +57,7 @@ func TestSweepPurgesOnlyExpiredCompletedKeys(t *testing.T) {
 	require.Equal(t, 10, fresh)
 	require.Equal(t, 10, started, "started keys are never purged, however old")
 
-	var tombstones int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_tombstones`).Scan(&tombstones))
+	tombstones := dbtest.Scalar[int](t, pool, `SELECT count(*) FROM idempotency_tombstones`)
 	require.Equal(t, 2500, tombstones, "every purged key leaves a tombstone")
 	tn, err := jobs.SweepTombstones(ctx, pool, now.Add(-time.Minute), 300)
 	require.NoError(t, err)
@@ -120,8 +119,7 @@ func TestCompletedSweepsAreKeptBriefly(t *testing.T) {
 	t.Cleanup(func() { _ = client.Stop(context.WithoutCancel(ctx)) })
 
 	count := func(where string) int {
-		var n int
-		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE `+where).Scan(&n))
+		n := dbtest.Scalar[int](t, pool, `SELECT count(*) FROM river_job WHERE `+where)
 		return n
 	}
 	// Two sweeps have run: the first deleted the old one, the second kept the

@@ -22,8 +22,7 @@ func TestServiceSessionSettings(t *testing.T) {
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	require.NoError(t, err)
 	defer pool.Close()
-	var v string
-	require.NoError(t, pool.QueryRow(context.Background(), `SHOW idle_in_transaction_session_timeout`).Scan(&v))
+	v := dbtest.Scalar[string](t, pool, `SHOW idle_in_transaction_session_timeout`)
 	require.Equal(t, "15s", v)
 }
 

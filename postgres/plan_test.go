@@ -69,8 +69,7 @@ func TestDispatchPlanFollowsTheTable(t *testing.T) {
 	tx, err := conn.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck // only explains
-	var plan string
-	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (FORMAT JSON) `+strings.Replace(postgres.SQLDispatch, "$1", "500", 1)).Scan(&plan))
+	plan := dbtest.Scalar[string](t, tx, `EXPLAIN (FORMAT JSON) `+strings.Replace(postgres.SQLDispatch, "$1", "500", 1))
 	require.Contains(t, plan, `"Index Name": "label_intents_undispatched"`)
 	require.NotContains(t, plan, `Seq Scan`)
 }

@@ -76,8 +76,7 @@ func TestWebhookCommands(t *testing.T) {
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, len(raw), 24)
 	require.Equal(t, 1, strings.Count(out, "whsec_"))
-	var stored []byte
-	require.NoError(t, pool.QueryRow(ctx, `SELECT secret FROM webhook_secrets WHERE caller_id = 'shop'`).Scan(&stored))
+	stored := dbtest.Scalar[[]byte](t, pool, `SELECT secret FROM webhook_secrets WHERE caller_id = 'shop'`)
 	require.Equal(t, raw, stored)
 
 	// Setting again changes the URL and keeps the secret: nothing printed twice.
