@@ -64,7 +64,7 @@ func TestEffectAndRecordCommitTogether(t *testing.T) {
 				require.NoError(t, err, sql)
 			}
 			crashes := func() int {
-				return dbtest.Scalar[int](t, s.Pool, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM crashes`)
+				return s.Count(`SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM crashes`)
 			}
 
 			tok := s.Token("fulfilment")
@@ -77,9 +77,9 @@ func TestEffectAndRecordCommitTogether(t *testing.T) {
 			// gets it back) and died before their commit, each crashing once in
 			// its completion.
 			require.Eventually(t, func() bool { return s.Carrier.Calls() >= 2 && crashes() >= 3 }, time.Minute, 10*time.Millisecond)
-			require.Equal(t, 0, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM labels`), "no label without its completed key")
+			require.Equal(t, 0, s.Count(`SELECT count(*) FROM labels`), "no label without its completed key")
 			require.Equal(t, "started", dbtest.Scalar[string](t, s.Pool, `SELECT state::text FROM idempotency_keys`), "no completed key without its label")
-			require.Equal(t, 0, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM idempotency_keys WHERE response_body IS NOT NULL`))
+			require.Equal(t, 0, s.Count(`SELECT count(*) FROM idempotency_keys WHERE response_body IS NOT NULL`))
 			require.Equal(t, "pending", dbtest.Scalar[string](t, s.Pool, `SELECT status FROM label_intents WHERE request_id = $1`, id))
 			repeat := s.Create(tok, "label:918273:1:v1", body)
 			require.Equal(t, http.StatusAccepted, repeat.Status, "a repeat meanwhile is still pending: %s", repeat.Body)
@@ -92,7 +92,7 @@ func TestEffectAndRecordCommitTogether(t *testing.T) {
 			require.Contains(t, string(final.Body), `"status":"succeeded"`)
 
 			// The label and the key committed together, with the one label bought.
-			require.Equal(t, 1, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM labels`))
+			require.Equal(t, 1, s.Count(`SELECT count(*) FROM labels`))
 			labelID := dbtest.Scalar[string](t, s.Pool, `SELECT label_id FROM labels`)
 			require.Equal(t, "completed", dbtest.Scalar[string](t, s.Pool, `SELECT state::text FROM idempotency_keys`))
 			saved := dbtest.Scalar[string](t, s.Pool, `SELECT response_body::text FROM idempotency_keys`)

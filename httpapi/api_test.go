@@ -153,8 +153,8 @@ func TestReplayWhileePendingAndCanonicalForms(t *testing.T) {
 	require.Equal(t, lr.ID, stacktest.Decode[labels.LabelRequest](t, r.Body).ID)
 	require.Equal(t, "/v1/label-requests/"+lr.ID, r.Header.Get("Location"))
 	require.NotEmpty(t, r.Header.Get("Retry-After"))
-	require.Equal(t, 1, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM label_intents`))
-	require.Equal(t, 1, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM idempotency_keys`))
+	require.Equal(t, 1, s.Count(`SELECT count(*) FROM label_intents`))
+	require.Equal(t, 1, s.Count(`SELECT count(*) FROM idempotency_keys`))
 }
 
 // A repeat is answered from what is stored, without writing: it is read
@@ -217,7 +217,7 @@ func TestKeyAndAuthErrors(t *testing.T) {
 	requireProblem(t, r, http.StatusUnauthorized, "unauthenticated")
 	// 401 comes before anything else is looked at, even a missing key.
 	requireProblem(t, s.Do(http.MethodPost, "/v1/labels", "", []byte("garbage")), http.StatusUnauthorized, "unauthenticated")
-	require.Equal(t, 1, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM idempotency_keys`))
+	require.Equal(t, 1, s.Count(`SELECT count(*) FROM idempotency_keys`))
 }
 
 func TestValidation(t *testing.T) {
@@ -284,7 +284,7 @@ func TestValidation(t *testing.T) {
 	requireProblem(t, s.Create(tok, "big", big), http.StatusRequestEntityTooLarge, "payload_too_large")
 
 	// Nothing was stored; the same key with a corrected body is new.
-	require.Equal(t, 0, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM idempotency_keys`))
+	require.Equal(t, 0, s.Count(`SELECT count(*) FROM idempotency_keys`))
 	require.Equal(t, http.StatusAccepted, s.Create(tok, "v-order_zero", stacktest.ParcelBody(5, 1, 100)).Status)
 }
 
@@ -323,7 +323,7 @@ func TestErrorTexts(t *testing.T) {
 	require.Equal(t, "Unsupported media type", media.Title)
 	require.Equal(t, "the body must be sent as Content-Type: application/json", media.Detail)
 	require.Equal(t, "application/json", r.Header.Get("Accept-Post"))
-	require.Equal(t, 0, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM idempotency_keys`), "a refusal stores nothing")
+	require.Equal(t, 0, s.Count(`SELECT count(*) FROM idempotency_keys`), "a refusal stores nothing")
 }
 
 // A second caller with the same key makes an independent request; everything
@@ -387,7 +387,7 @@ func TestConcurrentIdenticalRequests(t *testing.T) {
 			require.Equal(t, first, ids[i])
 		}
 	}
-	require.Equal(t, 1, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM label_intents`))
+	require.Equal(t, 1, s.Count(`SELECT count(*) FROM label_intents`))
 	s.WaitFinal(tok, first)
 	n, total := s.Carrier.Purchases(carrierKeyOf(t, s, "fulfilment", "label:918273:1:v1"))
 	require.Equal(t, 1, n)
@@ -403,8 +403,8 @@ func TestAcceptIsOneTransaction(t *testing.T) {
 	tok := s.Token("fulfilment")
 	r := s.Create(tok, "k", stacktest.ParcelBody(1, 1, 100))
 	require.GreaterOrEqual(t, r.Status, 500)
-	require.Equal(t, 0, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM idempotency_keys`))
-	require.Equal(t, 0, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM label_intents`))
+	require.Equal(t, 0, s.Count(`SELECT count(*) FROM idempotency_keys`))
+	require.Equal(t, 0, s.Count(`SELECT count(*) FROM label_intents`))
 }
 
 func serve(t *testing.T, h http.Handler) string {
@@ -469,9 +469,9 @@ func TestConcurrentMixedAccepts(t *testing.T) {
 				return rows.Err()
 			}())
 			require.Len(t, intentOf, 32)
-			require.Equal(t, 0, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM idempotency_keys k WHERE NOT EXISTS (SELECT 1 FROM label_intents i WHERE i.request_id = k.request_id)`),
+			require.Equal(t, 0, s.Count(`SELECT count(*) FROM idempotency_keys k WHERE NOT EXISTS (SELECT 1 FROM label_intents i WHERE i.request_id = k.request_id)`),
 				"no key record without its intent")
-			require.Equal(t, 32, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM idempotency_keys`))
+			require.Equal(t, 32, s.Count(`SELECT count(*) FROM idempotency_keys`))
 			conflicts := 0
 			for i, c := range calls {
 				r := answers[i]

@@ -43,8 +43,8 @@ func TestNaturalKeyDefence(t *testing.T) {
 	require.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
 	saved := s.Create(tok, "attempt-1", body)
 	require.Equal(t, saved.Body, r.Body, "the natural-key replay is byte-identical to the saved response")
-	require.Equal(t, 1, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM idempotency_keys`), "nothing stored under the new keys")
-	require.Equal(t, 1, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM label_intents`))
+	require.Equal(t, 1, s.Count(`SELECT count(*) FROM idempotency_keys`), "nothing stored under the new keys")
+	require.Equal(t, 1, s.Count(`SELECT count(*) FROM label_intents`))
 	require.Equal(t, 2.0, testutil.ToFloat64(s.Metrics.IdempotencyOutcomes.WithLabelValues(metrics.OutcomeDuplicate)))
 
 	// A different request for the same parcel and version.
@@ -64,7 +64,7 @@ func TestNaturalKeyDefence(t *testing.T) {
 	require.Equal(t, saved.Body, late.Body)
 	_, total := s.Carrier.Purchases("")
 	require.GreaterOrEqual(t, total, 1)
-	require.Equal(t, 1, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM labels WHERE label_version = 1`))
+	require.Equal(t, 1, s.Count(`SELECT count(*) FROM labels WHERE label_version = 1`))
 }
 
 // The labels table refuses a second label for a parcel and version on its own.
@@ -193,8 +193,8 @@ func TestPurgedKeyIsDetected(t *testing.T) {
 	n, err := jobs.Sweep(ctx, s.Pool, time.Now().Add(25*time.Hour), 100, nil)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
-	require.Equal(t, 0, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM idempotency_keys`))
-	require.Equal(t, 1, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM idempotency_tombstones WHERE caller_id = 'fulfilment' AND key_hash = sha256('label:918273:1:v1')`))
+	require.Equal(t, 0, s.Count(`SELECT count(*) FROM idempotency_keys`))
+	require.Equal(t, 1, s.Count(`SELECT count(*) FROM idempotency_tombstones WHERE caller_id = 'fulfilment' AND key_hash = sha256('label:918273:1:v1')`))
 
 	late := s.Create(tok, "label:918273:1:v1", body)
 	require.Equal(t, http.StatusCreated, late.Status, string(late.Body))

@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels/httpapi"
-	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
 )
 
@@ -130,6 +129,6 @@ func TestHostileInput(t *testing.T) {
 	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM idempotency_keys), (SELECT count(*) FROM label_intents)`).Scan(&keys, &intents))
 	require.Zero(t, keys)
 	require.Zero(t, intents)
-	tables := dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM pg_tables WHERE tablename = 'labels'`)
+	tables := s.Count(`SELECT count(*) FROM pg_tables WHERE tablename = 'labels'`)
 	require.Equal(t, 1, tables)
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels"
-	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/metrics"
@@ -91,7 +90,7 @@ func TestEveryRepeatOutcome(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, burstID, "the request that stored the key answers 202")
-	require.Equal(t, 1, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM label_intents WHERE caller_id = 'fulfilment' AND order_id = 5`))
+	require.Equal(t, 1, s.Count(`SELECT count(*) FROM label_intents WHERE caller_id = 'fulfilment' AND order_id = 5`))
 	s.WaitFinal(tok, burstID)
 	_, total := s.Carrier.Purchases("")
 	require.Equal(t, 3, total, "k1, the other caller's k1, and k5: nothing bought twice")

@@ -38,7 +38,7 @@ func TestLostReplyGetsTheSameLabel(t *testing.T) {
 	_, total := s.Carrier.Purchases("")
 	require.Equal(t, 1, total)
 	require.Equal(t, "CL-1", stacktest.Decode[map[string]any](t, final.Label)["carrier_label_id"])
-	require.Equal(t, 2, dbtest.Scalar[int](t, s.Pool, `SELECT attempt FROM river_job WHERE args->>'request_id' = $1`, lr.ID), "the second job attempt bought it")
+	require.Equal(t, 2, s.Count(`SELECT attempt FROM river_job WHERE args->>'request_id' = $1`, lr.ID), "the second job attempt bought it")
 	require.True(t, dbtest.Scalar[bool](t, s.Pool, `SELECT attempts IS NULL FROM idempotency_keys WHERE request_id = $1`, lr.ID), "the count is cleared on completion")
 }
 
@@ -109,7 +109,7 @@ func TestFencingStalledAttemptWritesNothing(t *testing.T) {
 
 	close(s.Carrier.Release) // attempt 1 resumes with the carrier's answer
 	require.Eventually(t, func() bool { return testutil.ToFloat64(s.Metrics.FencingRejections) == 1 }, 30*time.Second, 10*time.Millisecond)
-	require.Equal(t, 1, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM labels`))
+	require.Equal(t, 1, s.Count(`SELECT count(*) FROM labels`))
 	require.Equal(t, labelBefore, dbtest.Scalar[string](t, s.Pool, `SELECT label_id FROM labels`))
 	require.Equal(t, bodyBefore, dbtest.Scalar[string](t, s.Pool, `SELECT response_body::text FROM idempotency_keys WHERE idem_key = 'k-fence'`))
 	_, total := s.Carrier.Purchases("")
@@ -219,7 +219,7 @@ func TestShutdownFinishesTheCarrierCall(t *testing.T) {
 	require.NoError(t, <-stopped)
 	require.Equal(t, "succeeded", dbtest.Scalar[string](t, s.Pool, `SELECT status FROM label_intents WHERE request_id = $1`, lr.ID))
 	require.Equal(t, "completed", dbtest.Scalar[string](t, s.Pool, `SELECT state::text FROM idempotency_keys WHERE idem_key = 'k-shutdown'`))
-	require.Equal(t, 1, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM labels`))
+	require.Equal(t, 1, s.Count(`SELECT count(*) FROM labels`))
 }
 
 // Many labels at once, with the worker's shared statements and without: each
@@ -244,10 +244,10 @@ func TestManyLabelsAtOnce(t *testing.T) {
 			}
 			_, total := s.Carrier.Purchases("")
 			require.Equal(t, n, total)
-			require.Equal(t, n, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM labels`))
-			require.Equal(t, n, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM idempotency_keys k JOIN labels l ON l.request_id = k.request_id
+			require.Equal(t, n, s.Count(`SELECT count(*) FROM labels`))
+			require.Equal(t, n, s.Count(`SELECT count(*) FROM idempotency_keys k JOIN labels l ON l.request_id = k.request_id
 			    WHERE k.state = 'completed' AND k.response_status = 201 AND k.response_body->>'label_id' = l.label_id`))
-			require.Equal(t, n, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM label_intents i JOIN idempotency_keys k ON k.request_id = i.request_id
+			require.Equal(t, n, s.Count(`SELECT count(*) FROM label_intents i JOIN idempotency_keys k ON k.request_id = i.request_id
 			    WHERE i.status = 'succeeded' AND k.state = 'completed' AND k.attempts IS NULL`))
 		})
 	}

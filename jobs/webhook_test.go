@@ -145,9 +145,9 @@ func TestWebhookOneEventPerFinalRequest(t *testing.T) {
 	s.WaitFinal(quiet, other.ID)
 
 	require.Eventually(t, func() bool {
-		return dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM webhook_events WHERE state = 'delivered'`) == 3
+		return s.Count(`SELECT count(*) FROM webhook_events WHERE state = 'delivered'`) == 3
 	}, time.Minute, 20*time.Millisecond)
-	require.Equal(t, 3, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM webhook_events`), "one event per final request, none for replays or for a caller without an endpoint")
+	require.Equal(t, 3, s.Count(`SELECT count(*) FROM webhook_events`), "one event per final request, none for replays or for a caller without an endpoint")
 
 	byID := map[string]client.Event{}
 	for _, d := range rc.deliveries() {
@@ -169,7 +169,7 @@ func TestWebhookOneEventPerFinalRequest(t *testing.T) {
 		require.JSONEq(t, string(get.Body), string(data))
 		require.True(t, ev.Data.CompletedAt.Equal(ev.Timestamp), "%s vs %s", ev.Data.CompletedAt, ev.Timestamp)
 	}
-	require.Zero(t, dbtest.Scalar[int](t, s.Pool, `SELECT count(*) FROM webhook_events WHERE request_id = $1`, other.ID))
+	require.Zero(t, s.Count(`SELECT count(*) FROM webhook_events WHERE request_id = $1`, other.ID))
 }
 
 // A receiver that is down (connections refused) and then up gets the event

@@ -138,6 +138,12 @@ func (s *Stack) TakeOver(requestID string) {
 	require.NoError(s.T, err)
 }
 
+// Count runs a count query against the stack's database.
+func (s *Stack) Count(sql string, args ...any) int {
+	s.T.Helper()
+	return dbtest.Scalar[int](s.T, s.Pool, sql, args...)
+}
+
 // Response is an answer read whole.
 type Response struct {
 	Status int
