@@ -44,14 +44,7 @@ func (VoidLabelArgs) InsertOpts() river.InsertOpts {
 // EnqueueVoids returns reconcile.VoidOpts.Enqueue: one unique void_label job
 // per carrier label, inserted in the request's transaction.
 func EnqueueVoids(client *river.Client[pgx.Tx]) reconcile.EnqueueVoids {
-	return func(ctx context.Context, tx pgx.Tx, carrierLabelIDs []string) error {
-		params := make([]river.InsertManyParams, len(carrierLabelIDs))
-		for i, id := range carrierLabelIDs {
-			params[i] = river.InsertManyParams{Args: VoidLabelArgs{CarrierLabelID: id}}
-		}
-		_, err := client.InsertManyTx(ctx, tx, params)
-		return err
-	}
+	return insertJobs(client, func(id string) river.JobArgs { return VoidLabelArgs{CarrierLabelID: id} })
 }
 
 // Voider is what the void job needs of the carrier.

@@ -45,10 +45,17 @@ func (DeliverWebhookArgs) InsertOpts() river.InsertOpts {
 // DispatchWebhooks returns the event relay's dispatch function: one unique
 // deliver_webhook job per event, inserted in the relay's transaction.
 func DispatchWebhooks(client *river.Client[pgx.Tx]) postgres.DispatchFunc {
-	return func(ctx context.Context, tx pgx.Tx, requestIDs []string) error {
-		params := make([]river.InsertManyParams, len(requestIDs))
-		for i, id := range requestIDs {
-			params[i] = river.InsertManyParams{Args: DeliverWebhookArgs{RequestID: id}}
+	return insertJobs(client, func(id string) river.JobArgs { return DeliverWebhookArgs{RequestID: id} })
+}
+
+// insertJobs returns a function that inserts one job per id, with the args
+// newArgs makes of it, in the caller's transaction: the dispatch functions
+// of the relays and of `reconcile void`.
+func insertJobs(client *river.Client[pgx.Tx], newArgs func(id string) river.JobArgs) func(ctx context.Context, tx pgx.Tx, ids []string) error {
+	return func(ctx context.Context, tx pgx.Tx, ids []string) error {
+		params := make([]river.InsertManyParams, len(ids))
+		for i, id := range ids {
+			params[i] = river.InsertManyParams{Args: newArgs(id)}
 		}
 		_, err := client.InsertManyTx(ctx, tx, params)
 		return err
