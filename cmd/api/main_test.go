@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -66,11 +65,7 @@ func TestMigrateCallerServe(t *testing.T) {
 	require.True(t, strings.HasPrefix(token, "lk_"))
 	require.Equal(t, 2, run(ctx, []string{"api", "caller", "add", "bad name"}, e, io.Discard, io.Discard))
 
-	sctx, cancel := context.WithCancel(ctx)
-	logs := &logtest.Buffer{}
-	done := make(chan int, 1)
-	go func() { done <- run(sctx, []string{"api"}, e, io.Discard, logs) }()
-	addr := logs.WaitAddr(t, "listening", 10*time.Second)
+	addr, logs := logtest.Serve(t, run, []string{"api"}, e, "listening")
 
 	api := &stacktest.Stack{T: t, URL: "http://" + addr}
 	created := api.Create(token, "label:918273:1:v1", stacktest.ParcelBody(918273, 1, 1450))
@@ -86,14 +81,6 @@ func TestMigrateCallerServe(t *testing.T) {
 		for s := range scraped {
 			require.False(t, s == n || strings.HasPrefix(s, n+"{") || strings.HasPrefix(s, n+"_"), "the API exports the worker's %s", s)
 		}
-	}
-
-	cancel()
-	select {
-	case code := <-done:
-		require.Equal(t, 0, code)
-	case <-time.After(30 * time.Second):
-		t.Fatal("api did not stop")
 	}
 }
 

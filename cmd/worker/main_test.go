@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -68,11 +67,7 @@ func TestWorkerExportsOnlyItsMetrics(t *testing.T) {
 	t.Parallel()
 	_, url := dbtest.New(t)
 	e := env(map[string]string{"DATABASE_URL": url, "METRICS_ADDR": "127.0.0.1:0", "CARRIER_URL": "http://127.0.0.1:1"})
-	ctx, cancel := context.WithCancel(context.Background())
-	logs := &logtest.Buffer{}
-	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"worker"}, e, io.Discard, logs) }()
-	addr := logs.WaitAddr(t, "metrics listening", 30*time.Second)
+	addr, _ := logtest.Serve(t, run, []string{"worker"}, e, "metrics listening")
 
 	resp, err := http.Get("http://" + addr + "/metrics")
 	require.NoError(t, err)
@@ -84,13 +79,5 @@ func TestWorkerExportsOnlyItsMetrics(t *testing.T) {
 	require.Contains(t, page, `labels_void_outcomes_total{outcome="voided"} 0`)
 	for _, n := range metrics.Names(metrics.API) {
 		require.NotContains(t, page, "\n"+n, "the worker exports the API's %s", n)
-	}
-
-	cancel()
-	select {
-	case code := <-done:
-		require.Equal(t, 0, code)
-	case <-time.After(60 * time.Second):
-		t.Fatal("worker did not stop")
 	}
 }

@@ -23,6 +23,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/labelkit/labels/internal/testutil/logtest"
 )
 
 // Binaries are the commands the table's "used by" column names.
@@ -156,13 +158,10 @@ func Check(t testing.TB, binary string, read []string) {
 	}
 }
 
-// RunFunc is a binary's run function (main only calls it).
-type RunFunc func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int
-
 // CheckHelp runs binary --help (and each extra command's --help, such as
 // "void") through run, which must exit 0 after reading its configuration,
 // and then [Check]s what it read.
-func CheckHelp(t testing.TB, binary string, run RunFunc, extra ...string) {
+func CheckHelp(t testing.TB, binary string, run logtest.RunFunc, extra ...string) {
 	t.Helper()
 	rec := NewRecorder(nil)
 	runs := [][]string{{binary, "--help"}}

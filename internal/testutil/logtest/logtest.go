@@ -4,7 +4,9 @@ package logtest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -69,4 +71,32 @@ func (l *Buffer) WaitAddr(t testing.TB, message string, within time.Duration) st
 		return false
 	}, within, 10*time.Millisecond, "no %q line with an addr: %s", message, l)
 	return addr
+}
+
+// RunFunc is a command's run function (main only calls it), with the
+// process's arguments, environment and output passed in.
+type RunFunc func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int
+
+// Serve runs a server command in the background, its log to the returned
+// Buffer, and returns the addr of its log line message (its listener's
+// announcement). When the test ends the command is stopped, as by a signal
+// (its context is cancelled), and must exit 0.
+func Serve(t testing.TB, run RunFunc, args []string, getenv func(string) string, message string) (addr string, logs *Buffer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	logs = &Buffer{}
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, args, getenv, io.Discard, logs) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Errorf("%s exited %d: %s", args[0], code, logs)
+			}
+		case <-time.After(time.Minute):
+			t.Errorf("%s did not stop", args[0])
+		}
+	})
+	return logs.WaitAddr(t, message, 30*time.Second), logs
 }
