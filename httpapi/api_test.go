@@ -107,7 +107,7 @@ func TestLabelDocument(t *testing.T) {
 	} {
 		key := fmt.Sprintf("doc-%d", i)
 		body := stacktest.ParcelBody(int64(8100+i), 1, 1450)
-		lr := stacktest.Decode[labels.LabelRequest](t, s.Create(tok, key, body).Body)
+		lr := s.Accept(tok, key, body)
 		final := s.Final(tok, lr.ID)
 		require.Equal(t, "succeeded", final.Status)
 		replay := s.Create(tok, key, body)
@@ -141,9 +141,7 @@ func TestReplayWhileePendingAndCanonicalForms(t *testing.T) {
 	t.Parallel()
 	s := stacktest.New(t, stacktest.Opts{NoWorker: true})
 	tok := s.Token("fulfilment")
-	first := s.Create(tok, "k1", stacktest.ParcelBody(1, 1, 100))
-	require.Equal(t, http.StatusAccepted, first.Status)
-	lr := stacktest.Decode[labels.LabelRequest](t, first.Body)
+	lr := s.Accept(tok, "k1", stacktest.ParcelBody(1, 1, 100))
 
 	reordered := []byte(`{ "ship_to": {"country":"DE","postal_code":"10115","city":"Exampleton","line2":"","line1":"1 Example Street","name":"A. Example"},
 		"label_version": 1, "service":"ground", "weight_g":100, "parcel_no":1, "order_id":1 }`)
@@ -333,8 +331,8 @@ func TestKeysAreScopedPerCaller(t *testing.T) {
 	s := stacktest.New(t, stacktest.Opts{})
 	a, b := s.Token("alpha"), s.Token("beta")
 	body := stacktest.ParcelBody(918273, 1, 1450)
-	ra := stacktest.Decode[labels.LabelRequest](t, s.Create(a, "label:918273:1:v1", body).Body)
-	rb := stacktest.Decode[labels.LabelRequest](t, s.Create(b, "label:918273:1:v1", body).Body)
+	ra := s.Accept(a, "label:918273:1:v1", body)
+	rb := s.Accept(b, "label:918273:1:v1", body)
 	require.NotEqual(t, ra.ID, rb.ID)
 	fa := s.Final(a, ra.ID)
 	fb := s.Final(b, rb.ID)

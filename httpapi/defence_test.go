@@ -15,7 +15,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/httpapi"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
@@ -31,7 +30,7 @@ func TestNaturalKeyDefence(t *testing.T) {
 	s := stacktest.New(t, stacktest.Opts{})
 	tok := s.Token("fulfilment")
 	body := stacktest.ParcelBody(918273, 1, 1450)
-	lr := stacktest.Decode[labels.LabelRequest](t, s.Create(tok, "attempt-1", body).Body)
+	lr := s.Accept(tok, "attempt-1", body)
 
 	// While pending or after success, a new key with the same request replays.
 	r := s.Create(tok, "attempt-2", body)
@@ -72,7 +71,7 @@ func TestLabelsNaturalKeyConstraint(t *testing.T) {
 	t.Parallel()
 	s := stacktest.New(t, stacktest.Opts{})
 	tok := s.Token("fulfilment")
-	lr := stacktest.Decode[labels.LabelRequest](t, s.Create(tok, "k", stacktest.ParcelBody(3, 1, 100)).Body)
+	lr := s.Accept(tok, "k", stacktest.ParcelBody(3, 1, 100))
 	s.WaitFinal(tok, lr.ID)
 	ctx := context.Background()
 	tx, err := s.Pool.Begin(ctx)
@@ -183,7 +182,7 @@ func TestPurgedKeyIsDetected(t *testing.T) {
 	s := stacktest.New(t, stacktest.Opts{})
 	tok := s.Token("fulfilment")
 	body := stacktest.ParcelBody(918273, 1, 1450)
-	lr := stacktest.Decode[labels.LabelRequest](t, s.Create(tok, "label:918273:1:v1", body).Body)
+	lr := s.Accept(tok, "label:918273:1:v1", body)
 	s.WaitFinal(tok, lr.ID)
 	saved := s.Create(tok, "label:918273:1:v1", body)
 	require.Equal(t, http.StatusCreated, saved.Status)

@@ -30,9 +30,7 @@ func TestEveryRepeatOutcome(t *testing.T) {
 	tok := s.Token("fulfilment")
 	body := stacktest.ParcelBody(918273, 1, 1450)
 
-	first := s.Create(tok, "k1", body)
-	require.Equal(t, http.StatusAccepted, first.Status, string(first.Body))
-	lr := stacktest.Decode[labels.LabelRequest](t, first.Body)
+	lr := s.Accept(tok, "k1", body)
 	pending := s.Create(tok, "k1", body)
 	require.Equal(t, http.StatusAccepted, pending.Status, string(pending.Body))
 	require.Equal(t, "true", pending.Header.Get("Idempotent-Replayed"))
@@ -52,9 +50,7 @@ func TestEveryRepeatOutcome(t *testing.T) {
 	requireProblem(t, s.Create(tok, "k3", stacktest.ParcelBody(918273, 1, 2000)), http.StatusConflict, "parcel_already_labelled")
 
 	other := s.Token("other")
-	mine := s.Create(other, "k1", body)
-	require.Equal(t, http.StatusAccepted, mine.Status, string(mine.Body))
-	s.WaitFinal(other, stacktest.Decode[labels.LabelRequest](t, mine.Body).ID)
+	s.WaitFinal(other, s.Accept(other, "k1", body).ID)
 
 	n, err := jobs.Sweep(context.Background(), s.Pool, time.Now().Add(25*time.Hour), 100, nil)
 	require.NoError(t, err)
