@@ -169,8 +169,8 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Scalar returns the one value of the one row that sql returns, failing t on
-// an error (no row included).
+// Scalar returns the one value of the one row that sql returns; it fails t
+// when the query fails or returns no row.
 func Scalar[T any](t testing.TB, db Querier, sql string, args ...any) T {
 	t.Helper()
 	var v T

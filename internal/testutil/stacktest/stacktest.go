@@ -55,11 +55,10 @@ type Opts struct {
 
 // Stack is a running pipeline.
 type Stack struct {
-	T    testing.TB
-	Pool *pgxpool.Pool
-	URL  string // the API's base URL
-	// Client sends the requests of Do (nil: http.DefaultClient).
-	Client  *http.Client
+	T       testing.TB
+	Pool    *pgxpool.Pool
+	URL     string       // the API's base URL
+	Client  *http.Client // sends the requests of Do (nil: http.DefaultClient)
 	Carrier *FakeCarrier
 	Metrics *metrics.Metrics
 	River   *river.Client[pgx.Tx]
@@ -257,7 +256,7 @@ func NewFakeCarrier() *FakeCarrier {
 }
 
 // StallFirst scripts the first n purchase calls to wait for Release (the
-// later ones answer at once) and returns whether the first has begun.
+// later ones answer at once) and returns whether one of them has begun.
 func (c *FakeCarrier) StallFirst(n int) (begun func() bool) {
 	var stalled atomic.Bool
 	c.mu.Lock()
