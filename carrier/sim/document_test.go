@@ -37,8 +37,7 @@ func TestLabelDocument(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &sim.Options{Token: "s3cret"})
 
-	l, err := b.buy(t, "k-doc", purchase(918273, "51147"))
-	require.NoError(t, err)
+	l := b.mustBuy(t, "k-doc", purchase(918273, "51147"))
 	require.True(t, l.HasDocument(), "%+v", l)
 	require.Equal(t, b.url+"/v1/labels/"+l.CarrierLabelID+"/document", l.LabelURL)
 	require.Equal(t, "application/pdf", l.LabelContentType)
@@ -53,8 +52,7 @@ func TestLabelDocument(t *testing.T) {
 		require.Contains(t, string(doc), "("+want+") Tj", "the document prints %s", want)
 	}
 
-	again, err := b.buy(t, "k-doc", purchase(918273, "51147"))
-	require.NoError(t, err)
+	again := b.mustBuy(t, "k-doc", purchase(918273, "51147"))
 	require.True(t, again.Replayed)
 	require.Equal(t, l.LabelURL, again.LabelURL)
 	require.Equal(t, *l.LabelSizeBytes, *again.LabelSizeBytes)

@@ -95,6 +95,14 @@ func (b *testBundle) buy(t *testing.T, key string, req carrier.PurchaseRequest) 
 	return b.client.Buy(context.Background(), key, req)
 }
 
+// mustBuy buys a label that the simulator must sell.
+func (b *testBundle) mustBuy(t *testing.T, key string, req carrier.PurchaseRequest) *carrier.Label {
+	t.Helper()
+	l, err := b.buy(t, key, req)
+	require.NoError(t, err)
+	return l
+}
+
 // do sends a raw request and returns status and body.
 func (b *testBundle) do(t *testing.T, method, path, body string, headers ...string) (int, string) {
 	t.Helper()
@@ -123,8 +131,7 @@ func TestBuyAndReplay(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 
-	first, err := b.buy(t, "k1", purchase(918273, "51147"))
-	require.NoError(t, err)
+	first := b.mustBuy(t, "k1", purchase(918273, "51147"))
 	require.True(t, first.HasDocument())
 	require.Equal(t, b.url+"/v1/labels/CL-1/document", first.LabelURL)
 	first.LabelURL, first.LabelContentType, first.LabelSizeBytes = "", "", nil
@@ -137,8 +144,7 @@ func TestBuyAndReplay(t *testing.T) {
 	}, first)
 
 	b.clock.Set(day.Add(11 * time.Hour))
-	again, err := b.buy(t, "k1", purchase(918273, "51147"))
-	require.NoError(t, err)
+	again := b.mustBuy(t, "k1", purchase(918273, "51147"))
 	require.True(t, again.Replayed)
 	again.Replayed = false
 	again.LabelURL, again.LabelContentType, again.LabelSizeBytes = "", "", nil
@@ -155,12 +161,10 @@ func TestSameKeyDifferentBodyReplays(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 
-	first, err := b.buy(t, "k1", purchase(1, "51147"))
-	require.NoError(t, err)
+	first := b.mustBuy(t, "k1", purchase(1, "51147"))
 	other := purchase(2, "99999")
 	other.Service = "overnight"
-	second, err := b.buy(t, "k1", other)
-	require.NoError(t, err)
+	second := b.mustBuy(t, "k1", other)
 	require.True(t, second.Replayed)
 	require.Equal(t, first.CarrierLabelID, second.CarrierLabelID)
 	require.Equal(t, first.TrackingNo, second.TrackingNo)
@@ -175,8 +179,7 @@ func TestLabelsAreUnique(t *testing.T) {
 	for i, key := range []string{"a", "b", "c"} {
 		req := purchase(918273, "51147")
 		req.ParcelNo = i + 1
-		l, err := b.buy(t, key, req)
-		require.NoError(t, err)
+		l := b.mustBuy(t, key, req)
 		require.Equal(t, fmt.Sprintf("CL-%d", i+1), l.CarrierLabelID)
 		tracking = append(tracking, l.TrackingNo)
 	}
@@ -196,8 +199,7 @@ func TestLabelsAreUnique(t *testing.T) {
 	} {
 		req := purchase(tt.orderID, "51147")
 		req.Service, req.WeightG = tt.service, tt.weight
-		l, err := b.buy(t, fmt.Sprintf("order-%d", tt.orderID), req)
-		require.NoError(t, err)
+		l := b.mustBuy(t, fmt.Sprintf("order-%d", tt.orderID), req)
 		require.Equal(t, tt.wantTracking, l.TrackingNo)
 		require.Equal(t, tt.wantCost, l.CostCents)
 		cost, ok := sim.Cost(tt.service, tt.weight)
@@ -212,10 +214,8 @@ func TestNoKeys(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &sim.Options{NoKeys: true})
 
-	first, err := b.buy(t, "k1", purchase(7, "51147"))
-	require.NoError(t, err)
-	second, err := b.buy(t, "k1", purchase(7, "51147"))
-	require.NoError(t, err)
+	first := b.mustBuy(t, "k1", purchase(7, "51147"))
+	second := b.mustBuy(t, "k1", purchase(7, "51147"))
 	require.False(t, second.Replayed)
 	require.Equal(t, "CL-1", first.CarrierLabelID)
 	require.Equal(t, "CL-2", second.CarrierLabelID)
@@ -239,10 +239,8 @@ func TestNoKeys(t *testing.T) {
 	o := b.sim.Options()
 	o.NoKeys = false
 	require.NoError(t, b.sim.SetOptions(o))
-	l, err := b.buy(t, "k2", purchase(9, "51147"))
-	require.NoError(t, err)
-	l2, err := b.buy(t, "k2", purchase(9, "51147"))
-	require.NoError(t, err)
+	l := b.mustBuy(t, "k2", purchase(9, "51147"))
+	l2 := b.mustBuy(t, "k2", purchase(9, "51147"))
 	require.True(t, l2.Replayed)
 	require.Equal(t, l.CarrierLabelID, l2.CarrierLabelID)
 }
@@ -301,8 +299,7 @@ func TestDropReply(t *testing.T) {
 	require.Equal(t, int64(1), b.sim.Stats().Dropped)
 
 	// Only the same key finds it again; a replay is never dropped.
-	l, err := b.buy(t, "k1", purchase(1, "51147"))
-	require.NoError(t, err)
+	l := b.mustBuy(t, "k1", purchase(1, "51147"))
 	require.True(t, l.Replayed)
 	require.Equal(t, bought[0].CarrierLabelID, l.CarrierLabelID)
 }
@@ -320,8 +317,7 @@ func TestTimeout(t *testing.T) {
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 
 		require.Eventually(t, func() bool { return len(b.sim.Purchases()) == 1 }, 5*time.Second, 5*time.Millisecond)
-		l, err := b.buy(t, "k1", purchase(1, "51147"))
-		require.NoError(t, err)
+		l := b.mustBuy(t, "k1", purchase(1, "51147"))
 		require.True(t, l.Replayed)
 		require.Equal(t, "CL-1", l.CarrierLabelID)
 		require.Equal(t, int64(1), b.sim.Stats().TimedOut)
@@ -332,8 +328,7 @@ func TestTimeout(t *testing.T) {
 		const delay = 20 * time.Millisecond
 		b := setup(t, &sim.Options{TimeoutRate: 1, TimeoutDelay: delay})
 		start := time.Now()
-		l, err := b.buy(t, "k1", purchase(1, "51147"))
-		require.NoError(t, err)
+		l := b.mustBuy(t, "k1", purchase(1, "51147"))
 		require.False(t, l.Replayed)
 		require.GreaterOrEqual(t, time.Since(start), delay)
 	})
@@ -384,8 +379,7 @@ func TestInProgress(t *testing.T) {
 	cancel()
 	<-done
 	require.Eventually(t, func() bool { return len(b.sim.Purchases()) == 1 }, 5*time.Second, 5*time.Millisecond)
-	l, err := b.buy(t, "k1", purchase(1, "51147"))
-	require.NoError(t, err)
+	l := b.mustBuy(t, "k1", purchase(1, "51147"))
 	require.True(t, l.Replayed)
 }
 
@@ -395,8 +389,7 @@ func TestLatency(t *testing.T) {
 	b := setup(t, &sim.Options{Latency: latency, LatencyJitter: 10 * time.Millisecond})
 
 	start := time.Now()
-	_, err := b.buy(t, "k1", purchase(1, "51147"))
-	require.NoError(t, err)
+	b.mustBuy(t, "k1", purchase(1, "51147"))
 	require.GreaterOrEqual(t, time.Since(start), latency)
 
 	t.Run("ClientGoneDuringLatencyBuysNothing", func(t *testing.T) {
@@ -458,8 +451,7 @@ func TestRejections(t *testing.T) {
 	require.Empty(t, b.sim.Purchases())
 
 	// A rejection is not remembered: the same key with a good address buys.
-	l, err := b.buy(t, "rej-0", purchase(1, "51147"))
-	require.NoError(t, err)
+	l := b.mustBuy(t, "rej-0", purchase(1, "51147"))
 	require.False(t, l.Replayed)
 
 	t.Run("RawRequests", func(t *testing.T) {
@@ -488,11 +480,10 @@ func TestToken(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &sim.Options{Token: "s3cret"})
 
-	l, err := b.buy(t, "k1", purchase(1, "51147"))
-	require.NoError(t, err)
+	l := b.mustBuy(t, "k1", purchase(1, "51147"))
 	require.Equal(t, "CL-1", l.CarrierLabelID)
 
-	_, err = carrier.NewClient(b.url, nil).Buy(context.Background(), "k2", purchase(2, "51147"))
+	_, err := carrier.NewClient(b.url, nil).Buy(context.Background(), "k2", purchase(2, "51147"))
 	requireUnknown(t, err, http.StatusUnauthorized)
 	_, err = carrier.NewClient(b.url, &carrier.ClientOpts{Token: "wrong"}).Buy(context.Background(), "k2", purchase(2, "51147"))
 	requireUnknown(t, err, http.StatusUnauthorized)
@@ -556,18 +547,15 @@ func TestConfigEndpoint(t *testing.T) {
 
 	status, _ = b.do(t, "POST", "/sim/config", `{"fail_rate": 0, "latency": "0s"}`)
 	require.Equal(t, http.StatusOK, status)
-	_, err = b.buy(t, "k1", purchase(1, "51147"))
-	require.NoError(t, err)
+	b.mustBuy(t, "k1", purchase(1, "51147"))
 }
 
 func TestPurchasesStatsAndReset(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 
-	_, err := b.buy(t, "k1", purchase(1, "51147"))
-	require.NoError(t, err)
-	_, err = b.buy(t, "k1", purchase(1, "51147"))
-	require.NoError(t, err)
+	b.mustBuy(t, "k1", purchase(1, "51147"))
+	b.mustBuy(t, "k1", purchase(1, "51147"))
 
 	status, body := b.do(t, "GET", "/sim/purchases", "")
 	require.Equal(t, http.StatusOK, status)
@@ -589,8 +577,7 @@ func TestPurchasesStatsAndReset(t *testing.T) {
 	require.Zero(t, st.Calls)
 	require.Empty(t, st.ByKey)
 
-	l, err := b.buy(t, "k1", purchase(1, "51147"))
-	require.NoError(t, err)
+	l := b.mustBuy(t, "k1", purchase(1, "51147"))
 	require.False(t, l.Replayed, "the key was forgotten")
 	require.Equal(t, "CL-2", l.CarrierLabelID, "label ids are never reused")
 	require.Equal(t, "GRD000000001", l.TrackingNo, "tracking numbers were forgotten with their labels")
