@@ -106,6 +106,13 @@ func (b *testBundle) mustBuy(t *testing.T, key string, req carrier.PurchaseReque
 // do sends a raw request and returns status and body.
 func (b *testBundle) do(t *testing.T, method, path, body string, headers ...string) (int, string) {
 	t.Helper()
+	resp, got := b.send(t, method, path, body, headers...)
+	return resp.StatusCode, got
+}
+
+// send sends a raw request and returns the answer, its body read.
+func (b *testBundle) send(t *testing.T, method, path, body string, headers ...string) (*http.Response, string) {
+	t.Helper()
 	req, err := http.NewRequest(method, b.url+path, strings.NewReader(body))
 	require.NoError(t, err)
 	for i := 0; i+1 < len(headers); i += 2 {
@@ -116,7 +123,7 @@ func (b *testBundle) do(t *testing.T, method, path, body string, headers ...stri
 	defer resp.Body.Close()
 	got, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	return resp.StatusCode, string(got)
+	return resp, string(got)
 }
 
 func requireUnknown(t *testing.T, err error, status int) *carrier.UnknownOutcomeError {

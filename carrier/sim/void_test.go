@@ -1,7 +1,6 @@
 package sim_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,18 +20,12 @@ import (
 // answer said Idempotent-Replayed: true.
 func (b *testBundle) voidCall(t *testing.T, key, labelID string) (int, string, bool) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, b.url+"/v1/labels/"+labelID+"/void", nil)
-	require.NoError(t, err)
+	var headers []string
 	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
+		headers = []string{"Idempotency-Key", key}
 	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	var body bytes.Buffer
-	_, err = body.ReadFrom(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, body.String(), resp.Header.Get("Idempotent-Replayed") == "true"
+	resp, body := b.send(t, http.MethodPost, "/v1/labels/"+labelID+"/void", "", headers...)
+	return resp.StatusCode, body, resp.Header.Get("Idempotent-Replayed") == "true"
 }
 
 // mustVoid voids a label that the simulator must void.
