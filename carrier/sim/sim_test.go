@@ -103,6 +103,22 @@ func (b *testBundle) mustBuy(t *testing.T, key string, req carrier.PurchaseReque
 	return l
 }
 
+// buyAsync starts a purchase and returns where its error arrives.
+func (b *testBundle) buyAsync(ctx context.Context, key string, req carrier.PurchaseRequest) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.client.Buy(ctx, key, req)
+		done <- err
+	}()
+	return done
+}
+
+// waitFor waits until cond holds; the test fails if it does not within 5s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	require.Eventually(t, cond, 5*time.Second, 5*time.Millisecond)
+}
+
 // do sends a raw request and returns status and body.
 func (b *testBundle) do(t *testing.T, method, path, body string, headers ...string) (int, string) {
 	t.Helper()
@@ -323,7 +339,7 @@ func TestTimeout(t *testing.T) {
 		requireUnknown(t, err, 0)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 
-		require.Eventually(t, func() bool { return len(b.sim.Purchases()) == 1 }, 5*time.Second, 5*time.Millisecond)
+		waitFor(t, func() bool { return len(b.sim.Purchases()) == 1 })
 		l := b.mustBuy(t, "k1", purchase(1, "51147"))
 		require.True(t, l.Replayed)
 		require.Equal(t, "CL-1", l.CarrierLabelID)
@@ -349,12 +365,8 @@ func TestTimeout(t *testing.T) {
 	t.Run("CloseBuysWhatWasWaiting", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, &sim.Options{TimeoutRate: 1, TimeoutDelay: time.Hour})
-		done := make(chan error, 1)
-		go func() {
-			_, err := b.buy(t, "k1", purchase(1, "51147"))
-			done <- err
-		}()
-		require.Eventually(t, func() bool { return b.sim.Stats().InFlight == 1 }, 5*time.Second, 5*time.Millisecond)
+		done := b.buyAsync(context.Background(), "k1", purchase(1, "51147"))
+		waitFor(t, func() bool { return b.sim.Stats().InFlight == 1 })
 		require.NoError(t, b.sim.Close())
 		require.NoError(t, <-done, "woken by Close, the purchase completes and answers")
 		require.Len(t, b.sim.Purchases(), 1)
@@ -370,12 +382,8 @@ func TestInProgress(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = b.client.Buy(ctx, "k1", purchase(1, "51147"))
-	}()
-	require.Eventually(t, func() bool { return b.sim.Stats().InFlight == 1 }, 5*time.Second, 5*time.Millisecond)
+	done := b.buyAsync(ctx, "k1", purchase(1, "51147"))
+	waitFor(t, func() bool { return b.sim.Stats().InFlight == 1 })
 
 	_, err := b.buy(t, "k1", purchase(1, "51147"))
 	var inProgress *carrier.InProgressError
@@ -385,7 +393,7 @@ func TestInProgress(t *testing.T) {
 
 	cancel()
 	<-done
-	require.Eventually(t, func() bool { return len(b.sim.Purchases()) == 1 }, 5*time.Second, 5*time.Millisecond)
+	waitFor(t, func() bool { return len(b.sim.Purchases()) == 1 })
 	l := b.mustBuy(t, "k1", purchase(1, "51147"))
 	require.True(t, l.Replayed)
 }
@@ -406,19 +414,15 @@ func TestLatency(t *testing.T) {
 		defer cancel()
 		_, err := b.client.Buy(ctx, "k1", purchase(1, "51147"))
 		requireUnknown(t, err, 0)
-		require.Eventually(t, func() bool { return b.sim.Stats().Calls == 1 }, 5*time.Second, 5*time.Millisecond)
+		waitFor(t, func() bool { return b.sim.Stats().Calls == 1 })
 		require.Empty(t, b.sim.Purchases())
 	})
 
 	t.Run("CloseDuringLatencyAnswers503", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, &sim.Options{Latency: time.Hour})
-		result := make(chan error, 1)
-		go func() {
-			_, err := b.buy(t, "k1", purchase(1, "51147"))
-			result <- err
-		}()
-		require.Eventually(t, func() bool { return b.sim.Stats().Calls == 1 }, 5*time.Second, 5*time.Millisecond)
+		result := b.buyAsync(context.Background(), "k1", purchase(1, "51147"))
+		waitFor(t, func() bool { return b.sim.Stats().Calls == 1 })
 		require.NoError(t, b.sim.Close())
 		requireUnknown(t, <-result, http.StatusServiceUnavailable)
 		require.Empty(t, b.sim.Purchases())
