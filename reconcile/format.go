@@ -152,17 +152,7 @@ func neutralise(s string) string {
 
 // isDecimal reports whether s is digits, with a fraction or none: 12, 1.5.
 func isDecimal(s string) bool {
-	digits := func(s string) bool {
-		if s == "" {
-			return false
-		}
-		for i := 0; i < len(s); i++ {
-			if s[i] < '0' || s[i] > '9' {
-				return false
-			}
-		}
-		return true
-	}
+	digits := func(s string) bool { return s != "" && strings.Trim(s, "0123456789") == "" }
 	whole, frac, dot := strings.Cut(s, ".")
 	return digits(whole) && (!dot || digits(frac))
 }
