@@ -122,17 +122,20 @@ func waitFor(t *testing.T, cond func() bool) {
 // do sends a raw request and returns status and body.
 func (b *testBundle) do(t *testing.T, method, path, body string, headers ...string) (int, string) {
 	t.Helper()
-	resp, got := b.send(t, method, path, body, headers...)
+	resp, got := send(t, method, b.url+path, body, headers...)
 	return resp.StatusCode, got
 }
 
-// send sends a raw request and returns the answer, its body read.
-func (b *testBundle) send(t *testing.T, method, path, body string, headers ...string) (*http.Response, string) {
+// send sends a raw request to url and returns the answer, its body read.
+// headers are name, value pairs; a header whose value is empty is not sent.
+func send(t *testing.T, method, url, body string, headers ...string) (*http.Response, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, b.url+path, strings.NewReader(body))
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	require.NoError(t, err)
 	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
+		if headers[i+1] != "" {
+			req.Header.Set(headers[i], headers[i+1])
+		}
 	}
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)

@@ -20,11 +20,7 @@ import (
 // answer said Idempotent-Replayed: true.
 func (b *testBundle) voidCall(t *testing.T, key, labelID string) (int, string, bool) {
 	t.Helper()
-	var headers []string
-	if key != "" {
-		headers = []string{"Idempotency-Key", key}
-	}
-	resp, body := b.send(t, http.MethodPost, "/v1/labels/"+labelID+"/void", "", headers...)
+	resp, body := send(t, http.MethodPost, b.url+"/v1/labels/"+labelID+"/void", "", "Idempotency-Key", key)
 	return resp.StatusCode, body, resp.Header.Get("Idempotent-Replayed") == "true"
 }
 
