@@ -8,7 +8,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -166,14 +167,9 @@ func amountOf(it *Item) string {
 
 // money renders an amount per currency, e.g. "USD 1,234.50".
 func money(m map[string]int64) string {
-	curs := make([]string, 0, len(m))
-	for c := range m {
-		curs = append(curs, c)
-	}
-	sort.Strings(curs)
-	parts := make([]string, len(curs))
-	for i, c := range curs {
-		parts[i] = cents(m[c], c)
+	var parts []string
+	for _, c := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, cents(m[c], c))
 	}
 	return strings.Join(parts, ", ")
 }
