@@ -65,193 +65,6 @@ type Config struct {
 	StuckAfter  time.Duration
 }
 
-// Settings is what reconcile and reconcile void both read from the
-// environment.
-type Settings struct {
-	DatabaseURL string
-	Pooled      bool // DATABASE_POOLED: DATABASE_URL is a pooler in transaction mode
-	LogLevel    zerolog.Level
-	LogFormat   string
-}
-
-// parseSettings reads DATABASE_URL (or else the PG* variables, as the other
-// commands read them), DATABASE_POOLED, LOG_LEVEL and LOG_FORMAT. Whether
-// the database URL parses is [Settings.checkDatabaseURL]'s, the last check.
-func parseSettings(getenv func(string) string) (s Settings, err error) {
-	env := &cli.Env{Getenv: getenv}
-	db := env.Database()
-	if env.Err != nil {
-		return s, env.Err
-	}
-	s.DatabaseURL, s.Pooled = db.URL, db.Pooled
-	switch v := env.String("LOG_LEVEL", "info"); v {
-	case "debug", "info", "warn", "error":
-		s.LogLevel, _ = zerolog.ParseLevel(v)
-	default:
-		return s, fmt.Errorf("invalid LOG_LEVEL %q: want debug, info, warn or error", v)
-	}
-	if s.LogFormat = env.String("LOG_FORMAT", "json"); s.LogFormat != "json" && s.LogFormat != "console" {
-		return s, fmt.Errorf("invalid LOG_FORMAT %q: want json or console", s.LogFormat)
-	}
-	return s, nil
-}
-
-func (s Settings) checkDatabaseURL() error {
-	if _, err := pgxpool.ParseConfig(s.DatabaseURL); err != nil {
-		return fmt.Errorf("invalid DATABASE_URL: %v", redact(err))
-	}
-	return nil
-}
-
-func (s Settings) newLogger(w io.Writer) zerolog.Logger {
-	if s.LogFormat == "console" {
-		w = zerolog.ConsoleWriter{Out: w, NoColor: true, TimeFormat: time.RFC3339}
-	}
-	return zerolog.New(w).Level(s.LogLevel).With().Timestamp().Str("service", "reconcile").Logger()
-}
-
-// openPool opens a pool of two connections, which give up connecting after
-// 10s unless the URL says otherwise.
-func (s Settings) openPool(ctx context.Context) (*pgxpool.Pool, error) {
-	db, err := postgres.ParseEndpoints(s.DatabaseURL, "", s.Pooled)
-	if err != nil {
-		return nil, err
-	}
-	poolCfg := db.Pool
-	poolCfg.MaxConns = 2
-	if poolCfg.ConnConfig.ConnectTimeout == 0 {
-		poolCfg.ConnConfig.ConnectTimeout = 10 * time.Second
-	}
-	return pgxpool.NewWithConfig(ctx, poolCfg)
-}
-
-// redact keeps a connection string's password out of an error message; pgx
-// already masks it, this is belt and braces for the parse errors it wraps.
-func redact(err error) string {
-	return strings.SplitN(err.Error(), "\n", 2)[0]
-}
-
-// newFlagSet returns a flag set that prints nothing: the commands print their
-// own usage and errors.
-func newFlagSet(name string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	return fs
-}
-
-// parseFlags parses args into fs: the error is flag.ErrHelp for -h or
-// --help, and an argument left after the flags is one.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	return nil
-}
-
-// refuse ends a command that is not to start: on flag.ErrHelp it prints
-// usage (exit 0), on another configuration error one line prefixed by name
-// (exit 2). ok is true when the command goes on.
-func refuse(err error, name, usage string, stdout, stderr io.Writer) (code int, ok bool) {
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprint(stdout, usage)
-		return exitMatched, false
-	case err != nil:
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return exitError, false
-	}
-	return 0, true
-}
-
-func checkFormat(format string) error {
-	if format != "text" && format != "json" && format != "csv" {
-		return fmt.Errorf("invalid --format %q: want text, json or csv", format)
-	}
-	return nil
-}
-
-func duration(name, v string) (time.Duration, error) {
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		return 0, fmt.Errorf("invalid %s %q: want a duration like 48h or 30m", name, v)
-	}
-	if d < 0 {
-		return 0, fmt.Errorf("invalid %s %q: must not be negative", name, v)
-	}
-	return d, nil
-}
-
-// withSignals returns a context that stop cancels: first runs on the first
-// SIGINT or SIGTERM, second on the next one, each given the context's cancel,
-// until stop is called (so a first signal that cancels still leaves the
-// second one its say).
-func withSignals(parent context.Context, first, second func(cancel context.CancelFunc)) (ctx context.Context, stop func()) {
-	ctx, cancel := context.WithCancel(parent)
-	signals := make(chan os.Signal, 2)
-	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
-	stopped := make(chan struct{})
-	go func() {
-		for _, on := range []func(context.CancelFunc){first, second} {
-			select {
-			case <-signals:
-				on(cancel)
-			case <-stopped:
-				return
-			}
-		}
-	}()
-	return ctx, func() {
-		signal.Stop(signals)
-		close(stopped)
-		cancel()
-	}
-}
-
-// byFormat picks the writer --format names (already checked by [checkFormat]).
-func byFormat[W any](format string, text, json, csv W) W {
-	switch format {
-	case "json":
-		return json
-	case "csv":
-		return csv
-	}
-	return text
-}
-
-// writeOut writes a report to stdout, or to the file out names (see
-// [writeAtomically]).
-func writeOut(out string, stdout io.Writer, write func(io.Writer) error) error {
-	if out == "" {
-		return write(stdout)
-	}
-	return writeAtomically(out, write)
-}
-
-// writeAtomically writes path through a temporary file beside it, renamed at
-// the end, so that a reader never sees half a report.
-func writeAtomically(path string, write func(io.Writer) error) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name()) //nolint:errcheck // gone after the rename
-	if err := write(f); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(f.Name(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
-}
-
 const usage = `Usage: reconcile (--invoice FILE | --date YYYY-MM-DD) [flags]
        reconcile void --run RUN_ID [flags]   (reconcile void --help)
 
@@ -566,4 +379,191 @@ func thousands(n int) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// Settings is what reconcile and reconcile void both read from the
+// environment.
+type Settings struct {
+	DatabaseURL string
+	Pooled      bool // DATABASE_POOLED: DATABASE_URL is a pooler in transaction mode
+	LogLevel    zerolog.Level
+	LogFormat   string
+}
+
+// parseSettings reads DATABASE_URL (or else the PG* variables, as the other
+// commands read them), DATABASE_POOLED, LOG_LEVEL and LOG_FORMAT. Whether
+// the database URL parses is [Settings.checkDatabaseURL]'s, the last check.
+func parseSettings(getenv func(string) string) (s Settings, err error) {
+	env := &cli.Env{Getenv: getenv}
+	db := env.Database()
+	if env.Err != nil {
+		return s, env.Err
+	}
+	s.DatabaseURL, s.Pooled = db.URL, db.Pooled
+	switch v := env.String("LOG_LEVEL", "info"); v {
+	case "debug", "info", "warn", "error":
+		s.LogLevel, _ = zerolog.ParseLevel(v)
+	default:
+		return s, fmt.Errorf("invalid LOG_LEVEL %q: want debug, info, warn or error", v)
+	}
+	if s.LogFormat = env.String("LOG_FORMAT", "json"); s.LogFormat != "json" && s.LogFormat != "console" {
+		return s, fmt.Errorf("invalid LOG_FORMAT %q: want json or console", s.LogFormat)
+	}
+	return s, nil
+}
+
+func (s Settings) checkDatabaseURL() error {
+	if _, err := pgxpool.ParseConfig(s.DatabaseURL); err != nil {
+		return fmt.Errorf("invalid DATABASE_URL: %v", redact(err))
+	}
+	return nil
+}
+
+func (s Settings) newLogger(w io.Writer) zerolog.Logger {
+	if s.LogFormat == "console" {
+		w = zerolog.ConsoleWriter{Out: w, NoColor: true, TimeFormat: time.RFC3339}
+	}
+	return zerolog.New(w).Level(s.LogLevel).With().Timestamp().Str("service", "reconcile").Logger()
+}
+
+// openPool opens a pool of two connections, which give up connecting after
+// 10s unless the URL says otherwise.
+func (s Settings) openPool(ctx context.Context) (*pgxpool.Pool, error) {
+	db, err := postgres.ParseEndpoints(s.DatabaseURL, "", s.Pooled)
+	if err != nil {
+		return nil, err
+	}
+	poolCfg := db.Pool
+	poolCfg.MaxConns = 2
+	if poolCfg.ConnConfig.ConnectTimeout == 0 {
+		poolCfg.ConnConfig.ConnectTimeout = 10 * time.Second
+	}
+	return pgxpool.NewWithConfig(ctx, poolCfg)
+}
+
+// redact keeps a connection string's password out of an error message; pgx
+// already masks it, this is belt and braces for the parse errors it wraps.
+func redact(err error) string {
+	return strings.SplitN(err.Error(), "\n", 2)[0]
+}
+
+// newFlagSet returns a flag set that prints nothing: the commands print their
+// own usage and errors.
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs
+}
+
+// parseFlags parses args into fs: the error is flag.ErrHelp for -h or
+// --help, and an argument left after the flags is one.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
+// refuse ends a command that is not to start: on flag.ErrHelp it prints
+// usage (exit 0), on another configuration error one line prefixed by name
+// (exit 2). ok is true when the command goes on.
+func refuse(err error, name, usage string, stdout, stderr io.Writer) (code int, ok bool) {
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, usage)
+		return exitMatched, false
+	case err != nil:
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return exitError, false
+	}
+	return 0, true
+}
+
+func checkFormat(format string) error {
+	if format != "text" && format != "json" && format != "csv" {
+		return fmt.Errorf("invalid --format %q: want text, json or csv", format)
+	}
+	return nil
+}
+
+func duration(name, v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("invalid %s %q: want a duration like 48h or 30m", name, v)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("invalid %s %q: must not be negative", name, v)
+	}
+	return d, nil
+}
+
+// withSignals returns a context that stop cancels: first runs on the first
+// SIGINT or SIGTERM, second on the next one, each given the context's cancel,
+// until stop is called (so a first signal that cancels still leaves the
+// second one its say).
+func withSignals(parent context.Context, first, second func(cancel context.CancelFunc)) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(parent)
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	stopped := make(chan struct{})
+	go func() {
+		for _, on := range []func(context.CancelFunc){first, second} {
+			select {
+			case <-signals:
+				on(cancel)
+			case <-stopped:
+				return
+			}
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(signals)
+		close(stopped)
+		cancel()
+	}
+}
+
+// byFormat picks the writer --format names (already checked by [checkFormat]).
+func byFormat[W any](format string, text, json, csv W) W {
+	switch format {
+	case "json":
+		return json
+	case "csv":
+		return csv
+	}
+	return text
+}
+
+// writeOut writes a report to stdout, or to the file out names (see
+// [writeAtomically]).
+func writeOut(out string, stdout io.Writer, write func(io.Writer) error) error {
+	if out == "" {
+		return write(stdout)
+	}
+	return writeAtomically(out, write)
+}
+
+// writeAtomically writes path through a temporary file beside it, renamed at
+// the end, so that a reader never sees half a report.
+func writeAtomically(path string, write func(io.Writer) error) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) //nolint:errcheck // gone after the rename
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(f.Name(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }
