@@ -350,8 +350,7 @@ func (r *Report) WriteCSV(ctx context.Context, w io.Writer) error {
 			billed = it.BilledAt.Format(time.RFC3339)
 		}
 		rec = append(rec[:0], run, strconv.Itoa(it.ItemNo), it.Category, it.Subject, it.InvoiceNo, line, billed)
-		rec = append(rec, it.cells()...)
-		rec = append(rec, num(it.BilledCents), num(it.CostCents), num(it.AmountCents), it.Currency,
+		rec = append(it.appendCells(rec), num(it.BilledCents), num(it.CostCents), num(it.AmountCents), it.Currency,
 			it.MatchedBy, it.Detail)
 		for i, v := range rec {
 			rec[i] = neutralise(v)

@@ -82,15 +82,15 @@ type Refs struct {
 	TrackingNo     string `json:"tracking_no"`
 }
 
-// scanInto is where rows.Scan puts the ids, in the order of the columns
-// the queries select them in.
-func (r *Refs) scanInto() []any {
-	return []any{&r.LabelID, &r.CallerID, &r.IdempotencyKey, &r.CarrierKey, &r.Reference, &r.CarrierLabelID, &r.TrackingNo}
+// appendDest appends where rows.Scan puts the ids, in the order of the
+// columns the queries select them in.
+func (r *Refs) appendDest(dest []any) []any {
+	return append(dest, &r.LabelID, &r.CallerID, &r.IdempotencyKey, &r.CarrierKey, &r.Reference, &r.CarrierLabelID, &r.TrackingNo)
 }
 
-// cells are the ids as CSV cells, in the order of scanInto.
-func (r *Refs) cells() []string {
-	return []string{r.LabelID, r.CallerID, r.IdempotencyKey, r.CarrierKey, r.Reference, r.CarrierLabelID, r.TrackingNo}
+// appendCells appends the ids as CSV cells, in the same order.
+func (r *Refs) appendCells(rec []string) []string {
+	return append(rec, r.LabelID, r.CallerID, r.IdempotencyKey, r.CarrierKey, r.Reference, r.CarrierLabelID, r.TrackingNo)
 }
 
 // jsonRefs are Refs with absent ids as null.
@@ -208,8 +208,10 @@ const itemJoins = `
   LEFT JOIN labels l ON l.label_id = i.label_id`
 
 func scanItem(rows pgx.Rows, it *Item) error {
-	dest := append([]any{&it.ItemNo, &it.Category, &it.Subject, &it.InvoiceNo, &it.LineNo, &it.BilledAt}, it.scanInto()...)
-	err := rows.Scan(append(dest, &it.BilledCents, &it.CostCents, &it.AmountCents, &it.Currency, &it.MatchedBy, &it.Detail)...)
+	// The row number, then the 18 itemColumns.
+	dest := append(make([]any, 0, 19), &it.ItemNo, &it.Category, &it.Subject, &it.InvoiceNo, &it.LineNo, &it.BilledAt)
+	dest = append(it.appendDest(dest), &it.BilledCents, &it.CostCents, &it.AmountCents, &it.Currency, &it.MatchedBy, &it.Detail)
+	err := rows.Scan(dest...)
 	if err == nil && it.BilledAt != nil {
 		t := it.BilledAt.UTC()
 		it.BilledAt = &t

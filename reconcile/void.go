@@ -267,7 +267,7 @@ func planVoids(ctx context.Context, pool *pgxpool.Pool, runID int64, category st
 	for rows.Next() {
 		var it VoidItem
 		var kept *string
-		dest := append([]any{&it.InvoiceNo, &it.LineNo, &it.BilledAt}, it.scanInto()...)
+		dest := it.appendDest([]any{&it.InvoiceNo, &it.LineNo, &it.BilledAt})
 		if err := rows.Scan(append(dest, &it.AmountCents, &it.Currency, &kept)...); err != nil {
 			rows.Close()
 			return nil, err

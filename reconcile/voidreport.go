@@ -160,8 +160,7 @@ func (r *VoidReport) WriteCSV(w io.Writer) error {
 		if it.VoidedAt != nil {
 			voided = it.VoidedAt.UTC().Format(time.RFC3339)
 		}
-		rec := append([]string{run, r.Category, it.InvoiceNo, strconv.Itoa(it.LineNo), it.BilledAt.Format(time.RFC3339)},
-			it.cells()...)
+		rec := it.appendCells([]string{run, r.Category, it.InvoiceNo, strconv.Itoa(it.LineNo), it.BilledAt.Format(time.RFC3339)})
 		rec = append(rec, strconv.FormatInt(it.AmountCents, 10), it.Currency, it.Outcome, voided, it.Detail)
 		for i, v := range rec {
 			rec[i] = neutralise(v)
