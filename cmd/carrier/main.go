@@ -149,6 +149,14 @@ func (ss settings) configure(name, head string, args []string, getenv func(strin
 	return 0, true
 }
 
+// The heads of the commands' usage; the settings' table follows.
+const (
+	serveUsage = "Usage: carrier [flags]\n       carrier invoice --day YYYY-MM-DD [flags]   (carrier invoice --help)\n\n" +
+		"Serves the carrier simulator (carrier.md). Each flag overrides the variable of the same meaning.\n\n"
+	invoiceUsage = "Usage: carrier invoice --day YYYY-MM-DD [--lines N] [--out FILE] [--truth FILE] [flags]\n\n" +
+		"Writes a synthetic carrier invoice (carrier.md) with the given mix of billing errors, without a server.\n\n"
+)
+
 func (ss settings) usage(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	for _, s := range ss {
@@ -297,10 +305,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	var cfg Config
-	if code, ok := serveSettings(&cfg).configure("carrier",
-		"Usage: carrier [flags]\n       carrier invoice --day YYYY-MM-DD [flags]   (carrier invoice --help)\n\n"+
-			"Serves the carrier simulator (carrier.md). Each flag overrides the variable of the same meaning.\n\n",
-		args1, getenv, cfg.Validate, stdout, stderr); !ok {
+	if code, ok := serveSettings(&cfg).configure("carrier", serveUsage, args1, getenv, cfg.Validate, stdout, stderr); !ok {
 		return code
 	}
 	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
@@ -457,10 +462,8 @@ func runInvoice(args []string, getenv func(string) string, stdout, stderr io.Wri
 	ss = append(ss, &setting{flag: "seed", env: "SIM_SEED", def: "0", kind: "n", usage: "seed; the same seed, day and mix write the same file", set: intSetting(&opts.Seed)})
 	ss = append(ss, logSettings(&level, &format)...)
 
-	if code, ok := ss.configure("carrier invoice",
-		"Usage: carrier invoice --day YYYY-MM-DD [--lines N] [--out FILE] [--truth FILE] [flags]\n\n"+
-			"Writes a synthetic carrier invoice (carrier.md) with the given mix of billing errors, without a server.\n\n",
-		args, getenv, func() error { return opts.BillingMix().Validate() }, stdout, stderr); !ok {
+	validate := func() error { return opts.BillingMix().Validate() }
+	if code, ok := ss.configure("carrier invoice", invoiceUsage, args, getenv, validate, stdout, stderr); !ok {
 		return code
 	}
 	log := newLogger(stderr, level, format)
