@@ -110,6 +110,24 @@ func Logger(e *Env, w io.Writer, service string) zerolog.Logger {
 	return zerolog.New(w).Level(level).With().Timestamp().Str("service", service).Logger()
 }
 
+// Run is a command's body: args are the whole command line (args[0] its
+// name); it returns the exit status.
+type Run func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int
+
+// Main runs run on the process's command line, environment and standard
+// output and exits with its status. The first SIGINT or SIGTERM cancels
+// run's context, so that it stops what it started; a second one exits at
+// once with status 130, after one line on stderr named by name.
+func Main(name string, run Run) {
+	ctx, cancel := SignalContext(context.Background(), func() {
+		fmt.Fprintf(os.Stderr, "%s: second signal: exiting at once\n", name)
+		os.Exit(130)
+	})
+	code := run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr)
+	cancel()
+	os.Exit(code)
+}
+
 // SignalContext returns a context cancelled on the first SIGINT or SIGTERM; a
 // second signal calls onSecond (which exits at once).
 func SignalContext(parent context.Context, onSecond func()) (context.Context, context.CancelFunc) {

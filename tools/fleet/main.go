@@ -33,14 +33,7 @@ import (
 	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
-func main() {
-	ctx, cancel := cli.SignalContext(context.Background(), func() {
-		fmt.Fprintln(os.Stderr, "fleet: second signal: exiting at once")
-		os.Exit(130)
-	})
-	defer cancel()
-	os.Exit(run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr))
-}
+func main() { cli.Main("fleet", run) }
 
 const usage = `Usage: fleet [flags]
 
