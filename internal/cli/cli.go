@@ -41,44 +41,33 @@ func (e *Env) String(name, def string) string {
 
 // Duration returns a Go duration.
 func (e *Env) Duration(name string, def time.Duration) time.Duration {
-	v := e.Getenv(name)
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		e.fail(name, v, "want a duration such as 500ms, 3s or 24h")
-		return def
-	}
-	return d
+	return parse(e, name, def, time.ParseDuration, "want a duration such as 500ms, 3s or 24h")
 }
 
 // Int returns an integer.
 func (e *Env) Int(name string, def int) int {
-	v := e.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		e.fail(name, v, "want an integer")
-		return def
-	}
-	return n
+	return parse(e, name, def, strconv.Atoi, "want an integer")
 }
 
 // Bool returns true or false (strconv.ParseBool's spellings).
 func (e *Env) Bool(name string, def bool) bool {
+	return parse(e, name, def, strconv.ParseBool, "want true or false")
+}
+
+// parse returns the variable read by conv, or def when it is unset or empty;
+// a value conv refuses is remembered in e.Err (the first one, saying want)
+// and def returned.
+func parse[T any](e *Env, name string, def T, conv func(string) (T, error), want string) T {
 	v := e.Getenv(name)
 	if v == "" {
 		return def
 	}
-	b, err := strconv.ParseBool(v)
+	x, err := conv(v)
 	if err != nil {
-		e.fail(name, v, "want true or false")
+		e.fail(name, v, want)
 		return def
 	}
-	return b
+	return x
 }
 
 // DatabaseURL returns DATABASE_URL; when it is unset and PGHOST or PGDATABASE
