@@ -292,6 +292,41 @@ func ModuleRoot() (string, error) {
 	}
 }
 
+// ServerDir creates dir, an empty directory for a private server (its parent
+// must exist). As root the server runs as user postgres, which must reach
+// dir: every directory above it that others cannot traverse (t.TempDir makes
+// its directories 0700) is made traversable.
+func ServerDir(dir string) error {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	for d := filepath.Dir(dir); d != filepath.Dir(d); d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			if err := os.Chmod(d, fi.Mode().Perm()|0o011); err != nil {
+				return fmt.Errorf("making %s traversable for user postgres: %w", d, err)
+			}
+		}
+	}
+	return nil
+}
+
+// FreePort returns a loopback TCP port nothing listened on a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
 // PortFree reports whether nothing listens on addr.
 func PortFree(addr string) bool {
 	c, err := net.DialTimeout("tcp", addr, 300*time.Millisecond)

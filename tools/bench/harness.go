@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -278,7 +277,7 @@ func (h *harness) server(ctx context.Context) error {
 		return nil
 	}
 	h.privateDir = filepath.Join(h.work, "pg")
-	port, err := freePort()
+	port, err := devdb.FreePort()
 	if err != nil {
 		return err
 	}
@@ -301,15 +300,6 @@ func (h *harness) server(ctx context.Context) error {
 		h.cpu.postmaster, _ = strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
 	}
 	return nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // settings records the server's version and the settings that decide commit speed.
