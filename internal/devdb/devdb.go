@@ -155,7 +155,7 @@ func ping(ctx context.Context, u string) error {
 }
 
 func startPrivate(ctx context.Context, dir string, port int, logf func(string, ...any)) error {
-	bin, err := findBinDir()
+	bin, err := BinDir()
 	if err != nil {
 		return err
 	}
@@ -230,7 +230,7 @@ func startPrivate(ctx context.Context, dir string, port int, logf func(string, .
 
 // Stop stops the private server in dir if it runs.
 func Stop(ctx context.Context, dir string) error {
-	bin, err := findBinDir()
+	bin, err := BinDir()
 	if err != nil {
 		return err
 	}
@@ -251,7 +251,10 @@ func Stop(ctx context.Context, dir string) error {
 	return nil
 }
 
-func findBinDir() (string, error) {
+// BinDir returns the directory of the installed PostgreSQL server binaries
+// (initdb and pg_ctl, from one installation): pg_ctl's on PATH, else the
+// newest /usr/lib/postgresql/*/bin that holds initdb.
+func BinDir() (string, error) {
 	if p, err := exec.LookPath("pg_ctl"); err == nil {
 		// Both must come from the same installation.
 		if _, err := os.Stat(filepath.Join(filepath.Dir(p), "initdb")); err == nil {

@@ -19,7 +19,7 @@ import (
 // EnsureDatabase creates a database once, however often and concurrently it is
 // called; Stop stops the server.
 func TestEnsureStartsPrivateServer(t *testing.T) {
-	if _, err := findBinDir(); err != nil {
+	if _, err := BinDir(); err != nil {
 		t.Skipf("no PostgreSQL server binaries (initdb, pg_ctl) on this machine: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

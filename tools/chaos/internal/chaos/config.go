@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"time"
+
+	"github.com/labelkit/labels/internal/devdb"
 )
 
 // Config is one chaos run. The zero value of a field means its default.
@@ -145,13 +145,8 @@ var ErrNoPostgres = errors.New("no PostgreSQL server binaries (initdb, pg_ctl): 
 // CheckPrerequisites reports whether a run can start here: it needs the
 // PostgreSQL server binaries to start, stop and restart a server of its own.
 func CheckPrerequisites() error {
-	if p, err := exec.LookPath("pg_ctl"); err == nil {
-		if _, err := os.Stat(filepath.Join(filepath.Dir(p), "initdb")); err == nil {
-			return nil
-		}
+	if _, err := devdb.BinDir(); err != nil {
+		return ErrNoPostgres
 	}
-	if m, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb"); len(m) > 0 {
-		return nil
-	}
-	return ErrNoPostgres
+	return nil
 }
