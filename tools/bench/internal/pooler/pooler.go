@@ -9,7 +9,6 @@ package pooler
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -404,6 +403,3 @@ func median(v []float64) float64 {
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
-
-// JSON renders the report.
-func (r *Report) JSON() ([]byte, error) { return json.MarshalIndent(r, "", "  ") }
