@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -88,25 +89,14 @@ var (
 // lease + 15 s after they started, on a rescuer pass every 30 s.
 const leaseDuration = 4 * time.Second
 
+// withDefaults fills in the zero values.
 func (c Config) withDefaults() Config {
-	if c.Intents == 0 {
-		c.Intents = DefaultIntents
-	}
-	if c.Duration == 0 {
-		c.Duration = DefaultDuration
-	}
-	if c.Workers == 0 {
-		c.Workers = DefaultWorkers
-	}
-	if c.KillEvery == 0 {
-		c.KillEvery = DefaultKillEvery
-	}
-	if c.Seed == 0 {
-		c.Seed = DefaultSeed
-	}
-	if c.DrainTimeout == 0 {
-		c.DrainTimeout = DefaultDrainTimeout
-	}
+	c.Intents = cmp.Or(c.Intents, DefaultIntents)
+	c.Duration = cmp.Or(c.Duration, DefaultDuration)
+	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
+	c.KillEvery = cmp.Or(c.KillEvery, DefaultKillEvery)
+	c.Seed = cmp.Or(c.Seed, DefaultSeed)
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, DefaultDrainTimeout)
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
