@@ -19,6 +19,7 @@ import (
 	"github.com/labelkit/labels/internal/testutil/proctest"
 	"github.com/labelkit/labels/tools/bench/internal/host"
 	"github.com/labelkit/labels/tools/bench/internal/scratch"
+	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
 // Order ids: new requests count up from firstOrder; filled keys start at
@@ -237,26 +238,9 @@ func (h *harness) warmWAL(ctx context.Context) error {
 	return nil
 }
 
-func (h *harness) binaries(ctx context.Context) error {
-	if h.cfg.BinDir != "" {
-		h.bins = &proctest.Binaries{Dir: h.cfg.BinDir}
-	} else {
-		h.logf("building ./cmd/api ./cmd/worker ./cmd/carrier ./tools/bench/apiprof")
-		b, err := proctest.Build(ctx, &proctest.BuildOpts{
-			OutDir:   filepath.Join(h.work, "bin"),
-			Packages: []string{"./cmd/api", "./cmd/worker", "./cmd/carrier", "./tools/bench/apiprof"},
-		})
-		if err != nil {
-			return err
-		}
-		h.bins = b
-	}
-	for _, name := range []string{"api", "worker", "carrier", "apiprof"} {
-		if !h.bins.Has(name) {
-			return fmt.Errorf("no %s binary in %s", name, h.bins.Dir)
-		}
-	}
-	return nil
+func (h *harness) binaries(ctx context.Context) (err error) {
+	h.bins, err = cmdline.Binaries(ctx, h.cfg.BinDir, filepath.Join(h.work, "bin"), h.logf, "./cmd/api", "./cmd/worker", "./cmd/carrier", "./tools/bench/apiprof")
+	return err
 }
 
 // server starts the private server, or checks the one given.

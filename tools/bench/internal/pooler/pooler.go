@@ -25,6 +25,7 @@ import (
 	"github.com/labelkit/labels/internal/pgbouncer"
 	"github.com/labelkit/labels/internal/testutil/proctest"
 	"github.com/labelkit/labels/tools/bench/internal/scratch"
+	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
 // Fleet is N APIs and M workers.
@@ -139,14 +140,11 @@ func Measure(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 
-	bins := &proctest.Binaries{Dir: cfg.BinDir}
-	if cfg.BinDir == "" {
-		cfg.Log("building ./cmd/api ./cmd/worker ./cmd/carrier")
-		if bins, err = proctest.Build(ctx, &proctest.BuildOpts{Packages: []string{"./cmd/api", "./cmd/worker", "./cmd/carrier"}}); err != nil {
-			return nil, err
-		}
-		defer func() { _ = bins.Remove() }()
+	bins, err := cmdline.Binaries(ctx, cfg.BinDir, "", cfg.Log, "./cmd/api", "./cmd/worker", "./cmd/carrier")
+	if err != nil {
+		return nil, err
 	}
+	defer func() { _ = bins.Remove() }()
 	m := &measurer{cfg: cfg, bins: bins, dbURL: dbURL, db: name, monitor: monitor}
 	if _, err := proctest.Run(ctx, bins.Path("api"), &proctest.Opts{Args: []string{"migrate"}, Env: m.env(Direct)}); err != nil {
 		return nil, err

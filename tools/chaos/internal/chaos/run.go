@@ -17,6 +17,7 @@ import (
 
 	"github.com/labelkit/labels/internal/pgbouncer"
 	"github.com/labelkit/labels/internal/testutil/proctest"
+	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
 // run is one chaos run in progress.
@@ -131,20 +132,8 @@ func (r *run) setup(ctx context.Context) error {
 		return err
 	}
 	r.dir = dir
-	if r.cfg.BinDir != "" {
-		r.bins = &proctest.Binaries{Dir: r.cfg.BinDir}
-	} else {
-		r.say("building ./cmd/api ./cmd/worker ./cmd/carrier into %s", filepath.Join(dir, "bin"))
-		b, err := proctest.Build(ctx, &proctest.BuildOpts{OutDir: filepath.Join(dir, "bin"), Packages: []string{"./cmd/api", "./cmd/worker", "./cmd/carrier"}})
-		if err != nil {
-			return err
-		}
-		r.bins = b
-	}
-	for _, name := range []string{"api", "worker", "carrier"} {
-		if !r.bins.Has(name) {
-			return fmt.Errorf("no %s binary in %s", name, r.bins.Dir)
-		}
+	if r.bins, err = cmdline.Binaries(ctx, r.cfg.BinDir, filepath.Join(dir, "bin"), r.say, "./cmd/api", "./cmd/worker", "./cmd/carrier"); err != nil {
+		return err
 	}
 
 	r.say("starting a private PostgreSQL server")
