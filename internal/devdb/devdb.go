@@ -177,20 +177,14 @@ func startPrivate(ctx context.Context, dir string, port int, logf func(string, .
 		return nil
 	}
 	data := filepath.Join(dir, "data")
-	// initdb refuses to run as root: run the server as the postgres user then.
-	var asUser *user.User
-	if os.Geteuid() == 0 {
-		asUser, err = user.Lookup("postgres")
-		if err != nil {
-			return fmt.Errorf("running as root and no postgres user to run the private server as: %w", err)
-		}
+	asUser, err := serverUser()
+	if err != nil {
+		return err
 	}
 	run := func(name string, args ...string) error {
 		cmd := exec.CommandContext(ctx, filepath.Join(bin, name), args...)
 		if asUser != nil {
-			uid, _ := strconv.Atoi(asUser.Uid)
-			gid, _ := strconv.Atoi(asUser.Gid)
-			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: asUser}
 		}
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "LC_ALL=C.UTF-8", "LANG=C.UTF-8")
@@ -205,9 +199,7 @@ func startPrivate(ctx context.Context, dir string, port int, logf func(string, .
 		return nil
 	}
 	if asUser != nil {
-		uid, _ := strconv.Atoi(asUser.Uid)
-		gid, _ := strconv.Atoi(asUser.Gid)
-		if err := os.Chown(dir, uid, gid); err != nil {
+		if err := os.Chown(dir, int(asUser.Uid), int(asUser.Gid)); err != nil {
 			return err
 		}
 	}
@@ -237,18 +229,29 @@ func Stop(ctx context.Context, dir string) error {
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "pg_ctl"), "-D", filepath.Join(dir, "data"), "-m", "fast", "-w", "stop")
 	// Run from dir: as user postgres the caller's working directory may be unreadable.
 	cmd.Dir = dir
-	if os.Geteuid() == 0 {
-		if u, err := user.Lookup("postgres"); err == nil {
-			uid, _ := strconv.Atoi(u.Uid)
-			gid, _ := strconv.Atoi(u.Gid)
-			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
-		}
+	if asUser, err := serverUser(); err == nil && asUser != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: asUser}
 	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("pg_ctl stop: %w\n%s", err, out)
 	}
 	return nil
+}
+
+// serverUser is who the private server runs as: nil for this process's own
+// user, or user postgres when this process is root (initdb refuses root).
+func serverUser() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("running as root and no postgres user to run the private server as: %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
 // BinDir returns the directory of the installed PostgreSQL server binaries
