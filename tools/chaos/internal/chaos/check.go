@@ -47,10 +47,8 @@ func (r *run) waitNonePending(ctx context.Context, what, count string) (int, boo
 			r.say("%d %s pending (%v)", pending, what, err)
 			lastSaid = time.Now()
 		}
-		select {
-		case <-dctx.Done():
+		if !sleep(dctx, 250*time.Millisecond) {
 			return pending, false
-		case <-time.After(250 * time.Millisecond):
 		}
 	}
 }

@@ -250,10 +250,8 @@ func (r *run) waitForPurchase(ctx context.Context) {
 		if err == nil && n > 0 {
 			return
 		}
-		select {
-		case <-ctx.Done():
+		if !sleep(ctx, 50*time.Millisecond) {
 			return
-		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
@@ -297,10 +295,7 @@ func (r *run) exercise(ctx context.Context) (windowEnd time.Time, err error) {
 			if err := r.db.stop(ctx); err != nil {
 				return err
 			}
-			select {
-			case <-time.After(2 * time.Second):
-			case <-ctx.Done():
-			}
+			sleep(ctx, 2*time.Second)
 			return r.db.start(ctx)
 		}},
 	)
@@ -315,11 +310,7 @@ func (r *run) exercise(ctx context.Context) (windowEnd time.Time, err error) {
 		go r.api.runIntent(ctx, in, start, &first, &repeats)
 	}
 	for _, ev := range events {
-		t := time.NewTimer(time.Until(start.Add(ev.at)))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, time.Until(start.Add(ev.at))) {
 			return time.Now(), ctx.Err()
 		}
 		r.say("%s", ev.name)
@@ -327,12 +318,7 @@ func (r *run) exercise(ctx context.Context) (windowEnd time.Time, err error) {
 			return time.Now(), fmt.Errorf("%s: %w", ev.name, err)
 		}
 	}
-	if wait := time.Until(start.Add(d)); wait > 0 {
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-		}
-	}
+	sleep(ctx, time.Until(start.Add(d)))
 	windowEnd = time.Now()
 	r.say("window over: %d worker kills, %d API kill, %d PostgreSQL restart; waiting for the first requests to end", r.fig.WorkerKills, r.fig.APIKills, r.fig.DBRestarts)
 	first.Wait()
