@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -198,19 +199,33 @@ func readPurchase(resp *http.Response, now time.Time) (*Label, error) {
 		label.Replayed = status == http.StatusOK
 		return &label, nil
 
-	case status == http.StatusBadRequest || status == http.StatusNotFound || status == http.StatusUnprocessableEntity:
+	default:
+		return nil, failure(status, body, retryAfter, "")
+	}
+}
+
+// failure is the error for an answer that is not a success, as the protocol's
+// table says: a [*RejectedError] for 400, 404 and 422 (op is its Op), and for
+// a 409 whose code is one of finalConflicts; an [*InProgressError] for any
+// other 409; an [*UnknownOutcomeError] for 408, 429, 5xx and anything the
+// protocol does not name.
+func failure(status int, body []byte, retryAfter time.Duration, op string, finalConflicts ...string) error {
+	switch status {
+	case http.StatusBadRequest, http.StatusNotFound, http.StatusUnprocessableEntity:
 		// The status alone is final; a body we cannot read only costs us the
 		// carrier's wording.
 		code, msg := problem(status, body)
-		return nil, &RejectedError{Status: status, Code: code, Message: msg}
+		return &RejectedError{Status: status, Code: code, Message: msg, Op: op}
 
-	case status == http.StatusConflict:
+	case http.StatusConflict:
 		code, msg := problem(status, body)
-		return nil, &InProgressError{Status: status, Code: code, Message: msg, RetryAfter: retryAfter}
+		if slices.Contains(finalConflicts, code) {
+			return &RejectedError{Status: status, Code: code, Message: msg, Op: op}
+		}
+		return &InProgressError{Status: status, Code: code, Message: msg, RetryAfter: retryAfter}
 
 	default:
-		// 408, 429, 5xx, and anything the protocol does not name.
-		return nil, &UnknownOutcomeError{
+		return &UnknownOutcomeError{
 			Status:     status,
 			Err:        fmt.Errorf("carrier answered %d %s: %s", status, http.StatusText(status), snippet(body)),
 			RetryAfter: retryAfter,

@@ -78,6 +78,27 @@ func hijack(t *testing.T, w http.ResponseWriter, r *http.Request) net.Conn {
 	return conn
 }
 
+// hangUp answers with raw, written as is on the connection, and closes it.
+func hangUp(t *testing.T, raw string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		conn := hijack(t, w, r)
+		if conn == nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = io.WriteString(conn, raw)
+	}
+}
+
+// requireNotRejected checks that err is not a rejection, and is retryable
+// as retryable says.
+func requireNotRejected(t *testing.T, err error, retryable bool) {
+	t.Helper()
+	require.Equal(t, retryable, carrier.IsRetryable(err), "%v", err)
+	_, rejected := carrier.IsRejected(err)
+	require.False(t, rejected)
+}
+
 func TestBuySuccess(t *testing.T) {
 	t.Parallel()
 
@@ -172,9 +193,7 @@ func TestBuyInProgress(t *testing.T) {
 	var inProgress *carrier.InProgressError
 	require.ErrorAs(t, err, &inProgress)
 	require.Equal(t, &carrier.InProgressError{Status: 409, Code: "in_progress", Message: "still buying", RetryAfter: 2 * time.Second}, inProgress)
-	require.True(t, carrier.IsRetryable(err))
-	_, rejected := carrier.IsRejected(err)
-	require.False(t, rejected)
+	requireNotRejected(t, err, true)
 }
 
 func requireUnknown(t *testing.T, err error, status int) *carrier.UnknownOutcomeError {
@@ -183,9 +202,7 @@ func requireUnknown(t *testing.T, err error, status int) *carrier.UnknownOutcome
 	require.ErrorAs(t, err, &unknown, "got %T %v", err, err)
 	require.Equal(t, status, unknown.Status)
 	require.NotNil(t, unknown.Err)
-	require.True(t, carrier.IsRetryable(err))
-	_, rejected := carrier.IsRejected(err)
-	require.False(t, rejected)
+	requireNotRejected(t, err, true)
 	return unknown
 }
 
@@ -249,15 +266,8 @@ func TestBuyUnknownOutcomeBodies(t *testing.T) {
 
 	t.Run("Truncated", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, "", func(w http.ResponseWriter, r *http.Request) {
-			conn := hijack(t, w, r)
-			if conn == nil {
-				return
-			}
-			defer conn.Close()
-			// Promise the whole label, send half of it, hang up.
-			_, _ = io.WriteString(conn, "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 132\r\n\r\n"+labelJSON[:60])
-		})
+		// Promise the whole label, send half of it, hang up.
+		b := setup(t, "", hangUp(t, "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 132\r\n\r\n"+labelJSON[:60]))
 		_, err := b.client.Buy(context.Background(), testKey, testReq)
 		unknown := requireUnknown(t, err, 201)
 		require.ErrorIs(t, err, io.ErrUnexpectedEOF, "%v", unknown)
@@ -285,11 +295,7 @@ func TestBuyUnknownOutcomeTransport(t *testing.T) {
 
 	t.Run("ConnectionDroppedAfterTheRequest", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, "", func(w http.ResponseWriter, r *http.Request) {
-			if conn := hijack(t, w, r); conn != nil {
-				_ = conn.Close()
-			}
-		})
+		b := setup(t, "", hangUp(t, ""))
 		_, err := b.client.Buy(context.Background(), testKey, testReq)
 		requireUnknown(t, err, 0)
 		require.Equal(t, int64(1), b.calls.Load())
@@ -361,9 +367,7 @@ func TestBuyInvalidKeyIsNotSent(t *testing.T) {
 	for _, key := range []string{"", "with space", stringOf('k', 256), "ünïcode"} {
 		_, err := b.client.Buy(context.Background(), key, testReq)
 		require.ErrorIs(t, err, carrier.ErrInvalidKey)
-		require.False(t, carrier.IsRetryable(err))
-		_, rejected := carrier.IsRejected(err)
-		require.False(t, rejected)
+		requireNotRejected(t, err, false)
 	}
 	require.Zero(t, b.calls.Load())
 }
@@ -421,14 +425,7 @@ func TestInvoice(t *testing.T) {
 
 	t.Run("Truncated", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, "", func(w http.ResponseWriter, r *http.Request) {
-			conn := hijack(t, w, r)
-			if conn == nil {
-				return
-			}
-			defer conn.Close()
-			_, _ = io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Type: text/csv\r\nContent-Length: 1000\r\n\r\n"+csv)
-		})
+		b := setup(t, "", hangUp(t, "HTTP/1.1 200 OK\r\nContent-Type: text/csv\r\nContent-Length: 1000\r\n\r\n"+csv))
 		_, err := b.client.Invoice(context.Background(), time.Now())
 		require.ErrorIs(t, err, io.ErrUnexpectedEOF)
 	})

@@ -101,23 +101,8 @@ func readVoid(resp *http.Response, now time.Time) (*VoidedLabel, error) {
 		v.Replayed = strings.EqualFold(resp.Header.Get("Idempotent-Replayed"), "true")
 		return &v, nil
 
-	case status == http.StatusBadRequest || status == http.StatusNotFound || status == http.StatusUnprocessableEntity:
-		code, msg := problem(status, body)
-		return nil, &RejectedError{Status: status, Code: code, Message: msg, Op: "void"}
-
-	case status == http.StatusConflict:
-		code, msg := problem(status, body)
-		if code == CodeVoidWindowClosed {
-			return nil, &RejectedError{Status: status, Code: code, Message: msg, Op: "void"}
-		}
-		return nil, &InProgressError{Status: status, Code: code, Message: msg, RetryAfter: retryAfter}
-
 	default:
-		return nil, &UnknownOutcomeError{
-			Status:     status,
-			Err:        fmt.Errorf("carrier answered %d %s: %s", status, http.StatusText(status), snippet(body)),
-			RetryAfter: retryAfter,
-		}
+		return nil, failure(status, body, retryAfter, "void", CodeVoidWindowClosed)
 	}
 }
 

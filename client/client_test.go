@@ -68,6 +68,14 @@ func script(t *testing.T, answer func(n int, w http.ResponseWriter, r *http.Requ
 	return c, rec
 }
 
+// inTurn answers the n-th request with answers[n-1], and every request after
+// the last answer with the last one again.
+func inTurn(answers ...func(w http.ResponseWriter)) func(n int, w http.ResponseWriter, r *http.Request) {
+	return func(n int, w http.ResponseWriter, _ *http.Request) {
+		answers[min(n, len(answers))-1](w)
+	}
+}
+
 var testParcel = labels.Parcel{OrderID: 918273, ParcelNo: 1, WeightG: 1450, Service: "ground", ShipTo: labels.Address{
 	Name: "A. Example", Line1: "1 Example Street", City: "Exampleton", PostalCode: "10115", Country: "DE",
 }}
@@ -177,13 +185,7 @@ func TestClassification(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			c, rec := script(t, func(n int, w http.ResponseWriter, r *http.Request) {
-				if n == 1 {
-					tc.first(w)
-					return
-				}
-				writeLabel(w)
-			})
+			c, rec := script(t, inTurn(tc.first, writeLabel))
 			l, err := c.CreateLabel(context.Background(), testParcel)
 			reqs := rec.Requests()
 			if tc.retry {
@@ -206,13 +208,7 @@ func TestClassification(t *testing.T) {
 // same on every attempt; a key of the caller's own replaces it.
 func TestKey(t *testing.T) {
 	t.Parallel()
-	c, rec := script(t, func(n int, w http.ResponseWriter, r *http.Request) {
-		if n <= 3 {
-			hangUp(w)
-			return
-		}
-		writeLabel(w)
-	})
+	c, rec := script(t, inTurn(hangUp, hangUp, hangUp, writeLabel))
 	_, err := c.CreateLabel(context.Background(), testParcel)
 	require.NoError(t, err)
 	for _, r := range rec.Requests() {
@@ -277,17 +273,14 @@ func TestRetryAfter(t *testing.T) {
 	t.Parallel()
 	t.Run("honoured", func(t *testing.T) {
 		t.Parallel()
-		c, rec := script(t, func(n int, w http.ResponseWriter, r *http.Request) {
-			switch n {
-			case 1:
-				writeProblem(w, 503, labels.CodeStoreUnavailable, "Retry-After", "3")
-			case 2:
+		c, rec := script(t, inTurn(
+			func(w http.ResponseWriter) { writeProblem(w, 503, labels.CodeStoreUnavailable, "Retry-After", "3") },
+			func(w http.ResponseWriter) {
 				w.Header().Set("Retry-After", "2")
 				http.Error(w, "slow down", 429)
-			default:
-				writeLabel(w)
-			}
-		}, WithBackoff(10*time.Millisecond, 100*time.Millisecond))
+			},
+			writeLabel,
+		), WithBackoff(10*time.Millisecond, 100*time.Millisecond))
 		_, err := c.CreateLabel(context.Background(), testParcel)
 		require.NoError(t, err)
 		require.Equal(t, []time.Duration{3 * time.Second, 2 * time.Second}, rec.Sleeps())
@@ -373,6 +366,9 @@ func writePending(w http.ResponseWriter, status int, retryAfter string) {
 	_ = json.NewEncoder(w).Encode(labels.LabelRequest{ID: "lr_1 x", IdempotencyKey: "label:918273:1:v1", Status: labels.StatusPending})
 }
 
+// pending1s is a 202 asking to poll again after a second.
+func pending1s(w http.ResponseWriter) { writePending(w, 202, "1") }
+
 func writeFinal(w http.ResponseWriter, lr labels.LabelRequest) {
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(lr)
@@ -384,21 +380,16 @@ func TestPolling(t *testing.T) {
 	t.Parallel()
 	t.Run("succeeded", func(t *testing.T) {
 		t.Parallel()
-		c, rec := script(t, func(n int, w http.ResponseWriter, r *http.Request) {
-			switch n {
-			case 1:
-				writePending(w, 202, "2")
-			case 2:
-				writeProblem(w, 500, labels.CodeInternal)
-			case 3:
-				writeProblem(w, 503, labels.CodeStoreUnavailable)
-			case 4:
-				writePending(w, 200, "1")
-			default:
+		c, rec := script(t, inTurn(
+			func(w http.ResponseWriter) { writePending(w, 202, "2") },
+			func(w http.ResponseWriter) { writeProblem(w, 500, labels.CodeInternal) },
+			func(w http.ResponseWriter) { writeProblem(w, 503, labels.CodeStoreUnavailable) },
+			func(w http.ResponseWriter) { writePending(w, 200, "1") },
+			func(w http.ResponseWriter) {
 				b, _ := json.Marshal(testLabel)
 				writeFinal(w, labels.LabelRequest{ID: "lr_1 x", Status: labels.StatusSucceeded, Label: b})
-			}
-		}, WithBackoff(10*time.Millisecond, time.Second), WithPollInterval(500*time.Millisecond))
+			},
+		), WithBackoff(10*time.Millisecond, time.Second), WithPollInterval(500*time.Millisecond))
 		l, err := c.CreateLabel(context.Background(), testParcel)
 		require.NoError(t, err)
 		require.Equal(t, testLabel, *l)
@@ -416,15 +407,11 @@ func TestPolling(t *testing.T) {
 	})
 	t.Run("failed", func(t *testing.T) {
 		t.Parallel()
-		c, _ := script(t, func(n int, w http.ResponseWriter, r *http.Request) {
-			if n == 1 {
-				writePending(w, 202, "1")
-				return
-			}
+		c, _ := script(t, inTurn(pending1s, func(w http.ResponseWriter) {
 			p := labels.NewProblem(labels.CodeCarrierRejected, "rejected")
 			p.CarrierCode = "address_invalid"
 			writeFinal(w, labels.LabelRequest{ID: "lr_1 x", Status: labels.StatusFailed, Error: p.Body()})
-		})
+		}))
 		_, err := c.CreateLabel(context.Background(), testParcel)
 		var r *RejectedError
 		require.ErrorAs(t, err, &r)
@@ -433,20 +420,14 @@ func TestPolling(t *testing.T) {
 	})
 	t.Run("gone", func(t *testing.T) {
 		t.Parallel()
-		c, _ := script(t, func(n int, w http.ResponseWriter, r *http.Request) {
-			if n == 1 {
-				writePending(w, 202, "1")
-				return
-			}
-			writeProblem(w, 404, labels.CodeNotFound)
-		})
+		c, _ := script(t, inTurn(pending1s, func(w http.ResponseWriter) { writeProblem(w, 404, labels.CodeNotFound) }))
 		_, err := c.CreateLabel(context.Background(), testParcel)
 		require.ErrorIs(t, err, ErrNotFound)
 		require.False(t, IsTemporary(err))
 	})
 	t.Run("no time left to wait", func(t *testing.T) {
 		t.Parallel()
-		c, rec := script(t, func(n int, w http.ResponseWriter, r *http.Request) { writePending(w, 202, "1") }, WithMaxWait(0))
+		c, rec := script(t, inTurn(pending1s), WithMaxWait(0))
 		_, err := c.CreateLabel(context.Background(), testParcel)
 		var p *PendingError
 		require.ErrorAs(t, err, &p)
@@ -469,7 +450,7 @@ func TestContextEnds(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.True(t, IsTemporary(err))
 
-	c2, _ := script(t, func(n int, w http.ResponseWriter, r *http.Request) { writePending(w, 202, "1") })
+	c2, _ := script(t, inTurn(pending1s))
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	c2.sleepFunc = func(context.Context, time.Duration) error { cancel2(); return context.Canceled }
 	_, err = c2.CreateLabel(ctx2, testParcel)

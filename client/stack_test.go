@@ -40,6 +40,37 @@ func newClient(s *stacktest.SimStack, token string, opts ...client.Option) *clie
 	}, opts...)...)
 }
 
+// createAll creates the parcels' labels all at once and returns them in the
+// parcels' order; an error fails the test.
+func createAll(t *testing.T, c *client.Client, parcels []labels.Parcel) []*labels.Label {
+	t.Helper()
+	got := make([]*labels.Label, len(parcels))
+	var wg sync.WaitGroup
+	for i, p := range parcels {
+		wg.Go(func() {
+			l, err := c.CreateLabel(ctx(t), p)
+			if err != nil {
+				t.Errorf("parcel %d/%d: %v", p.OrderID, p.ParcelNo, err)
+			}
+			got[i] = l
+		})
+	}
+	wg.Wait()
+	require.False(t, t.Failed())
+	return got
+}
+
+// restartOnFirst restarts the API at the first request, if it is a method
+// request.
+func restartOnFirst(method string) func(int, *http.Request) stacktest.Fault {
+	return func(n int, r *http.Request) stacktest.Fault {
+		if r.Method == method && n == 1 {
+			return stacktest.FaultRestart
+		}
+		return stacktest.FaultNone
+	}
+}
+
 func ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
@@ -142,19 +173,7 @@ func TestTransientAnswers(t *testing.T) {
 
 	c := newClient(s, tok)
 	parcels := []labels.Parcel{parcel(1001, 1), parcel(1001, 2), parcel(1002, 1), parcel(1003, 1), parcel(1004, 1)}
-	got := make([]*labels.Label, len(parcels))
-	var wg sync.WaitGroup
-	for i, p := range parcels {
-		wg.Go(func() {
-			l, err := c.CreateLabel(ctx(t), p)
-			if err != nil {
-				t.Errorf("parcel %d/%d: %v", p.OrderID, p.ParcelNo, err)
-			}
-			got[i] = l
-		})
-	}
-	wg.Wait()
-	require.False(t, t.Failed())
+	got := createAll(t, c, parcels)
 	for i, p := range parcels {
 		requireOneLabel(t, s, c, p, got[i])
 	}
@@ -170,12 +189,7 @@ func TestAPIRestart(t *testing.T) {
 	tok := s.Token("fulfilment")
 
 	t.Run("during the POST", func(t *testing.T) {
-		s.Faults.Script(func(n int, r *http.Request) stacktest.Fault {
-			if r.Method == http.MethodPost && n == 1 {
-				return stacktest.FaultRestart
-			}
-			return stacktest.FaultNone
-		})
+		s.Faults.Script(restartOnFirst(http.MethodPost))
 		c := newClient(s, tok)
 		p := parcel(918273, 1)
 		got, err := c.CreateLabel(ctx(t), p)
@@ -186,12 +200,7 @@ func TestAPIRestart(t *testing.T) {
 	})
 	t.Run("while polling", func(t *testing.T) {
 		before := s.Restarts()
-		s.Faults.Script(func(n int, r *http.Request) stacktest.Fault {
-			if r.Method == http.MethodGet && n == 1 {
-				return stacktest.FaultRestart
-			}
-			return stacktest.FaultNone
-		})
+		s.Faults.Script(restartOnFirst(http.MethodGet))
 		c := newClient(s, tok, client.WithWait(0))
 		p := parcel(918274, 1)
 		got, err := c.CreateLabel(ctx(t), p)
@@ -215,19 +224,7 @@ func TestAPIRestart(t *testing.T) {
 		})
 		c := newClient(s, tok)
 		parcels := []labels.Parcel{parcel(2001, 1), parcel(2001, 2), parcel(2002, 1), parcel(2003, 1), parcel(2004, 1), parcel(2005, 1)}
-		got := make([]*labels.Label, len(parcels))
-		var wg sync.WaitGroup
-		for i, p := range parcels {
-			wg.Go(func() {
-				l, err := c.CreateLabel(ctx(t), p)
-				if err != nil {
-					t.Errorf("parcel %d/%d: %v", p.OrderID, p.ParcelNo, err)
-				}
-				got[i] = l
-			})
-		}
-		wg.Wait()
-		require.False(t, t.Failed())
+		got := createAll(t, c, parcels)
 		require.Equal(t, before+1, s.Restarts())
 		for i, p := range parcels {
 			requireOneLabel(t, s, c, p, got[i])

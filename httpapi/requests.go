@@ -41,12 +41,7 @@ func (s *Server) handleFindLabelRequest(w http.ResponseWriter, r *http.Request, 
 }
 
 func (s *Server) writeLabelRequest(ctx context.Context, w http.ResponseWriter, r *http.Request, in *postgres.Intent, err error) {
-	if errors.Is(err, postgres.ErrNotFound) {
-		writeProblem(w, r, labels.CodeNotFound, "no such label request")
-		return
-	}
-	if err != nil {
-		writeError(w, r, err)
+	if !found(w, r, err, "label request") {
 		return
 	}
 	infoFrom(r).requestID = in.RequestID
@@ -72,16 +67,25 @@ func (s *Server) handleGetLabel(w http.ResponseWriter, r *http.Request, callerID
 	ctx, cancel := context.WithTimeout(r.Context(), s.deps.StoreTimeout)
 	defer cancel()
 	l, err := postgres.GetLabel(ctx, s.deps.Pool, callerID, r.PathValue("label_id"))
-	if errors.Is(err, postgres.ErrNotFound) {
-		writeProblem(w, r, labels.CodeNotFound, "no such label")
-		return
-	}
-	if err != nil {
-		writeError(w, r, err)
+	if !found(w, r, err, "label") {
 		return
 	}
 	infoFrom(r).requestID = l.RequestID
 	writeJSON(w, http.StatusOK, l.Label.Body())
+}
+
+// found answers a lookup that failed, 404 "no such <what>" when there is
+// none and the store's error otherwise, and reports whether it found one.
+func found(w http.ResponseWriter, r *http.Request, err error, what string) bool {
+	switch {
+	case errors.Is(err, postgres.ErrNotFound):
+		writeProblem(w, r, labels.CodeNotFound, "no such "+what)
+		return false
+	case err != nil:
+		writeError(w, r, err)
+		return false
+	}
+	return true
 }
 
 func handleHealthz(w http.ResponseWriter, _ *http.Request) {

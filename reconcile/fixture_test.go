@@ -173,6 +173,16 @@ func setup(t *testing.T) *testBundle {
 	return &testBundle{ctx: context.Background(), pool: pool}
 }
 
+// setupOneLabel is setup with one label in the database, bought at 02:00
+// on day.
+func setupOneLabel(t *testing.T) (*testBundle, seed) {
+	t.Helper()
+	b := setup(t)
+	s1 := seed{n: 1, createdAt: at("02:00:00")}
+	insertSeeds(t, b.pool, []seed{s1})
+	return b, s1
+}
+
 // run reconciles csv as of now with the default grace and stuck-after.
 func (b *testBundle) run(t *testing.T, csv string, mod ...func(*reconcile.Opts)) *reconcile.Report {
 	t.Helper()

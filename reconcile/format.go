@@ -8,7 +8,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -152,17 +153,7 @@ func neutralise(s string) string {
 
 // isDecimal reports whether s is digits, with a fraction or none: 12, 1.5.
 func isDecimal(s string) bool {
-	digits := func(s string) bool {
-		if s == "" {
-			return false
-		}
-		for i := 0; i < len(s); i++ {
-			if s[i] < '0' || s[i] > '9' {
-				return false
-			}
-		}
-		return true
-	}
+	digits := func(s string) bool { return s != "" && strings.Trim(s, "0123456789") == "" }
 	whole, frac, dot := strings.Cut(s, ".")
 	return digits(whole) && (!dot || digits(frac))
 }
@@ -176,14 +167,9 @@ func amountOf(it *Item) string {
 
 // money renders an amount per currency, e.g. "USD 1,234.50".
 func money(m map[string]int64) string {
-	curs := make([]string, 0, len(m))
-	for c := range m {
-		curs = append(curs, c)
-	}
-	sort.Strings(curs)
-	parts := make([]string, len(curs))
-	for i, c := range curs {
-		parts[i] = cents(m[c], c)
+	var parts []string
+	for _, c := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, cents(m[c], c))
 	}
 	return strings.Join(parts, ", ")
 }
@@ -222,25 +208,19 @@ func thousands(n int64) string {
 
 // jsonItem is an Item with absent values as null.
 type jsonItem struct {
-	ItemNo         int        `json:"item_no"`
-	Category       string     `json:"category"`
-	Subject        string     `json:"subject"`
-	InvoiceNo      *string    `json:"invoice_no"`
-	LineNo         *int       `json:"line_no"`
-	BilledAt       *time.Time `json:"billed_at"`
-	LabelID        *string    `json:"label_id"`
-	CallerID       *string    `json:"caller_id"`
-	IdempotencyKey *string    `json:"idempotency_key"`
-	CarrierKey     *string    `json:"carrier_key"`
-	Reference      *string    `json:"reference"`
-	CarrierLabelID *string    `json:"carrier_label_id"`
-	TrackingNo     *string    `json:"tracking_no"`
-	BilledCents    *int64     `json:"billed_cents"`
-	CostCents      *int64     `json:"cost_cents"`
-	AmountCents    *int64     `json:"amount_cents"`
-	Currency       *string    `json:"currency"`
-	MatchedBy      *string    `json:"matched_by"`
-	Detail         *string    `json:"detail"`
+	ItemNo    int        `json:"item_no"`
+	Category  string     `json:"category"`
+	Subject   string     `json:"subject"`
+	InvoiceNo *string    `json:"invoice_no"`
+	LineNo    *int       `json:"line_no"`
+	BilledAt  *time.Time `json:"billed_at"`
+	jsonRefs
+	BilledCents *int64  `json:"billed_cents"`
+	CostCents   *int64  `json:"cost_cents"`
+	AmountCents *int64  `json:"amount_cents"`
+	Currency    *string `json:"currency"`
+	MatchedBy   *string `json:"matched_by"`
+	Detail      *string `json:"detail"`
 }
 
 func opt(s string) *string {
@@ -253,9 +233,7 @@ func opt(s string) *string {
 func toJSONItem(it *Item) jsonItem {
 	j := jsonItem{
 		ItemNo: it.ItemNo, Category: it.Category, Subject: it.Subject,
-		InvoiceNo: opt(it.InvoiceNo), BilledAt: it.BilledAt, LabelID: opt(it.LabelID),
-		CallerID: opt(it.CallerID), IdempotencyKey: opt(it.IdempotencyKey), CarrierKey: opt(it.CarrierKey),
-		Reference: opt(it.Reference), CarrierLabelID: opt(it.CarrierLabelID), TrackingNo: opt(it.TrackingNo),
+		InvoiceNo: opt(it.InvoiceNo), BilledAt: it.BilledAt, jsonRefs: it.nullable(),
 		BilledCents: it.BilledCents, CostCents: it.CostCents, AmountCents: it.AmountCents,
 		Currency: opt(it.Currency), MatchedBy: opt(it.MatchedBy), Detail: opt(it.Detail),
 	}
@@ -371,9 +349,8 @@ func (r *Report) WriteCSV(ctx context.Context, w io.Writer) error {
 		if it.BilledAt != nil {
 			billed = it.BilledAt.Format(time.RFC3339)
 		}
-		rec = append(rec[:0], run, strconv.Itoa(it.ItemNo), it.Category, it.Subject, it.InvoiceNo, line, billed,
-			it.LabelID, it.CallerID, it.IdempotencyKey, it.CarrierKey, it.Reference, it.CarrierLabelID,
-			it.TrackingNo, num(it.BilledCents), num(it.CostCents), num(it.AmountCents), it.Currency,
+		rec = append(rec[:0], run, strconv.Itoa(it.ItemNo), it.Category, it.Subject, it.InvoiceNo, line, billed)
+		rec = append(it.appendCells(rec), num(it.BilledCents), num(it.CostCents), num(it.AmountCents), it.Currency,
 			it.MatchedBy, it.Detail)
 		for i, v := range rec {
 			rec[i] = neutralise(v)

@@ -54,15 +54,7 @@ type Item struct {
 	InvoiceNo string     `json:"invoice_no"`
 	LineNo    int        `json:"line_no"`
 	BilledAt  *time.Time `json:"billed_at"`
-	LabelID   string     `json:"label_id"`
-	CallerID  string     `json:"caller_id"`
-	// IdempotencyKey is the caller's key; CarrierKey the key sent to the carrier.
-	IdempotencyKey string `json:"idempotency_key"`
-	CarrierKey     string `json:"carrier_key"`
-	// Reference is our label request id.
-	Reference      string `json:"reference"`
-	CarrierLabelID string `json:"carrier_label_id"`
-	TrackingNo     string `json:"tracking_no"`
+	Refs
 	// BilledCents is the invoice line's amount; CostCents the label's.
 	BilledCents *int64 `json:"billed_cents"`
 	CostCents   *int64 `json:"cost_cents"`
@@ -75,6 +67,49 @@ type Item struct {
 	// carrier_label_id, tracking_no or reference.
 	MatchedBy string `json:"matched_by"`
 	Detail    string `json:"detail"`
+}
+
+// Refs are the ids an item is found and acted on by, ours and the carrier's.
+type Refs struct {
+	LabelID  string `json:"label_id"`
+	CallerID string `json:"caller_id"`
+	// IdempotencyKey is the caller's key; CarrierKey the key sent to the carrier.
+	IdempotencyKey string `json:"idempotency_key"`
+	CarrierKey     string `json:"carrier_key"`
+	// Reference is our label request id.
+	Reference      string `json:"reference"`
+	CarrierLabelID string `json:"carrier_label_id"`
+	TrackingNo     string `json:"tracking_no"`
+}
+
+// appendDest appends where rows.Scan puts the ids, in the order of the
+// columns the queries select them in.
+func (r *Refs) appendDest(dest []any) []any {
+	return append(dest, &r.LabelID, &r.CallerID, &r.IdempotencyKey, &r.CarrierKey, &r.Reference, &r.CarrierLabelID, &r.TrackingNo)
+}
+
+// appendCells appends the ids as CSV cells, in the same order.
+func (r *Refs) appendCells(rec []string) []string {
+	return append(rec, r.LabelID, r.CallerID, r.IdempotencyKey, r.CarrierKey, r.Reference, r.CarrierLabelID, r.TrackingNo)
+}
+
+// jsonRefs are Refs with absent ids as null.
+type jsonRefs struct {
+	LabelID        *string `json:"label_id"`
+	CallerID       *string `json:"caller_id"`
+	IdempotencyKey *string `json:"idempotency_key"`
+	CarrierKey     *string `json:"carrier_key"`
+	Reference      *string `json:"reference"`
+	CarrierLabelID *string `json:"carrier_label_id"`
+	TrackingNo     *string `json:"tracking_no"`
+}
+
+func (r *Refs) nullable() jsonRefs {
+	return jsonRefs{
+		LabelID: opt(r.LabelID), CallerID: opt(r.CallerID), IdempotencyKey: opt(r.IdempotencyKey),
+		CarrierKey: opt(r.CarrierKey), Reference: opt(r.Reference), CarrierLabelID: opt(r.CarrierLabelID),
+		TrackingNo: opt(r.TrackingNo),
+	}
 }
 
 // Discrepancies is the number of items neither matched nor voided.
@@ -173,9 +208,10 @@ const itemJoins = `
   LEFT JOIN labels l ON l.label_id = i.label_id`
 
 func scanItem(rows pgx.Rows, it *Item) error {
-	err := rows.Scan(&it.ItemNo, &it.Category, &it.Subject, &it.InvoiceNo, &it.LineNo, &it.BilledAt,
-		&it.LabelID, &it.CallerID, &it.IdempotencyKey, &it.CarrierKey, &it.Reference, &it.CarrierLabelID,
-		&it.TrackingNo, &it.BilledCents, &it.CostCents, &it.AmountCents, &it.Currency, &it.MatchedBy, &it.Detail)
+	// The row number, then the 18 itemColumns.
+	dest := append(make([]any, 0, 19), &it.ItemNo, &it.Category, &it.Subject, &it.InvoiceNo, &it.LineNo, &it.BilledAt)
+	dest = append(it.appendDest(dest), &it.BilledCents, &it.CostCents, &it.AmountCents, &it.Currency, &it.MatchedBy, &it.Detail)
+	err := rows.Scan(dest...)
 	if err == nil && it.BilledAt != nil {
 		t := it.BilledAt.UTC()
 		it.BilledAt = &t

@@ -63,21 +63,15 @@ type VoidOpts struct {
 
 // VoidItem is one item of the run in the category, with what became of it.
 type VoidItem struct {
-	InvoiceNo      string     `json:"invoice_no"`
-	LineNo         int        `json:"line_no"`
-	BilledAt       time.Time  `json:"billed_at"`
-	LabelID        string     `json:"label_id"`
-	CallerID       string     `json:"caller_id"`
-	IdempotencyKey string     `json:"idempotency_key"`
-	CarrierKey     string     `json:"carrier_key"`
-	Reference      string     `json:"reference"`
-	CarrierLabelID string     `json:"carrier_label_id"`
-	TrackingNo     string     `json:"tracking_no"`
-	AmountCents    int64      `json:"amount_cents"`
-	Currency       string     `json:"currency"`
-	Outcome        string     `json:"outcome"`
-	VoidedAt       *time.Time `json:"voided_at"`
-	Detail         string     `json:"detail"`
+	InvoiceNo string    `json:"invoice_no"`
+	LineNo    int       `json:"line_no"`
+	BilledAt  time.Time `json:"billed_at"`
+	Refs
+	AmountCents int64      `json:"amount_cents"`
+	Currency    string     `json:"currency"`
+	Outcome     string     `json:"outcome"`
+	VoidedAt    *time.Time `json:"voided_at"`
+	Detail      string     `json:"detail"`
 }
 
 // VoidReport is the outcome of every item of one run's category.
@@ -273,8 +267,8 @@ func planVoids(ctx context.Context, pool *pgxpool.Pool, runID int64, category st
 	for rows.Next() {
 		var it VoidItem
 		var kept *string
-		if err := rows.Scan(&it.InvoiceNo, &it.LineNo, &it.BilledAt, &it.LabelID, &it.CallerID, &it.IdempotencyKey,
-			&it.CarrierKey, &it.Reference, &it.CarrierLabelID, &it.TrackingNo, &it.AmountCents, &it.Currency, &kept); err != nil {
+		dest := it.appendDest([]any{&it.InvoiceNo, &it.LineNo, &it.BilledAt})
+		if err := rows.Scan(append(dest, &it.AmountCents, &it.Currency, &kept)...); err != nil {
 			rows.Close()
 			return nil, err
 		}

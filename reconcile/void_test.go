@@ -214,9 +214,7 @@ func TestVoidCreditNetsItsCharge(t *testing.T) {
 
 	t.Run("OnTheSameInvoice", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
-		s1 := seed{n: 1, createdAt: at("02:00:00")}
-		insertSeeds(t, b.pool, []seed{s1})
+		b, s1 := setupOneLabel(t)
 		first := b.run(t, invoice(s1.line(1, at("02:00:01")), dupLine(s1, day, 2, at("02:00:05"), "CL-9001")))
 		require.Equal(t, counts(reconcile.Matched, 1, reconcile.DuplicateCharge, 1), first.Counts)
 
@@ -264,9 +262,7 @@ func TestVoidCreditNetsItsCharge(t *testing.T) {
 
 	t.Run("OnALaterInvoice", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
-		s1 := seed{n: 1, createdAt: at("02:00:00")}
-		insertSeeds(t, b.pool, []seed{s1})
+		b, s1 := setupOneLabel(t)
 		first := b.run(t, invoice(s1.line(1, at("02:00:01")), dupLine(s1, day, 2, at("02:00:05"), "CL-9001")))
 		require.Equal(t, 1, first.Counts[reconcile.DuplicateCharge])
 		var q enqueued
@@ -303,9 +299,7 @@ func TestVoidCreditNetsItsCharge(t *testing.T) {
 
 	t.Run("TheCreditOfALabelOfOursIsNotVoided", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
-		s1 := seed{n: 1, createdAt: at("02:00:00")}
-		insertSeeds(t, b.pool, []seed{s1})
+		b, s1 := setupOneLabel(t)
 		// Someone voided the label we hold: netted as a credit, the label is
 		// billed nothing, which is a discrepancy.
 		rep := b.run(t, invoiceCT(s1.line(1, at("02:00:01"))+",charge",
@@ -317,9 +311,7 @@ func TestVoidCreditNetsItsCharge(t *testing.T) {
 
 	t.Run("ALabelWhoseOnlyLinesWereVoidedIsUnbilled", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
-		s1 := seed{n: 1, createdAt: at("02:00:00")}
-		insertSeeds(t, b.pool, []seed{s1})
+		b, s1 := setupOneLabel(t)
 		rep := b.run(t, invoiceCT(dupLine(s1, day, 1, at("02:00:05"), "CL-9001")+",charge",
 			creditLine(s1, day, 2, at("09:00:00"), "CL-9001")), func(o *reconcile.Opts) { o.Grace = 0 })
 		require.Equal(t, counts(reconcile.Voided, 2, reconcile.LabelNotBilled, 1), rep.Counts)
@@ -330,9 +322,7 @@ func TestVoidCreditNetsItsCharge(t *testing.T) {
 // be negative.
 func TestChargeTypeColumn(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	s1 := seed{n: 1, createdAt: at("02:00:00")}
-	insertSeeds(t, b.pool, []seed{s1})
+	b, s1 := setupOneLabel(t)
 	rep := b.run(t, invoiceCT(s1.line(1, at("02:00:01"))+",charge"))
 	require.Equal(t, counts(reconcile.Matched, 1), rep.Counts)
 	var ct string

@@ -74,21 +74,15 @@ func plural(n int, noun string) string {
 
 // voidJSONItem is a VoidItem with absent values as null.
 type voidJSONItem struct {
-	InvoiceNo      string     `json:"invoice_no"`
-	LineNo         int        `json:"line_no"`
-	BilledAt       time.Time  `json:"billed_at"`
-	LabelID        *string    `json:"label_id"`
-	CallerID       *string    `json:"caller_id"`
-	IdempotencyKey *string    `json:"idempotency_key"`
-	CarrierKey     *string    `json:"carrier_key"`
-	Reference      *string    `json:"reference"`
-	CarrierLabelID *string    `json:"carrier_label_id"`
-	TrackingNo     *string    `json:"tracking_no"`
-	AmountCents    int64      `json:"amount_cents"`
-	Currency       string     `json:"currency"`
-	Outcome        string     `json:"outcome"`
-	VoidedAt       *time.Time `json:"voided_at"`
-	Detail         *string    `json:"detail"`
+	InvoiceNo string    `json:"invoice_no"`
+	LineNo    int       `json:"line_no"`
+	BilledAt  time.Time `json:"billed_at"`
+	jsonRefs
+	AmountCents int64      `json:"amount_cents"`
+	Currency    string     `json:"currency"`
+	Outcome     string     `json:"outcome"`
+	VoidedAt    *time.Time `json:"voided_at"`
+	Detail      *string    `json:"detail"`
 }
 
 // WriteJSON writes the report exactly, values as they are (JSON is data).
@@ -96,9 +90,7 @@ func (r *VoidReport) WriteJSON(w io.Writer) error {
 	items := make([]voidJSONItem, len(r.Items))
 	for i, it := range r.Items {
 		items[i] = voidJSONItem{
-			InvoiceNo: it.InvoiceNo, LineNo: it.LineNo, BilledAt: it.BilledAt, LabelID: opt(it.LabelID),
-			CallerID: opt(it.CallerID), IdempotencyKey: opt(it.IdempotencyKey), CarrierKey: opt(it.CarrierKey),
-			Reference: opt(it.Reference), CarrierLabelID: opt(it.CarrierLabelID), TrackingNo: opt(it.TrackingNo),
+			InvoiceNo: it.InvoiceNo, LineNo: it.LineNo, BilledAt: it.BilledAt, jsonRefs: it.nullable(),
 			AmountCents: it.AmountCents, Currency: it.Currency, Outcome: it.Outcome, VoidedAt: it.VoidedAt,
 			Detail: opt(it.Detail),
 		}
@@ -168,9 +160,8 @@ func (r *VoidReport) WriteCSV(w io.Writer) error {
 		if it.VoidedAt != nil {
 			voided = it.VoidedAt.UTC().Format(time.RFC3339)
 		}
-		rec := []string{run, r.Category, it.InvoiceNo, strconv.Itoa(it.LineNo), it.BilledAt.Format(time.RFC3339),
-			it.LabelID, it.CallerID, it.IdempotencyKey, it.CarrierKey, it.Reference, it.CarrierLabelID, it.TrackingNo,
-			strconv.FormatInt(it.AmountCents, 10), it.Currency, it.Outcome, voided, it.Detail}
+		rec := it.appendCells([]string{run, r.Category, it.InvoiceNo, strconv.Itoa(it.LineNo), it.BilledAt.Format(time.RFC3339)})
+		rec = append(rec, strconv.FormatInt(it.AmountCents, 10), it.Currency, it.Outcome, voided, it.Detail)
 		for i, v := range rec {
 			rec[i] = neutralise(v)
 		}

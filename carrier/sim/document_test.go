@@ -3,7 +3,6 @@ package sim_test
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -14,22 +13,6 @@ import (
 	"github.com/labelkit/labels/carrier/sim"
 )
 
-// fetch GETs url with the simulator's token and returns the answer whole.
-func fetch(t *testing.T, url, token string) (*http.Response, []byte) {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	require.NoError(t, err)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp, b
-}
-
 // A purchase names its label document, the simulator serves it at that URL
 // with the media type and size the answer gave, a replay names the same one,
 // and the document is a well-formed PDF that says what was bought.
@@ -37,36 +20,34 @@ func TestLabelDocument(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &sim.Options{Token: "s3cret"})
 
-	l, err := b.buy(t, "k-doc", purchase(918273, "51147"))
-	require.NoError(t, err)
+	l := b.mustBuy(t, "k-doc", purchase(918273, "51147"))
 	require.True(t, l.HasDocument(), "%+v", l)
 	require.Equal(t, b.url+"/v1/labels/"+l.CarrierLabelID+"/document", l.LabelURL)
 	require.Equal(t, "application/pdf", l.LabelContentType)
 
-	resp, doc := fetch(t, l.LabelURL, "s3cret")
+	resp, doc := send(t, http.MethodGet, l.LabelURL, "", "Authorization", "Bearer s3cret")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Equal(t, "application/pdf", resp.Header.Get("Content-Type"))
 	require.Equal(t, strconv.FormatInt(*l.LabelSizeBytes, 10), resp.Header.Get("Content-Length"))
 	require.Len(t, doc, int(*l.LabelSizeBytes))
-	requireWellFormedPDF(t, doc)
+	requireWellFormedPDF(t, []byte(doc))
 	for _, want := range []string{"Tracking " + l.TrackingNo, "Label " + l.CarrierLabelID, "GROUND", "Order 918273 / parcel 1"} {
-		require.Contains(t, string(doc), "("+want+") Tj", "the document prints %s", want)
+		require.Contains(t, doc, "("+want+") Tj", "the document prints %s", want)
 	}
 
-	again, err := b.buy(t, "k-doc", purchase(918273, "51147"))
-	require.NoError(t, err)
+	again := b.mustBuy(t, "k-doc", purchase(918273, "51147"))
 	require.True(t, again.Replayed)
 	require.Equal(t, l.LabelURL, again.LabelURL)
 	require.Equal(t, *l.LabelSizeBytes, *again.LabelSizeBytes)
-	_, doc2 := fetch(t, l.LabelURL, "s3cret")
+	_, doc2 := send(t, http.MethodGet, l.LabelURL, "", "Authorization", "Bearer s3cret")
 	require.Equal(t, doc, doc2, "the same label is the same bytes")
 
 	// Behind the token, and only for labels sold.
-	resp, _ = fetch(t, l.LabelURL, "")
+	resp, _ = send(t, http.MethodGet, l.LabelURL, "")
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
-	resp, body := fetch(t, b.url+"/v1/labels/CL-999/document", "s3cret")
-	require.Equal(t, http.StatusNotFound, resp.StatusCode, string(body))
-	require.Contains(t, string(body), `"code":"not_found"`)
+	status, body := b.do(t, http.MethodGet, "/v1/labels/CL-999/document", "", "Authorization", "Bearer s3cret")
+	require.Equal(t, http.StatusNotFound, status, body)
+	require.Contains(t, body, `"code":"not_found"`)
 }
 
 // requireWellFormedPDF checks the structure a PDF reader relies on: the

@@ -25,13 +25,21 @@ func invoice(t *testing.T, b *testBundle, d time.Time) []map[string]string {
 	return parseInvoice(t, raw)
 }
 
+// parseInvoice reads an invoice of the simulator's columns.
 func parseInvoice(t *testing.T, raw []byte) []map[string]string {
+	t.Helper()
+	header, lines := linesOf(t, raw)
+	require.Equal(t, sim.InvoiceHeader, strings.Join(header, ","))
+	return lines
+}
+
+// linesOf reads an invoice of any columns into maps by column name, and
+// returns its header.
+func linesOf(t *testing.T, raw []byte) (header []string, lines []map[string]string) {
 	t.Helper()
 	records, err := csv.NewReader(bytes.NewReader(raw)).ReadAll()
 	require.NoError(t, err)
 	require.NotEmpty(t, records)
-	require.Equal(t, sim.InvoiceHeader, strings.Join(records[0], ","))
-	var lines []map[string]string
 	for _, rec := range records[1:] {
 		line := map[string]string{}
 		for i, name := range records[0] {
@@ -39,7 +47,7 @@ func parseInvoice(t *testing.T, raw []byte) []map[string]string {
 		}
 		lines = append(lines, line)
 	}
-	return lines
+	return records[0], lines
 }
 
 func cents(t *testing.T, line map[string]string) int64 {
@@ -55,8 +63,7 @@ func buyDay(t *testing.T, b *testBundle, d time.Time, n int, prefix string) []*c
 	var labels []*carrier.Label
 	for i := range n {
 		b.clock.Set(d.Add(10*time.Hour + time.Duration(i)*time.Minute))
-		l, err := b.buy(t, fmt.Sprintf("%s-%d", prefix, i), purchase(int64(1000+i), "51147"))
-		require.NoError(t, err)
+		l := b.mustBuy(t, fmt.Sprintf("%s-%d", prefix, i), purchase(int64(1000+i), "51147"))
 		labels = append(labels, l)
 	}
 	return labels
@@ -69,12 +76,10 @@ func TestInvoice(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil)
 		b.clock.Set(day.Add(-time.Second)) // the day before, 23:59:59
-		_, err := b.buy(t, "before", purchase(1, "51147"))
-		require.NoError(t, err)
+		b.mustBuy(t, "before", purchase(1, "51147"))
 		buyDay(t, b, day, 2, "k")
 		b.clock.Set(day.Add(24 * time.Hour)) // the next day, 00:00:00
-		_, err = b.buy(t, "after", purchase(2, "51147"))
-		require.NoError(t, err)
+		b.mustBuy(t, "after", purchase(2, "51147"))
 
 		resp, err := http.Get(b.url + "/v1/invoices?date=2026-12-02")
 		require.NoError(t, err)

@@ -94,17 +94,12 @@ func (o *Options) BillingMix() BillingMix {
 
 // Validate reports the first option out of range.
 func (o *Options) Validate() error {
-	for _, r := range []struct {
-		name string
-		v    float64
-	}{
-		{"fail_rate", o.FailRate},
-		{"drop_reply_rate", o.DropReplyRate},
-		{"timeout_rate", o.TimeoutRate},
-	} {
-		if err := validateRate(r.name, r.v); err != nil {
-			return err
-		}
+	if err := validateRates(
+		rate{"fail_rate", o.FailRate},
+		rate{"drop_reply_rate", o.DropReplyRate},
+		rate{"timeout_rate", o.TimeoutRate},
+	); err != nil {
+		return err
 	}
 	for _, d := range []struct {
 		name string
@@ -124,18 +119,13 @@ func (o *Options) Validate() error {
 
 // Validate reports a share out of [0, 1] or shares summing to more than 1.
 func (m BillingMix) Validate() error {
-	for _, r := range []struct {
-		name string
-		v    float64
-	}{
-		{"duplicate_line_rate", m.DuplicateLineRate},
-		{"amount_change_rate", m.AmountChangeRate},
-		{"foreign_line_rate", m.ForeignLineRate},
-		{"credit_rate", m.CreditRate},
-	} {
-		if err := validateRate(r.name, r.v); err != nil {
-			return err
-		}
+	if err := validateRates(
+		rate{"duplicate_line_rate", m.DuplicateLineRate},
+		rate{"amount_change_rate", m.AmountChangeRate},
+		rate{"foreign_line_rate", m.ForeignLineRate},
+		rate{"credit_rate", m.CreditRate},
+	); err != nil {
+		return err
 	}
 	if sum := m.DuplicateLineRate + m.AmountChangeRate + m.ForeignLineRate + m.CreditRate; sum > 1+1e-9 {
 		return fmt.Errorf("billing error rates sum to %g, at most 1", sum)
@@ -143,9 +133,18 @@ func (m BillingMix) Validate() error {
 	return nil
 }
 
-func validateRate(name string, v float64) error {
-	if math.IsNaN(v) || v < 0 || v > 1 {
-		return fmt.Errorf("%s must be between 0 and 1, got %v", name, v)
+// rate is an option that is a probability, named as in messages.
+type rate struct {
+	name string
+	v    float64
+}
+
+// validateRates reports the first rate out of [0, 1].
+func validateRates(rates ...rate) error {
+	for _, r := range rates {
+		if math.IsNaN(r.v) || r.v < 0 || r.v > 1 {
+			return fmt.Errorf("%s must be between 0 and 1, got %v", r.name, r.v)
+		}
 	}
 	return nil
 }

@@ -95,20 +95,54 @@ func (b *testBundle) buy(t *testing.T, key string, req carrier.PurchaseRequest) 
 	return b.client.Buy(context.Background(), key, req)
 }
 
+// mustBuy buys a label that the simulator must sell.
+func (b *testBundle) mustBuy(t *testing.T, key string, req carrier.PurchaseRequest) *carrier.Label {
+	t.Helper()
+	l, err := b.buy(t, key, req)
+	require.NoError(t, err)
+	return l
+}
+
+// buyAsync starts a purchase and returns where its error arrives.
+func (b *testBundle) buyAsync(ctx context.Context, key string, req carrier.PurchaseRequest) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.client.Buy(ctx, key, req)
+		done <- err
+	}()
+	return done
+}
+
+// waitFor waits until cond holds; the test fails if it does not within 5s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	require.Eventually(t, cond, 5*time.Second, 5*time.Millisecond)
+}
+
 // do sends a raw request and returns status and body.
 func (b *testBundle) do(t *testing.T, method, path, body string, headers ...string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, b.url+path, strings.NewReader(body))
+	resp, got := send(t, method, b.url+path, body, headers...)
+	return resp.StatusCode, got
+}
+
+// send sends a raw request to url and returns the answer, its body read.
+// headers are name, value pairs; a header whose value is empty is not sent.
+func send(t *testing.T, method, url, body string, headers ...string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	require.NoError(t, err)
 	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
+		if headers[i+1] != "" {
+			req.Header.Set(headers[i], headers[i+1])
+		}
 	}
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	got, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	return resp.StatusCode, string(got)
+	return resp, string(got)
 }
 
 func requireUnknown(t *testing.T, err error, status int) *carrier.UnknownOutcomeError {
@@ -123,8 +157,7 @@ func TestBuyAndReplay(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 
-	first, err := b.buy(t, "k1", purchase(918273, "51147"))
-	require.NoError(t, err)
+	first := b.mustBuy(t, "k1", purchase(918273, "51147"))
 	require.True(t, first.HasDocument())
 	require.Equal(t, b.url+"/v1/labels/CL-1/document", first.LabelURL)
 	first.LabelURL, first.LabelContentType, first.LabelSizeBytes = "", "", nil
@@ -137,8 +170,7 @@ func TestBuyAndReplay(t *testing.T) {
 	}, first)
 
 	b.clock.Set(day.Add(11 * time.Hour))
-	again, err := b.buy(t, "k1", purchase(918273, "51147"))
-	require.NoError(t, err)
+	again := b.mustBuy(t, "k1", purchase(918273, "51147"))
 	require.True(t, again.Replayed)
 	again.Replayed = false
 	again.LabelURL, again.LabelContentType, again.LabelSizeBytes = "", "", nil
@@ -155,12 +187,10 @@ func TestSameKeyDifferentBodyReplays(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 
-	first, err := b.buy(t, "k1", purchase(1, "51147"))
-	require.NoError(t, err)
+	first := b.mustBuy(t, "k1", purchase(1, "51147"))
 	other := purchase(2, "99999")
 	other.Service = "overnight"
-	second, err := b.buy(t, "k1", other)
-	require.NoError(t, err)
+	second := b.mustBuy(t, "k1", other)
 	require.True(t, second.Replayed)
 	require.Equal(t, first.CarrierLabelID, second.CarrierLabelID)
 	require.Equal(t, first.TrackingNo, second.TrackingNo)
@@ -175,8 +205,7 @@ func TestLabelsAreUnique(t *testing.T) {
 	for i, key := range []string{"a", "b", "c"} {
 		req := purchase(918273, "51147")
 		req.ParcelNo = i + 1
-		l, err := b.buy(t, key, req)
-		require.NoError(t, err)
+		l := b.mustBuy(t, key, req)
 		require.Equal(t, fmt.Sprintf("CL-%d", i+1), l.CarrierLabelID)
 		tracking = append(tracking, l.TrackingNo)
 	}
@@ -196,8 +225,7 @@ func TestLabelsAreUnique(t *testing.T) {
 	} {
 		req := purchase(tt.orderID, "51147")
 		req.Service, req.WeightG = tt.service, tt.weight
-		l, err := b.buy(t, fmt.Sprintf("order-%d", tt.orderID), req)
-		require.NoError(t, err)
+		l := b.mustBuy(t, fmt.Sprintf("order-%d", tt.orderID), req)
 		require.Equal(t, tt.wantTracking, l.TrackingNo)
 		require.Equal(t, tt.wantCost, l.CostCents)
 		cost, ok := sim.Cost(tt.service, tt.weight)
@@ -212,10 +240,8 @@ func TestNoKeys(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &sim.Options{NoKeys: true})
 
-	first, err := b.buy(t, "k1", purchase(7, "51147"))
-	require.NoError(t, err)
-	second, err := b.buy(t, "k1", purchase(7, "51147"))
-	require.NoError(t, err)
+	first := b.mustBuy(t, "k1", purchase(7, "51147"))
+	second := b.mustBuy(t, "k1", purchase(7, "51147"))
 	require.False(t, second.Replayed)
 	require.Equal(t, "CL-1", first.CarrierLabelID)
 	require.Equal(t, "CL-2", second.CarrierLabelID)
@@ -239,10 +265,8 @@ func TestNoKeys(t *testing.T) {
 	o := b.sim.Options()
 	o.NoKeys = false
 	require.NoError(t, b.sim.SetOptions(o))
-	l, err := b.buy(t, "k2", purchase(9, "51147"))
-	require.NoError(t, err)
-	l2, err := b.buy(t, "k2", purchase(9, "51147"))
-	require.NoError(t, err)
+	l := b.mustBuy(t, "k2", purchase(9, "51147"))
+	l2 := b.mustBuy(t, "k2", purchase(9, "51147"))
 	require.True(t, l2.Replayed)
 	require.Equal(t, l.CarrierLabelID, l2.CarrierLabelID)
 }
@@ -301,8 +325,7 @@ func TestDropReply(t *testing.T) {
 	require.Equal(t, int64(1), b.sim.Stats().Dropped)
 
 	// Only the same key finds it again; a replay is never dropped.
-	l, err := b.buy(t, "k1", purchase(1, "51147"))
-	require.NoError(t, err)
+	l := b.mustBuy(t, "k1", purchase(1, "51147"))
 	require.True(t, l.Replayed)
 	require.Equal(t, bought[0].CarrierLabelID, l.CarrierLabelID)
 }
@@ -319,9 +342,8 @@ func TestTimeout(t *testing.T) {
 		requireUnknown(t, err, 0)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 
-		require.Eventually(t, func() bool { return len(b.sim.Purchases()) == 1 }, 5*time.Second, 5*time.Millisecond)
-		l, err := b.buy(t, "k1", purchase(1, "51147"))
-		require.NoError(t, err)
+		waitFor(t, func() bool { return len(b.sim.Purchases()) == 1 })
+		l := b.mustBuy(t, "k1", purchase(1, "51147"))
 		require.True(t, l.Replayed)
 		require.Equal(t, "CL-1", l.CarrierLabelID)
 		require.Equal(t, int64(1), b.sim.Stats().TimedOut)
@@ -332,8 +354,7 @@ func TestTimeout(t *testing.T) {
 		const delay = 20 * time.Millisecond
 		b := setup(t, &sim.Options{TimeoutRate: 1, TimeoutDelay: delay})
 		start := time.Now()
-		l, err := b.buy(t, "k1", purchase(1, "51147"))
-		require.NoError(t, err)
+		l := b.mustBuy(t, "k1", purchase(1, "51147"))
 		require.False(t, l.Replayed)
 		require.GreaterOrEqual(t, time.Since(start), delay)
 	})
@@ -347,12 +368,8 @@ func TestTimeout(t *testing.T) {
 	t.Run("CloseBuysWhatWasWaiting", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, &sim.Options{TimeoutRate: 1, TimeoutDelay: time.Hour})
-		done := make(chan error, 1)
-		go func() {
-			_, err := b.buy(t, "k1", purchase(1, "51147"))
-			done <- err
-		}()
-		require.Eventually(t, func() bool { return b.sim.Stats().InFlight == 1 }, 5*time.Second, 5*time.Millisecond)
+		done := b.buyAsync(context.Background(), "k1", purchase(1, "51147"))
+		waitFor(t, func() bool { return b.sim.Stats().InFlight == 1 })
 		require.NoError(t, b.sim.Close())
 		require.NoError(t, <-done, "woken by Close, the purchase completes and answers")
 		require.Len(t, b.sim.Purchases(), 1)
@@ -368,12 +385,8 @@ func TestInProgress(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = b.client.Buy(ctx, "k1", purchase(1, "51147"))
-	}()
-	require.Eventually(t, func() bool { return b.sim.Stats().InFlight == 1 }, 5*time.Second, 5*time.Millisecond)
+	done := b.buyAsync(ctx, "k1", purchase(1, "51147"))
+	waitFor(t, func() bool { return b.sim.Stats().InFlight == 1 })
 
 	_, err := b.buy(t, "k1", purchase(1, "51147"))
 	var inProgress *carrier.InProgressError
@@ -383,9 +396,8 @@ func TestInProgress(t *testing.T) {
 
 	cancel()
 	<-done
-	require.Eventually(t, func() bool { return len(b.sim.Purchases()) == 1 }, 5*time.Second, 5*time.Millisecond)
-	l, err := b.buy(t, "k1", purchase(1, "51147"))
-	require.NoError(t, err)
+	waitFor(t, func() bool { return len(b.sim.Purchases()) == 1 })
+	l := b.mustBuy(t, "k1", purchase(1, "51147"))
 	require.True(t, l.Replayed)
 }
 
@@ -395,8 +407,7 @@ func TestLatency(t *testing.T) {
 	b := setup(t, &sim.Options{Latency: latency, LatencyJitter: 10 * time.Millisecond})
 
 	start := time.Now()
-	_, err := b.buy(t, "k1", purchase(1, "51147"))
-	require.NoError(t, err)
+	b.mustBuy(t, "k1", purchase(1, "51147"))
 	require.GreaterOrEqual(t, time.Since(start), latency)
 
 	t.Run("ClientGoneDuringLatencyBuysNothing", func(t *testing.T) {
@@ -406,19 +417,15 @@ func TestLatency(t *testing.T) {
 		defer cancel()
 		_, err := b.client.Buy(ctx, "k1", purchase(1, "51147"))
 		requireUnknown(t, err, 0)
-		require.Eventually(t, func() bool { return b.sim.Stats().Calls == 1 }, 5*time.Second, 5*time.Millisecond)
+		waitFor(t, func() bool { return b.sim.Stats().Calls == 1 })
 		require.Empty(t, b.sim.Purchases())
 	})
 
 	t.Run("CloseDuringLatencyAnswers503", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, &sim.Options{Latency: time.Hour})
-		result := make(chan error, 1)
-		go func() {
-			_, err := b.buy(t, "k1", purchase(1, "51147"))
-			result <- err
-		}()
-		require.Eventually(t, func() bool { return b.sim.Stats().Calls == 1 }, 5*time.Second, 5*time.Millisecond)
+		result := b.buyAsync(context.Background(), "k1", purchase(1, "51147"))
+		waitFor(t, func() bool { return b.sim.Stats().Calls == 1 })
 		require.NoError(t, b.sim.Close())
 		requireUnknown(t, <-result, http.StatusServiceUnavailable)
 		require.Empty(t, b.sim.Purchases())
@@ -458,8 +465,7 @@ func TestRejections(t *testing.T) {
 	require.Empty(t, b.sim.Purchases())
 
 	// A rejection is not remembered: the same key with a good address buys.
-	l, err := b.buy(t, "rej-0", purchase(1, "51147"))
-	require.NoError(t, err)
+	l := b.mustBuy(t, "rej-0", purchase(1, "51147"))
 	require.False(t, l.Replayed)
 
 	t.Run("RawRequests", func(t *testing.T) {
@@ -488,11 +494,10 @@ func TestToken(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &sim.Options{Token: "s3cret"})
 
-	l, err := b.buy(t, "k1", purchase(1, "51147"))
-	require.NoError(t, err)
+	l := b.mustBuy(t, "k1", purchase(1, "51147"))
 	require.Equal(t, "CL-1", l.CarrierLabelID)
 
-	_, err = carrier.NewClient(b.url, nil).Buy(context.Background(), "k2", purchase(2, "51147"))
+	_, err := carrier.NewClient(b.url, nil).Buy(context.Background(), "k2", purchase(2, "51147"))
 	requireUnknown(t, err, http.StatusUnauthorized)
 	_, err = carrier.NewClient(b.url, &carrier.ClientOpts{Token: "wrong"}).Buy(context.Background(), "k2", purchase(2, "51147"))
 	requireUnknown(t, err, http.StatusUnauthorized)
@@ -556,18 +561,15 @@ func TestConfigEndpoint(t *testing.T) {
 
 	status, _ = b.do(t, "POST", "/sim/config", `{"fail_rate": 0, "latency": "0s"}`)
 	require.Equal(t, http.StatusOK, status)
-	_, err = b.buy(t, "k1", purchase(1, "51147"))
-	require.NoError(t, err)
+	b.mustBuy(t, "k1", purchase(1, "51147"))
 }
 
 func TestPurchasesStatsAndReset(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 
-	_, err := b.buy(t, "k1", purchase(1, "51147"))
-	require.NoError(t, err)
-	_, err = b.buy(t, "k1", purchase(1, "51147"))
-	require.NoError(t, err)
+	b.mustBuy(t, "k1", purchase(1, "51147"))
+	b.mustBuy(t, "k1", purchase(1, "51147"))
 
 	status, body := b.do(t, "GET", "/sim/purchases", "")
 	require.Equal(t, http.StatusOK, status)
@@ -589,8 +591,7 @@ func TestPurchasesStatsAndReset(t *testing.T) {
 	require.Zero(t, st.Calls)
 	require.Empty(t, st.ByKey)
 
-	l, err := b.buy(t, "k1", purchase(1, "51147"))
-	require.NoError(t, err)
+	l := b.mustBuy(t, "k1", purchase(1, "51147"))
 	require.False(t, l.Replayed, "the key was forgotten")
 	require.Equal(t, "CL-2", l.CarrierLabelID, "label ids are never reused")
 	require.Equal(t, "GRD000000001", l.TrackingNo, "tracking numbers were forgotten with their labels")

@@ -1,14 +1,11 @@
 package sim_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,34 +20,16 @@ import (
 // answer said Idempotent-Replayed: true.
 func (b *testBundle) voidCall(t *testing.T, key, labelID string) (int, string, bool) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, b.url+"/v1/labels/"+labelID+"/void", nil)
-	require.NoError(t, err)
-	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	var body bytes.Buffer
-	_, err = body.ReadFrom(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, body.String(), resp.Header.Get("Idempotent-Replayed") == "true"
+	resp, body := send(t, http.MethodPost, b.url+"/v1/labels/"+labelID+"/void", "", "Idempotency-Key", key)
+	return resp.StatusCode, body, resp.Header.Get("Idempotent-Replayed") == "true"
 }
 
-// linesOf reads an invoice of any columns into maps by column name.
-func linesOf(t *testing.T, raw []byte) []map[string]string {
+// mustVoid voids a label that the simulator must void.
+func (b *testBundle) mustVoid(t *testing.T, key, labelID string) *carrier.VoidedLabel {
 	t.Helper()
-	records, err := csv.NewReader(bytes.NewReader(raw)).ReadAll()
+	v, err := b.client.Void(context.Background(), key, labelID)
 	require.NoError(t, err)
-	var lines []map[string]string
-	for _, rec := range records[1:] {
-		line := map[string]string{}
-		for i, name := range records[0] {
-			line[name] = rec[i]
-		}
-		lines = append(lines, line)
-	}
-	return lines
+	return v
 }
 
 func TestVoid(t *testing.T) {
@@ -59,12 +38,10 @@ func TestVoid(t *testing.T) {
 	t.Run("VoidsOnceAndEveryRepeatIsAReplay", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil)
-		l, err := b.buy(t, "k1", purchase(1, "51147"))
-		require.NoError(t, err)
+		l := b.mustBuy(t, "k1", purchase(1, "51147"))
 		b.clock.Set(day.Add(11 * time.Hour))
 
-		v, err := b.client.Void(context.Background(), "void:a", l.CarrierLabelID)
-		require.NoError(t, err)
+		v := b.mustVoid(t, "void:a", l.CarrierLabelID)
 		require.False(t, v.Replayed)
 		require.Equal(t, carrier.StatusVoided, v.Status)
 		require.Equal(t, day.Add(11*time.Hour), v.VoidedAt)
@@ -74,12 +51,10 @@ func TestVoid(t *testing.T) {
 		b.clock.Set(day.Add(12 * time.Hour))
 		status, first, _ := b.voidCall(t, "void:a", l.CarrierLabelID)
 		require.Equal(t, http.StatusOK, status)
-		again, err := b.client.Void(context.Background(), "void:a", l.CarrierLabelID)
-		require.NoError(t, err)
+		again := b.mustVoid(t, "void:a", l.CarrierLabelID)
 		require.True(t, again.Replayed, "the same key: the same answer, replayed")
 		require.Equal(t, v.VoidedAt, again.VoidedAt, "the time of the first void")
-		other, err := b.client.Void(context.Background(), "void:b", l.CarrierLabelID)
-		require.NoError(t, err)
+		other := b.mustVoid(t, "void:b", l.CarrierLabelID)
 		require.True(t, other.Replayed, "voided before under another key: the same answer again")
 		require.Equal(t, v.VoidedAt, other.VoidedAt)
 		_, second, replayed := b.voidCall(t, "void:a", l.CarrierLabelID)
@@ -110,8 +85,7 @@ func TestVoid(t *testing.T) {
 	t.Run("AKeyIsRequired", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, &sim.Options{NoKeys: true})
-		l, err := b.buy(t, "k1", purchase(1, "51147"))
-		require.NoError(t, err)
+		l := b.mustBuy(t, "k1", purchase(1, "51147"))
 		status, body, _ := b.voidCall(t, "", l.CarrierLabelID)
 		require.Equal(t, http.StatusBadRequest, status, "even a carrier that ignores purchase keys")
 		require.Contains(t, body, "idempotency_key_invalid")
@@ -120,13 +94,10 @@ func TestVoid(t *testing.T) {
 	t.Run("AKeyOfAnotherLabelIsRefused", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil)
-		l1, err := b.buy(t, "k1", purchase(1, "51147"))
-		require.NoError(t, err)
-		l2, err := b.buy(t, "k2", purchase(2, "51147"))
-		require.NoError(t, err)
-		_, err = b.client.Void(context.Background(), "void:a", l1.CarrierLabelID)
-		require.NoError(t, err)
-		_, err = b.client.Void(context.Background(), "void:a", l2.CarrierLabelID)
+		l1 := b.mustBuy(t, "k1", purchase(1, "51147"))
+		l2 := b.mustBuy(t, "k2", purchase(2, "51147"))
+		b.mustVoid(t, "void:a", l1.CarrierLabelID)
+		_, err := b.client.Void(context.Background(), "void:a", l2.CarrierLabelID)
 		rej, ok := carrier.IsRejected(err)
 		require.True(t, ok, "%v", err)
 		require.Equal(t, http.StatusUnprocessableEntity, rej.Status)
@@ -137,12 +108,11 @@ func TestVoid(t *testing.T) {
 	t.Run("PastTheWindowIs409AndRepeatsSo", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil)
-		l, err := b.buy(t, "k1", purchase(1, "51147"))
-		require.NoError(t, err)
+		l := b.mustBuy(t, "k1", purchase(1, "51147"))
 		bought := b.sim.Purchases()[0].PurchasedAt
 
 		b.clock.Set(bought.Add(sim.DefaultVoidWindow + time.Second))
-		_, err = b.client.Void(context.Background(), "void:a", l.CarrierLabelID)
+		_, err := b.client.Void(context.Background(), "void:a", l.CarrierLabelID)
 		require.True(t, carrier.IsVoidWindowClosed(err), "%v", err)
 		b.clock.Set(bought) // the same key gets the same answer, whatever the clock says now
 		status, body, replayed := b.voidCall(t, "void:a", l.CarrierLabelID)
@@ -152,17 +122,15 @@ func TestVoid(t *testing.T) {
 
 		// On the edge of the window, still voidable.
 		b.clock.Set(bought.Add(sim.DefaultVoidWindow))
-		_, err = b.client.Void(context.Background(), "void:b", l.CarrierLabelID)
-		require.NoError(t, err)
+		b.mustVoid(t, "void:b", l.CarrierLabelID)
 	})
 
 	t.Run("TheWindowIsAnOption", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, &sim.Options{VoidWindow: time.Hour})
-		l, err := b.buy(t, "k1", purchase(1, "51147"))
-		require.NoError(t, err)
+		l := b.mustBuy(t, "k1", purchase(1, "51147"))
 		b.sim.Advance(time.Hour + time.Second)
-		_, err = b.client.Void(context.Background(), "void:a", l.CarrierLabelID)
+		_, err := b.client.Void(context.Background(), "void:a", l.CarrierLabelID)
 		require.True(t, carrier.IsVoidWindowClosed(err), "%v", err)
 		_, err = sim.New(&sim.Options{VoidWindow: -time.Second})
 		require.Error(t, err)
@@ -171,8 +139,7 @@ func TestVoid(t *testing.T) {
 	t.Run("TheClockEndpointAgesLabels", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil)
-		l, err := b.buy(t, "k1", purchase(1, "51147"))
-		require.NoError(t, err)
+		l := b.mustBuy(t, "k1", purchase(1, "51147"))
 		status, body := b.do(t, "POST", "/sim/clock", `{"advance": "721h"}`)
 		require.Equal(t, http.StatusOK, status, body)
 		var c struct {
@@ -182,7 +149,7 @@ func TestVoid(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(body), &c))
 		require.Equal(t, "721h0m0s", c.Offset)
 		require.Equal(t, b.clock.Now().Add(721*time.Hour).UTC(), c.Now)
-		_, err = b.client.Void(context.Background(), "void:a", l.CarrierLabelID)
+		_, err := b.client.Void(context.Background(), "void:a", l.CarrierLabelID)
 		require.True(t, carrier.IsVoidWindowClosed(err), "%v", err)
 
 		status, _ = b.do(t, "POST", "/sim/clock", `{"offset": "0s"}`)
@@ -204,19 +171,15 @@ func TestVoid(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil)
 		b.clock.Set(day.Add(10 * time.Hour))
-		l1, err := b.buy(t, "k1", purchase(1, "51147"))
-		require.NoError(t, err)
+		l1 := b.mustBuy(t, "k1", purchase(1, "51147"))
 		b.clock.Set(day.Add(10*time.Hour + time.Minute))
-		_, err = b.buy(t, "k2", purchase(2, "51147"))
-		require.NoError(t, err)
+		b.mustBuy(t, "k2", purchase(2, "51147"))
 		before := invoice(t, b, day)
 
 		b.clock.Set(day.Add(10*time.Hour + 2*time.Minute))
-		_, err = b.client.Void(context.Background(), "void:a", l1.CarrierLabelID)
-		require.NoError(t, err)
+		b.mustVoid(t, "void:a", l1.CarrierLabelID)
 		b.clock.Set(day.Add(10*time.Hour + 3*time.Minute))
-		_, err = b.buy(t, "k3", purchase(3, "51147"))
-		require.NoError(t, err)
+		b.mustBuy(t, "k3", purchase(3, "51147"))
 
 		raw, err := b.client.Invoice(context.Background(), day)
 		require.NoError(t, err)
@@ -232,8 +195,7 @@ func TestVoid(t *testing.T) {
 		// purchase stays as it was billed.
 		l2 := b.sim.Purchases()[1]
 		b.clock.Set(day.Add(24*time.Hour + time.Hour))
-		_, err = b.client.Void(context.Background(), "void:b", l2.CarrierLabelID)
-		require.NoError(t, err)
+		b.mustVoid(t, "void:b", l2.CarrierLabelID)
 		raw, err = b.client.Invoice(context.Background(), day.Add(24*time.Hour))
 		require.NoError(t, err)
 		require.Equal(t, sim.InvoiceHeader+",charge_type\n"+
@@ -246,13 +208,11 @@ func TestVoid(t *testing.T) {
 	t.Run("ACreditOfANoKeysLabelHasNoKey", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, &sim.Options{NoKeys: true})
-		l, err := b.buy(t, "k1", purchase(1, "51147"))
-		require.NoError(t, err)
-		_, err = b.client.Void(context.Background(), "void:a", l.CarrierLabelID)
-		require.NoError(t, err)
+		l := b.mustBuy(t, "k1", purchase(1, "51147"))
+		b.mustVoid(t, "void:a", l.CarrierLabelID)
 		raw, err := b.client.Invoice(context.Background(), day)
 		require.NoError(t, err)
-		lines := linesOf(t, raw)
+		_, lines := linesOf(t, raw)
 		require.Len(t, lines, 2)
 		require.Equal(t, "", lines[1]["idempotency_key"])
 		require.Equal(t, "void_credit", lines[1]["charge_type"])
@@ -262,14 +222,12 @@ func TestVoid(t *testing.T) {
 	t.Run("ResetForgetsVoids", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil)
-		l, err := b.buy(t, "k1", purchase(1, "51147"))
-		require.NoError(t, err)
-		_, err = b.client.Void(context.Background(), "void:a", l.CarrierLabelID)
-		require.NoError(t, err)
+		l := b.mustBuy(t, "k1", purchase(1, "51147"))
+		b.mustVoid(t, "void:a", l.CarrierLabelID)
 		b.sim.Advance(time.Hour)
 		require.NoError(t, b.sim.Reset())
 		require.Zero(t, b.sim.Stats().Voids)
-		_, err = b.client.Void(context.Background(), "void:a", l.CarrierLabelID)
+		_, err := b.client.Void(context.Background(), "void:a", l.CarrierLabelID)
 		require.True(t, carrier.IsNotFound(err), "%v", err)
 		status, body := b.do(t, "GET", "/sim/clock", "")
 		require.Equal(t, http.StatusOK, status)
@@ -278,23 +236,16 @@ func TestVoid(t *testing.T) {
 
 	t.Run("VoidsSurviveARestart", func(t *testing.T) {
 		t.Parallel()
-		path := filepath.Join(t.TempDir(), "carrier.jsonl")
-		b := setup(t, &sim.Options{StateFile: path})
-		l, err := b.buy(t, "k1", purchase(1, "51147"))
-		require.NoError(t, err)
-		_, err = b.buy(t, "k2", purchase(2, "51147"))
-		require.NoError(t, err)
-		v, err := b.client.Void(context.Background(), "void:a", l.CarrierLabelID)
-		require.NoError(t, err)
+		b, path := withStateFile(t)
+		l := b.mustBuy(t, "k1", purchase(1, "51147"))
+		b.mustBuy(t, "k2", purchase(2, "51147"))
+		v := b.mustVoid(t, "void:a", l.CarrierLabelID)
 		inv, err := b.client.Invoice(context.Background(), day)
 		require.NoError(t, err)
 		require.Contains(t, string(inv), "void_credit")
-		require.NoError(t, b.sim.Close())
-
-		b2 := setup(t, &sim.Options{StateFile: path})
+		b2 := b.restart(t, path)
 		require.Equal(t, int64(1), b2.sim.Stats().Voids)
-		again, err := b2.client.Void(context.Background(), "void:a", l.CarrierLabelID)
-		require.NoError(t, err)
+		again := b2.mustVoid(t, "void:a", l.CarrierLabelID)
 		require.True(t, again.Replayed)
 		require.Equal(t, v.VoidedAt, again.VoidedAt)
 		inv2, err := b2.client.Invoice(context.Background(), day)

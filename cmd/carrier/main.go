@@ -128,6 +128,35 @@ func (ss settings) parse(name string, args []string, getenv func(string) string)
 	return false, nil
 }
 
+// configure parses args into the settings and checks the result with
+// validate. On --help it prints head and the settings' usage (exit 0), on an
+// error one line prefixed by name (exit 2); ok is true when the command goes
+// on.
+func (ss settings) configure(name, head string, args []string, getenv func(string) string, validate func() error, stdout, stderr io.Writer) (code int, ok bool) {
+	help, err := ss.parse(name, args, getenv)
+	if help {
+		fmt.Fprint(stdout, head)
+		ss.usage(stdout)
+		return exitOK, false
+	}
+	if err == nil {
+		err = validate()
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return exitUsage, false
+	}
+	return 0, true
+}
+
+// The heads of the commands' usage; the settings' table follows.
+const (
+	serveUsage = "Usage: carrier [flags]\n       carrier invoice --day YYYY-MM-DD [flags]   (carrier invoice --help)\n\n" +
+		"Serves the carrier simulator (carrier.md). Each flag overrides the variable of the same meaning.\n\n"
+	invoiceUsage = "Usage: carrier invoice --day YYYY-MM-DD [--lines N] [--out FILE] [--truth FILE] [flags]\n\n" +
+		"Writes a synthetic carrier invoice (carrier.md) with the given mix of billing errors, without a server.\n\n"
+)
+
 func (ss settings) usage(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	for _, s := range ss {
@@ -276,20 +305,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	var cfg Config
-	ss := serveSettings(&cfg)
-	help, err := ss.parse("carrier", args1, getenv)
-	if help {
-		fmt.Fprint(stdout, "Usage: carrier [flags]\n       carrier invoice --day YYYY-MM-DD [flags]   (carrier invoice --help)\n\n"+
-			"Serves the carrier simulator (carrier.md). Each flag overrides the variable of the same meaning.\n\n")
-		ss.usage(stdout)
-		return exitOK
-	}
-	if err == nil {
-		err = cfg.Validate()
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "carrier: %v\n", err)
-		return exitUsage
+	if code, ok := serveSettings(&cfg).configure("carrier", serveUsage, args1, getenv, cfg.Validate, stdout, stderr); !ok {
+		return code
 	}
 	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
 
@@ -445,25 +462,16 @@ func runInvoice(args []string, getenv func(string) string, stdout, stderr io.Wri
 	ss = append(ss, &setting{flag: "seed", env: "SIM_SEED", def: "0", kind: "n", usage: "seed; the same seed, day and mix write the same file", set: intSetting(&opts.Seed)})
 	ss = append(ss, logSettings(&level, &format)...)
 
-	help, err := ss.parse("carrier invoice", args, getenv)
-	if help {
-		fmt.Fprint(stdout, "Usage: carrier invoice --day YYYY-MM-DD [--lines N] [--out FILE] [--truth FILE] [flags]\n\n"+
-			"Writes a synthetic carrier invoice (carrier.md) with the given mix of billing errors, without a server.\n\n")
-		ss.usage(stdout)
-		return exitOK
-	}
-	if err == nil {
-		err = opts.BillingMix().Validate()
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "carrier invoice: %v\n", err)
-		return exitUsage
+	validate := func() error { return opts.BillingMix().Validate() }
+	if code, ok := ss.configure("carrier invoice", invoiceUsage, args, getenv, validate, stdout, stderr); !ok {
+		return code
 	}
 	log := newLogger(stderr, level, format)
 
 	w := stdout
 	var f *os.File
 	if out != "-" {
+		var err error
 		if f, err = os.Create(out); err != nil {
 			log.Error().Err(err).Msg("cannot create the invoice file")
 			return exitFailure

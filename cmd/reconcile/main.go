@@ -53,12 +53,9 @@ const (
 
 // Config is everything a run is started with.
 type Config struct {
-	DatabaseURL  string
-	Pooled       bool // DATABASE_POOLED: DATABASE_URL is a pooler in transaction mode
+	Settings
 	CarrierURL   string
 	CarrierToken string
-	LogLevel     zerolog.Level
-	LogFormat    string
 
 	InvoicePath string    // --invoice
 	Date        time.Time // --date; zero when --invoice is given
@@ -95,36 +92,16 @@ Environment:
 Durations use Go's syntax: 90m, 48h, 0s.
 `
 
-// parseConfig reads flags and environment; the error is the one line to print.
-func parseConfig(args []string, getenv func(string) string) (cfg Config, help bool, err error) {
-	env := func(name, def string) string {
-		if v := getenv(name); v != "" {
-			return v
-		}
-		return def
+// parseConfig reads flags and environment; the error is flag.ErrHelp or the
+// one line to print.
+func parseConfig(args []string, getenv func(string) string) (cfg Config, err error) {
+	if cfg.Settings, err = parseSettings(getenv); err != nil {
+		return cfg, err
 	}
-	// DATABASE_URL, or else the PG* variables, as the other commands read them.
-	cenv := &cli.Env{Getenv: getenv}
-	db := cenv.Database()
-	if cenv.Err != nil {
-		return cfg, false, cenv.Err
-	}
-	cfg.DatabaseURL, cfg.Pooled = db.URL, db.Pooled
-	cfg.CarrierURL = env("CARRIER_URL", "http://127.0.0.1:8090")
+	cfg.CarrierURL = (&cli.Env{Getenv: getenv}).String("CARRIER_URL", "http://127.0.0.1:8090")
 	cfg.CarrierToken = getenv("CARRIER_TOKEN")
-	switch v := env("LOG_LEVEL", "info"); v {
-	case "debug", "info", "warn", "error":
-		cfg.LogLevel, _ = zerolog.ParseLevel(v)
-	default:
-		return cfg, false, fmt.Errorf("invalid LOG_LEVEL %q: want debug, info, warn or error", v)
-	}
-	if cfg.LogFormat = env("LOG_FORMAT", "json"); cfg.LogFormat != "json" && cfg.LogFormat != "console" {
-		return cfg, false, fmt.Errorf("invalid LOG_FORMAT %q: want json or console", cfg.LogFormat)
-	}
 
-	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
+	fs := newFlagSet("reconcile")
 	var date, grace, stuck string
 	fs.StringVar(&cfg.InvoicePath, "invoice", "", "")
 	fs.StringVar(&date, "date", "", "")
@@ -132,41 +109,32 @@ func parseConfig(args []string, getenv func(string) string) (cfg Config, help bo
 	fs.StringVar(&cfg.Out, "out", "", "")
 	fs.StringVar(&grace, "grace", reconcile.DefaultGrace.String(), "")
 	fs.StringVar(&stuck, "stuck-after", reconcile.DefaultStuckAfter.String(), "")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return cfg, true, nil
-		}
-		return cfg, false, err
-	}
-	if fs.NArg() > 0 {
-		return cfg, false, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	if err := parseFlags(fs, args); err != nil {
+		return cfg, err
 	}
 	switch {
 	case cfg.InvoicePath == "" && date == "":
-		return cfg, false, errors.New("give --invoice FILE or --date YYYY-MM-DD")
+		return cfg, errors.New("give --invoice FILE or --date YYYY-MM-DD")
 	case cfg.InvoicePath != "" && date != "":
-		return cfg, false, errors.New("give --invoice or --date, not both")
+		return cfg, errors.New("give --invoice or --date, not both")
 	case date != "":
 		if cfg.Date, err = parseDate(date, time.Now()); err != nil {
-			return cfg, false, fmt.Errorf("invalid --date %q: want YYYY-MM-DD, today or yesterday", date)
+			return cfg, fmt.Errorf("invalid --date %q: want YYYY-MM-DD, today or yesterday", date)
 		}
 		if u, err := url.Parse(cfg.CarrierURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return cfg, false, fmt.Errorf("invalid CARRIER_URL %q: want http(s)://host[:port]", cfg.CarrierURL)
+			return cfg, fmt.Errorf("invalid CARRIER_URL %q: want http(s)://host[:port]", cfg.CarrierURL)
 		}
 	}
-	if cfg.Format != "text" && cfg.Format != "json" && cfg.Format != "csv" {
-		return cfg, false, fmt.Errorf("invalid --format %q: want text, json or csv", cfg.Format)
+	if err := checkFormat(cfg.Format); err != nil {
+		return cfg, err
 	}
 	if cfg.Grace, err = duration("--grace", grace); err != nil {
-		return cfg, false, err
+		return cfg, err
 	}
 	if cfg.StuckAfter, err = duration("--stuck-after", stuck); err != nil {
-		return cfg, false, err
+		return cfg, err
 	}
-	if _, err := pgxpool.ParseConfig(cfg.DatabaseURL); err != nil {
-		return cfg, false, fmt.Errorf("invalid DATABASE_URL: %v", redact(err))
-	}
-	return cfg, false, nil
+	return cfg, cfg.checkDatabaseURL()
 }
 
 // parseDate reads --date: a calendar day, or "today" or "yesterday" (UTC,
@@ -183,30 +151,6 @@ func parseDate(v string, now time.Time) (time.Time, error) {
 	return time.Parse(time.DateOnly, v)
 }
 
-func duration(name, v string) (time.Duration, error) {
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		return 0, fmt.Errorf("invalid %s %q: want a duration like 48h or 30m", name, v)
-	}
-	if d < 0 {
-		return 0, fmt.Errorf("invalid %s %q: must not be negative", name, v)
-	}
-	return d, nil
-}
-
-// redact keeps a connection string's password out of an error message; pgx
-// already masks it, this is belt and braces for the parse errors it wraps.
-func redact(err error) string {
-	return strings.SplitN(err.Error(), "\n", 2)[0]
-}
-
-func newLogger(w io.Writer, level zerolog.Level, format string) zerolog.Logger {
-	if format == "console" {
-		w = zerolog.ConsoleWriter{Out: w, NoColor: true, TimeFormat: time.RFC3339}
-	}
-	return zerolog.New(w).Level(level).With().Timestamp().Str("service", "reconcile").Logger()
-}
-
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
 		args = args[1:]
@@ -214,38 +158,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) > 0 && args[0] == "void" {
 		return runVoid(ctx, args[1:], getenv, stdout, stderr)
 	}
-	cfg, help, err := parseConfig(args, getenv)
-	if help {
-		fmt.Fprint(stdout, usage)
-		return exitMatched
+	cfg, err := parseConfig(args, getenv)
+	if code, ok := refuse(err, "reconcile", usage, stdout, stderr); !ok {
+		return code
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "reconcile: %v\n", err)
-		return exitError
-	}
-	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
+	log := cfg.newLogger(stderr)
 
 	// A run is one transaction: the first signal lets it finish (what it saved
 	// is then whole), a second one cancels it and nothing is saved.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	signals := make(chan os.Signal, 2)
-	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(signals)
-	go func() {
-		select {
-		case <-signals:
-			log.Warn().Msg("signal received: finishing the run; a second signal cancels it")
-		case <-ctx.Done():
-			return
-		}
-		select {
-		case <-signals:
-			log.Warn().Msg("second signal: cancelling the run")
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	ctx, stop := withSignals(ctx, func(context.CancelFunc) {
+		log.Warn().Msg("signal received: finishing the run; a second signal cancels it")
+	}, func(cancel context.CancelFunc) {
+		log.Warn().Msg("second signal: cancelling the run")
+		cancel()
+	})
+	defer stop()
 
 	code, err := reconcileOnce(ctx, cfg, stdout, stderr, log)
 	if err != nil {
@@ -281,16 +208,7 @@ func reconcileOnce(ctx context.Context, cfg Config, stdout, stderr io.Writer, lo
 		defer p.end()
 	}
 
-	db, err := postgres.ParseEndpoints(cfg.DatabaseURL, "", cfg.Pooled)
-	if err != nil {
-		return 0, err
-	}
-	poolCfg := db.Pool
-	poolCfg.MaxConns = 2
-	if poolCfg.ConnConfig.ConnectTimeout == 0 {
-		poolCfg.ConnConfig.ConnectTimeout = 10 * time.Second
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	pool, err := cfg.openPool(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -395,38 +313,8 @@ func (c *capReader) Read(p []byte) (int, error) {
 
 // writeReport writes the report to stdout, or to --out (see [writeAtomically]).
 func writeReport(ctx context.Context, cfg Config, rep *reconcile.Report, stdout io.Writer) error {
-	write := rep.WriteText
-	switch cfg.Format {
-	case "json":
-		write = rep.WriteJSON
-	case "csv":
-		write = rep.WriteCSV
-	}
-	if cfg.Out == "" {
-		return write(ctx, stdout)
-	}
-	return writeAtomically(cfg.Out, func(w io.Writer) error { return write(ctx, w) })
-}
-
-// writeAtomically writes path through a temporary file beside it, renamed at
-// the end, so that a reader never sees half a report.
-func writeAtomically(path string, write func(io.Writer) error) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name()) //nolint:errcheck // gone after the rename
-	if err := write(f); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(f.Name(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	write := byFormat(cfg.Format, rep.WriteText, rep.WriteJSON, rep.WriteCSV)
+	return writeOut(cfg.Out, stdout, func(w io.Writer) error { return write(ctx, w) })
 }
 
 // isTerminal reports whether w is a terminal (a character device), where
@@ -491,4 +379,191 @@ func thousands(n int) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// Settings is what reconcile and reconcile void both read from the
+// environment.
+type Settings struct {
+	DatabaseURL string
+	Pooled      bool // DATABASE_POOLED: DATABASE_URL is a pooler in transaction mode
+	LogLevel    zerolog.Level
+	LogFormat   string
+}
+
+// parseSettings reads DATABASE_URL (or else the PG* variables, as the other
+// commands read them), DATABASE_POOLED, LOG_LEVEL and LOG_FORMAT. Whether
+// the database URL parses is [Settings.checkDatabaseURL]'s, the last check.
+func parseSettings(getenv func(string) string) (s Settings, err error) {
+	env := &cli.Env{Getenv: getenv}
+	db := env.Database()
+	if env.Err != nil {
+		return s, env.Err
+	}
+	s.DatabaseURL, s.Pooled = db.URL, db.Pooled
+	switch v := env.String("LOG_LEVEL", "info"); v {
+	case "debug", "info", "warn", "error":
+		s.LogLevel, _ = zerolog.ParseLevel(v)
+	default:
+		return s, fmt.Errorf("invalid LOG_LEVEL %q: want debug, info, warn or error", v)
+	}
+	if s.LogFormat = env.String("LOG_FORMAT", "json"); s.LogFormat != "json" && s.LogFormat != "console" {
+		return s, fmt.Errorf("invalid LOG_FORMAT %q: want json or console", s.LogFormat)
+	}
+	return s, nil
+}
+
+func (s Settings) checkDatabaseURL() error {
+	if _, err := pgxpool.ParseConfig(s.DatabaseURL); err != nil {
+		return fmt.Errorf("invalid DATABASE_URL: %v", redact(err))
+	}
+	return nil
+}
+
+func (s Settings) newLogger(w io.Writer) zerolog.Logger {
+	if s.LogFormat == "console" {
+		w = zerolog.ConsoleWriter{Out: w, NoColor: true, TimeFormat: time.RFC3339}
+	}
+	return zerolog.New(w).Level(s.LogLevel).With().Timestamp().Str("service", "reconcile").Logger()
+}
+
+// openPool opens a pool of two connections, which give up connecting after
+// 10s unless the URL says otherwise.
+func (s Settings) openPool(ctx context.Context) (*pgxpool.Pool, error) {
+	db, err := postgres.ParseEndpoints(s.DatabaseURL, "", s.Pooled)
+	if err != nil {
+		return nil, err
+	}
+	poolCfg := db.Pool
+	poolCfg.MaxConns = 2
+	if poolCfg.ConnConfig.ConnectTimeout == 0 {
+		poolCfg.ConnConfig.ConnectTimeout = 10 * time.Second
+	}
+	return pgxpool.NewWithConfig(ctx, poolCfg)
+}
+
+// redact keeps a connection string's password out of an error message; pgx
+// already masks it, this is belt and braces for the parse errors it wraps.
+func redact(err error) string {
+	return strings.SplitN(err.Error(), "\n", 2)[0]
+}
+
+// newFlagSet returns a flag set that prints nothing: the commands print their
+// own usage and errors.
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs
+}
+
+// parseFlags parses args into fs: the error is flag.ErrHelp for -h or
+// --help, and an argument left after the flags is one.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
+// refuse ends a command that is not to start: on flag.ErrHelp it prints
+// usage (exit 0), on another configuration error one line prefixed by name
+// (exit 2). ok is true when the command goes on.
+func refuse(err error, name, usage string, stdout, stderr io.Writer) (code int, ok bool) {
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, usage)
+		return exitMatched, false
+	case err != nil:
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return exitError, false
+	}
+	return 0, true
+}
+
+func checkFormat(format string) error {
+	if format != "text" && format != "json" && format != "csv" {
+		return fmt.Errorf("invalid --format %q: want text, json or csv", format)
+	}
+	return nil
+}
+
+func duration(name, v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("invalid %s %q: want a duration like 48h or 30m", name, v)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("invalid %s %q: must not be negative", name, v)
+	}
+	return d, nil
+}
+
+// withSignals returns a context that stop cancels: first runs on the first
+// SIGINT or SIGTERM, second on the next one, each given the context's cancel,
+// until stop is called (so a first signal that cancels still leaves the
+// second one its say).
+func withSignals(parent context.Context, first, second func(cancel context.CancelFunc)) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(parent)
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	stopped := make(chan struct{})
+	go func() {
+		for _, on := range []func(context.CancelFunc){first, second} {
+			select {
+			case <-signals:
+				on(cancel)
+			case <-stopped:
+				return
+			}
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(signals)
+		close(stopped)
+		cancel()
+	}
+}
+
+// byFormat picks the writer --format names (already checked by [checkFormat]).
+func byFormat[W any](format string, text, json, csv W) W {
+	switch format {
+	case "json":
+		return json
+	case "csv":
+		return csv
+	}
+	return text
+}
+
+// writeOut writes a report to stdout, or to the file out names (see
+// [writeAtomically]).
+func writeOut(out string, stdout io.Writer, write func(io.Writer) error) error {
+	if out == "" {
+		return write(stdout)
+	}
+	return writeAtomically(out, write)
+}
+
+// writeAtomically writes path through a temporary file beside it, renamed at
+// the end, so that a reader never sees half a report.
+func writeAtomically(path string, write func(io.Writer) error) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) //nolint:errcheck // gone after the rename
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(f.Name(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }

@@ -97,22 +97,44 @@ func writeFile(t *testing.T, content string) string {
 
 const header = "invoice_no,line_no,billed_at,carrier_label_id,tracking_no,idempotency_key,reference,cost_cents,currency\n"
 
+// requireHelp checks that args print a usage holding want, and exit 0.
+func requireHelp(t *testing.T, want string, args ...string) {
+	t.Helper()
+	r := runCmd(nil, args...)
+	require.Equal(t, 0, r.code)
+	require.Contains(t, r.stdout, want)
+	require.Empty(t, r.stderr)
+}
+
+// refusal is a command line the command refuses to start with, and what
+// its one line says.
+type refusal struct {
+	args []string
+	env  map[string]string
+	want string
+}
+
+// requireRefused checks that the command refuses to start: exit 2 and one
+// line, prefixed by the command's name, that holds want.
+func requireRefused(t *testing.T, name string, env map[string]string, args []string, want string) {
+	t.Helper()
+	r := runCmd(env, args...)
+	require.Equal(t, 2, r.code, "%v", args)
+	require.Empty(t, r.stdout)
+	require.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %q", r.stderr)
+	require.True(t, strings.HasPrefix(r.stderr, name+": "), r.stderr)
+	require.Contains(t, r.stderr, want)
+}
+
 func TestHelp(t *testing.T) {
 	t.Parallel()
-	r := runCmd(nil, "--help")
-	require.Equal(t, 0, r.code)
-	require.Contains(t, r.stdout, "Usage: reconcile (--invoice FILE | --date YYYY-MM-DD)")
-	require.Empty(t, r.stderr)
+	requireHelp(t, "Usage: reconcile (--invoice FILE | --date YYYY-MM-DD)", "--help")
 }
 
 // A bad flag or value exits 2 with one line, before touching anything.
 func TestBadConfiguration(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		args []string
-		env  map[string]string
-		want string
-	}{
+	for _, tc := range []refusal{
 		{nil, nil, "give --invoice FILE or --date YYYY-MM-DD"},
 		{[]string{"--invoice", "a.csv", "--date", "2026-12-02"}, nil, "not both"},
 		{[]string{"--date", "2026-12-32"}, nil, `invalid --date "2026-12-32"`},
@@ -127,12 +149,7 @@ func TestBadConfiguration(t *testing.T) {
 		{[]string{"--date", "2026-12-02"}, map[string]string{"CARRIER_URL": "carrier:8090"}, `invalid CARRIER_URL "carrier:8090"`},
 		{[]string{"--invoice", "a.csv"}, map[string]string{"DATABASE_URL": "postgres://h:notaport/db"}, "invalid DATABASE_URL"},
 	} {
-		r := runCmd(tc.env, tc.args...)
-		require.Equal(t, 2, r.code, "%v", tc.args)
-		require.Empty(t, r.stdout)
-		require.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %q", r.stderr)
-		require.True(t, strings.HasPrefix(r.stderr, "reconcile: "), r.stderr)
-		require.Contains(t, r.stderr, tc.want)
+		requireRefused(t, "reconcile", tc.env, tc.args, tc.want)
 	}
 }
 

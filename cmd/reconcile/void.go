@@ -3,25 +3,18 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/rs/zerolog"
 
-	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/jobs"
-	"github.com/labelkit/labels/postgres"
 	"github.com/labelkit/labels/reconcile"
 )
 
@@ -33,10 +26,7 @@ const defaultVoidWait = 2 * time.Minute
 
 // VoidConfig is everything `reconcile void` is started with.
 type VoidConfig struct {
-	DatabaseURL string
-	Pooled      bool // DATABASE_POOLED
-	LogLevel    zerolog.Level
-	LogFormat   string
+	Settings
 
 	RunID    int64
 	Category string
@@ -79,33 +69,12 @@ The workers call the carrier (their CARRIER_URL and CARRIER_TOKEN); this command
 does not.
 `
 
-func parseVoidConfig(args []string, getenv func(string) string) (cfg VoidConfig, help bool, err error) {
-	cenv := &cli.Env{Getenv: getenv}
-	db := cenv.Database()
-	if cenv.Err != nil {
-		return cfg, false, cenv.Err
-	}
-	cfg.DatabaseURL, cfg.Pooled = db.URL, db.Pooled
-	level := getenv("LOG_LEVEL")
-	if level == "" {
-		level = "info"
-	}
-	switch level {
-	case "debug", "info", "warn", "error":
-		cfg.LogLevel, _ = zerolog.ParseLevel(level)
-	default:
-		return cfg, false, fmt.Errorf("invalid LOG_LEVEL %q: want debug, info, warn or error", level)
-	}
-	if cfg.LogFormat = getenv("LOG_FORMAT"); cfg.LogFormat == "" {
-		cfg.LogFormat = "json"
-	}
-	if cfg.LogFormat != "json" && cfg.LogFormat != "console" {
-		return cfg, false, fmt.Errorf("invalid LOG_FORMAT %q: want json or console", cfg.LogFormat)
+func parseVoidConfig(args []string, getenv func(string) string) (cfg VoidConfig, err error) {
+	if cfg.Settings, err = parseSettings(getenv); err != nil {
+		return cfg, err
 	}
 
-	fs := flag.NewFlagSet("reconcile void", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
+	fs := newFlagSet("reconcile void")
 	var run, wait string
 	fs.StringVar(&run, "run", "", "")
 	fs.StringVar(&cfg.Category, "category", reconcile.DuplicateCharge, "")
@@ -113,70 +82,42 @@ func parseVoidConfig(args []string, getenv func(string) string) (cfg VoidConfig,
 	fs.StringVar(&cfg.Format, "format", "text", "")
 	fs.StringVar(&cfg.Out, "out", "", "")
 	fs.StringVar(&wait, "wait", defaultVoidWait.String(), "")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return cfg, true, nil
-		}
-		return cfg, false, err
-	}
-	if fs.NArg() > 0 {
-		return cfg, false, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	if err := parseFlags(fs, args); err != nil {
+		return cfg, err
 	}
 	if run == "" {
-		return cfg, false, errors.New("give --run RUN_ID (the id reconcile printed)")
+		return cfg, errors.New("give --run RUN_ID (the id reconcile printed)")
 	}
 	if cfg.RunID, err = strconv.ParseInt(run, 10, 64); err != nil || cfg.RunID <= 0 {
-		return cfg, false, fmt.Errorf("invalid --run %q: want a run id, a positive integer", run)
+		return cfg, fmt.Errorf("invalid --run %q: want a run id, a positive integer", run)
 	}
 	if cfg.Category != reconcile.DuplicateCharge && cfg.Category != reconcile.BilledWithoutLabel {
-		return cfg, false, fmt.Errorf("invalid --category %q: want duplicate_charge or billed_without_label", cfg.Category)
+		return cfg, fmt.Errorf("invalid --category %q: want duplicate_charge or billed_without_label", cfg.Category)
 	}
-	if cfg.Format != "text" && cfg.Format != "json" && cfg.Format != "csv" {
-		return cfg, false, fmt.Errorf("invalid --format %q: want text, json or csv", cfg.Format)
+	if err := checkFormat(cfg.Format); err != nil {
+		return cfg, err
 	}
 	if cfg.Wait, err = duration("--wait", wait); err != nil {
-		return cfg, false, err
+		return cfg, err
 	}
-	if _, err := pgxpool.ParseConfig(cfg.DatabaseURL); err != nil {
-		return cfg, false, fmt.Errorf("invalid DATABASE_URL: %v", redact(err))
-	}
-	return cfg, false, nil
+	return cfg, cfg.checkDatabaseURL()
 }
 
 // runVoid is `reconcile void`. args follow "void".
 func runVoid(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	cfg, help, err := parseVoidConfig(args, getenv)
-	if help {
-		fmt.Fprint(stdout, voidUsage)
-		return exitMatched
+	cfg, err := parseVoidConfig(args, getenv)
+	if code, ok := refuse(err, "reconcile void", voidUsage, stdout, stderr); !ok {
+		return code
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "reconcile void: %v\n", err)
-		return exitError
-	}
-	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat).With().Str("command", "void").Logger()
+	log := cfg.newLogger(stderr).With().Str("command", "void").Logger()
 
 	// The first signal ends the wait (the voids go on in the workers) and
 	// prints what is known; a second one exits at once.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	signals := make(chan os.Signal, 2)
-	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(signals)
-	go func() {
-		select {
-		case <-signals:
-			log.Warn().Msg("signal received: no more waiting; the workers go on with the voids")
-			cancel()
-		case <-ctx.Done():
-			return
-		}
-		select {
-		case <-signals:
-			os.Exit(exitError)
-		case <-ctx.Done():
-		}
-	}()
+	ctx, stop := withSignals(ctx, func(cancel context.CancelFunc) {
+		log.Warn().Msg("signal received: no more waiting; the workers go on with the voids")
+		cancel()
+	}, func(context.CancelFunc) { os.Exit(exitError) })
+	defer stop()
 
 	rep, err := voidOnce(ctx, cfg)
 	if err != nil {
@@ -201,16 +142,7 @@ func runVoid(ctx context.Context, args []string, getenv func(string) string, std
 }
 
 func voidOnce(ctx context.Context, cfg VoidConfig) (*reconcile.VoidReport, error) {
-	db, err := postgres.ParseEndpoints(cfg.DatabaseURL, "", cfg.Pooled)
-	if err != nil {
-		return nil, err
-	}
-	poolCfg := db.Pool
-	poolCfg.MaxConns = 2
-	if poolCfg.ConnConfig.ConnectTimeout == 0 {
-		poolCfg.ConnConfig.ConnectTimeout = 10 * time.Second
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	pool, err := cfg.openPool(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -233,15 +165,5 @@ func voidOnce(ctx context.Context, cfg VoidConfig) (*reconcile.VoidReport, error
 
 // writeVoidReport writes the report to stdout, or to --out (see [writeAtomically]).
 func writeVoidReport(cfg VoidConfig, rep *reconcile.VoidReport, stdout io.Writer) error {
-	write := rep.WriteText
-	switch cfg.Format {
-	case "json":
-		write = rep.WriteJSON
-	case "csv":
-		write = rep.WriteCSV
-	}
-	if cfg.Out == "" {
-		return write(stdout)
-	}
-	return writeAtomically(cfg.Out, write)
+	return writeOut(cfg.Out, stdout, byFormat(cfg.Format, rep.WriteText, rep.WriteJSON, rep.WriteCSV))
 }

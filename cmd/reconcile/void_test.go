@@ -21,20 +21,13 @@ import (
 
 func TestVoidHelp(t *testing.T) {
 	t.Parallel()
-	r := runCmd(nil, "void", "--help")
-	require.Equal(t, 0, r.code)
-	require.Contains(t, r.stdout, "Usage: reconcile void --run RUN_ID")
-	require.Empty(t, r.stderr)
+	requireHelp(t, "Usage: reconcile void --run RUN_ID", "void", "--help")
 	require.Contains(t, runCmd(nil, "--help").stdout, "reconcile void --run RUN_ID")
 }
 
 func TestVoidBadConfiguration(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		args []string
-		env  map[string]string
-		want string
-	}{
+	for _, tc := range []refusal{
 		{nil, nil, "give --run RUN_ID"},
 		{[]string{"--run", "x"}, nil, `invalid --run "x"`},
 		{[]string{"--run", "0"}, nil, `invalid --run "0"`},
@@ -46,12 +39,7 @@ func TestVoidBadConfiguration(t *testing.T) {
 		{[]string{"--run", "1"}, map[string]string{"LOG_LEVEL": "loud"}, `invalid LOG_LEVEL "loud"`},
 		{[]string{"--run", "1"}, map[string]string{"DATABASE_URL": "postgres://h:notaport/db"}, "invalid DATABASE_URL"},
 	} {
-		r := runCmd(tc.env, append([]string{"void"}, tc.args...)...)
-		require.Equal(t, 2, r.code, "%v", tc.args)
-		require.Empty(t, r.stdout)
-		require.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %q", r.stderr)
-		require.True(t, strings.HasPrefix(r.stderr, "reconcile void: "), r.stderr)
-		require.Contains(t, r.stderr, tc.want)
+		requireRefused(t, "reconcile void", tc.env, append([]string{"void"}, tc.args...), tc.want)
 	}
 }
 

@@ -41,44 +41,33 @@ func (e *Env) String(name, def string) string {
 
 // Duration returns a Go duration.
 func (e *Env) Duration(name string, def time.Duration) time.Duration {
-	v := e.Getenv(name)
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		e.fail(name, v, "want a duration such as 500ms, 3s or 24h")
-		return def
-	}
-	return d
+	return parse(e, name, def, time.ParseDuration, "want a duration such as 500ms, 3s or 24h")
 }
 
 // Int returns an integer.
 func (e *Env) Int(name string, def int) int {
-	v := e.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		e.fail(name, v, "want an integer")
-		return def
-	}
-	return n
+	return parse(e, name, def, strconv.Atoi, "want an integer")
 }
 
 // Bool returns true or false (strconv.ParseBool's spellings).
 func (e *Env) Bool(name string, def bool) bool {
+	return parse(e, name, def, strconv.ParseBool, "want true or false")
+}
+
+// parse returns the variable read by conv, or def when it is unset or empty;
+// a value conv refuses is remembered in e.Err (the first one, saying want)
+// and def returned.
+func parse[T any](e *Env, name string, def T, conv func(string) (T, error), want string) T {
 	v := e.Getenv(name)
 	if v == "" {
 		return def
 	}
-	b, err := strconv.ParseBool(v)
+	x, err := conv(v)
 	if err != nil {
-		e.fail(name, v, "want true or false")
+		e.fail(name, v, want)
 		return def
 	}
-	return b
+	return x
 }
 
 // DatabaseURL returns DATABASE_URL; when it is unset and PGHOST or PGDATABASE
@@ -108,6 +97,24 @@ func Logger(e *Env, w io.Writer, service string) zerolog.Logger {
 		e.fail("LOG_FORMAT", f, "want json or console")
 	}
 	return zerolog.New(w).Level(level).With().Timestamp().Str("service", service).Logger()
+}
+
+// Run is a command's body: args are the whole command line (args[0] its
+// name); it returns the exit status.
+type Run func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int
+
+// Main runs run on the process's command line, environment and standard
+// output and exits with its status. The first SIGINT or SIGTERM cancels
+// run's context, so that it stops what it started; a second one exits at
+// once with status 130, after one line on stderr named by name.
+func Main(name string, run Run) {
+	ctx, cancel := SignalContext(context.Background(), func() {
+		fmt.Fprintf(os.Stderr, "%s: second signal: exiting at once\n", name)
+		os.Exit(130)
+	})
+	code := run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr)
+	cancel()
+	os.Exit(code)
 }
 
 // SignalContext returns a context cancelled on the first SIGINT or SIGTERM; a

@@ -155,7 +155,7 @@ func ping(ctx context.Context, u string) error {
 }
 
 func startPrivate(ctx context.Context, dir string, port int, logf func(string, ...any)) error {
-	bin, err := findBinDir()
+	bin, err := BinDir()
 	if err != nil {
 		return err
 	}
@@ -177,20 +177,14 @@ func startPrivate(ctx context.Context, dir string, port int, logf func(string, .
 		return nil
 	}
 	data := filepath.Join(dir, "data")
-	// initdb refuses to run as root: run the server as the postgres user then.
-	var asUser *user.User
-	if os.Geteuid() == 0 {
-		asUser, err = user.Lookup("postgres")
-		if err != nil {
-			return fmt.Errorf("running as root and no postgres user to run the private server as: %w", err)
-		}
+	asUser, err := serverUser()
+	if err != nil {
+		return err
 	}
 	run := func(name string, args ...string) error {
 		cmd := exec.CommandContext(ctx, filepath.Join(bin, name), args...)
 		if asUser != nil {
-			uid, _ := strconv.Atoi(asUser.Uid)
-			gid, _ := strconv.Atoi(asUser.Gid)
-			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: asUser}
 		}
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "LC_ALL=C.UTF-8", "LANG=C.UTF-8")
@@ -205,9 +199,7 @@ func startPrivate(ctx context.Context, dir string, port int, logf func(string, .
 		return nil
 	}
 	if asUser != nil {
-		uid, _ := strconv.Atoi(asUser.Uid)
-		gid, _ := strconv.Atoi(asUser.Gid)
-		if err := os.Chown(dir, uid, gid); err != nil {
+		if err := os.Chown(dir, int(asUser.Uid), int(asUser.Gid)); err != nil {
 			return err
 		}
 	}
@@ -230,19 +222,15 @@ func startPrivate(ctx context.Context, dir string, port int, logf func(string, .
 
 // Stop stops the private server in dir if it runs.
 func Stop(ctx context.Context, dir string) error {
-	bin, err := findBinDir()
+	bin, err := BinDir()
 	if err != nil {
 		return err
 	}
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "pg_ctl"), "-D", filepath.Join(dir, "data"), "-m", "fast", "-w", "stop")
 	// Run from dir: as user postgres the caller's working directory may be unreadable.
 	cmd.Dir = dir
-	if os.Geteuid() == 0 {
-		if u, err := user.Lookup("postgres"); err == nil {
-			uid, _ := strconv.Atoi(u.Uid)
-			gid, _ := strconv.Atoi(u.Gid)
-			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
-		}
+	if asUser, err := serverUser(); err == nil && asUser != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: asUser}
 	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -251,7 +239,25 @@ func Stop(ctx context.Context, dir string) error {
 	return nil
 }
 
-func findBinDir() (string, error) {
+// serverUser is who the private server runs as: nil for this process's own
+// user, or user postgres when this process is root (initdb refuses root).
+func serverUser() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("running as root and no postgres user to run the private server as: %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+// BinDir returns the directory of the installed PostgreSQL server binaries
+// (initdb and pg_ctl, from one installation): pg_ctl's on PATH, else the
+// newest /usr/lib/postgresql/*/bin that holds initdb.
+func BinDir() (string, error) {
 	if p, err := exec.LookPath("pg_ctl"); err == nil {
 		// Both must come from the same installation.
 		if _, err := os.Stat(filepath.Join(filepath.Dir(p), "initdb")); err == nil {
@@ -290,6 +296,41 @@ func ModuleRoot() (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// ServerDir creates dir, an empty directory for a private server (its parent
+// must exist). As root the server runs as user postgres, which must reach
+// dir: every directory above it that others cannot traverse (t.TempDir makes
+// its directories 0700) is made traversable.
+func ServerDir(dir string) error {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	for d := filepath.Dir(dir); d != filepath.Dir(d); d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			if err := os.Chmod(d, fi.Mode().Perm()|0o011); err != nil {
+				return fmt.Errorf("making %s traversable for user postgres: %w", d, err)
+			}
+		}
+	}
+	return nil
+}
+
+// FreePort returns a loopback TCP port nothing listened on a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // PortFree reports whether nothing listens on addr.

@@ -3,7 +3,6 @@ package devdb
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -20,7 +19,7 @@ import (
 // EnsureDatabase creates a database once, however often and concurrently it is
 // called; Stop stops the server.
 func TestEnsureStartsPrivateServer(t *testing.T) {
-	if _, err := findBinDir(); err != nil {
+	if _, err := BinDir(); err != nil {
 		t.Skipf("no PostgreSQL server binaries (initdb, pg_ctl) on this machine: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -144,37 +143,21 @@ func queryRow(ctx context.Context, t *testing.T, connURL, sql string, dest any) 
 	}
 }
 
-// privateDir returns an empty directory for the private server. As root the
-// server runs as user postgres, which must be able to reach it: t.TempDir
-// makes its directories 0700, so open them up to traversal.
+// privateDir returns an empty directory for the private server.
 func privateDir(t *testing.T) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "pg")
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	if err := ServerDir(dir); err != nil {
 		t.Fatal(err)
-	}
-	if os.Geteuid() == 0 {
-		for d := filepath.Dir(dir); d != filepath.Dir(d); d = filepath.Dir(d) {
-			fi, err := os.Stat(d)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if fi.Mode().Perm()&0o001 == 0 {
-				if err := os.Chmod(d, fi.Mode().Perm()|0o011); err != nil {
-					t.Fatalf("making %s traversable for user postgres: %v", d, err)
-				}
-			}
-		}
 	}
 	return dir
 }
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }

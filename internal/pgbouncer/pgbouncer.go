@@ -28,6 +28,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/labelkit/labels/internal/devdb"
 )
 
 // ErrNotInstalled is returned by [Binary] and [Start] when no pgbouncer binary is found.
@@ -108,7 +110,7 @@ func Start(ctx context.Context, o Options) (*Bouncer, error) {
 		}
 	}
 	if o.Port == 0 {
-		if o.Port, err = freePort(); err != nil {
+		if o.Port, err = devdb.FreePort(); err != nil {
 			return nil, err
 		}
 	}
@@ -239,15 +241,6 @@ log_disconnections = 0
 		fmt.Fprintf(&b, "max_db_connections = %d\n", o.MaxDBConnections)
 	}
 	return b.String()
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // tail keeps the last few kilobytes written to it.

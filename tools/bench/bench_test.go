@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/idempotency"
+	"github.com/labelkit/labels/internal/devdb"
 	"github.com/labelkit/labels/tools/bench/internal/host"
 )
 
@@ -30,12 +30,8 @@ func TestBenchTiny(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binaries and starts a private PostgreSQL server")
 	}
-	for _, bin := range []string{"initdb", "pg_ctl"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			if m, _ := filepath.Glob("/usr/lib/postgresql/*/bin/" + bin); len(m) == 0 {
-				t.Skipf("no %s: the PostgreSQL server binaries are needed", bin)
-			}
-		}
+	if _, err := devdb.BinDir(); err != nil {
+		t.Skip(err)
 	}
 	if _, err := findPgbench(); err != nil {
 		t.Skip(err)

@@ -75,22 +75,42 @@ func runCapacity(ctx context.Context, args []string, getenv func(string) string,
 	cfg.LogFunc = progress(stderr)
 
 	rep, err := capacity.Measure(ctx, cfg)
-	switch {
-	case ctx.Err() != nil:
-		fmt.Fprintf(stderr, "%s: interrupted; the scratch database is dropped\n", name)
-		return 130
-	case err != nil:
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return 1
+	if code, ok := measured(ctx, name, err, stderr); !ok {
+		return code
 	}
 	rep.Command = strings.TrimSpace("go run ./tools/bench " + strings.Join(args, " "))
 	capacity.PrintReport(stdout, rep)
-	if cfg.Out != "" {
-		b, _ := json.MarshalIndent(rep, "", "  ")
-		if err := os.WriteFile(cfg.Out, append(b, '\n'), 0o644); err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", name, err)
-			return 1
-		}
+	return writeJSON(name, cfg.Out, rep, stderr)
+}
+
+// measured says whether a subcommand's measurement is there to report: when
+// not, it returns 130 if ctx was cancelled (the scratch database is dropped
+// by then), else 1 after err on stderr, prefixed by name.
+func measured(ctx context.Context, name string, err error, stderr io.Writer) (code int, ok bool) {
+	switch {
+	case ctx.Err() != nil:
+		fmt.Fprintf(stderr, "%s: interrupted; the scratch database is dropped\n", name)
+		return 130, false
+	case err != nil:
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1, false
+	}
+	return 0, true
+}
+
+// writeJSON writes rep as indented JSON to the file path names, if any, and
+// returns the exit status: 1 after one line on stderr when it cannot.
+func writeJSON(name, path string, rep any, stderr io.Writer) int {
+	if path == "" {
+		return 0
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err == nil {
+		err = os.WriteFile(path, append(b, '\n'), 0o644)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
 	}
 	return 0
 }

@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -59,43 +60,24 @@ func Chart(path string, r *Results) error {
 	latLegend := plot.NewLegend()
 	latLegend.Top, latLegend.Left = true, true
 
-	var ceilTPS, ceilP50, ceilP99, accPS, accP50, accP99 plotter.XYs
+	var ceil series
 	for _, c := range r.Ceiling {
 		if c.TPS > 0 {
-			x := float64(c.Concurrency)
-			ceilTPS = append(ceilTPS, plotter.XY{X: x, Y: c.TPS})
-			ceilP50 = append(ceilP50, plotter.XY{X: x, Y: positive(c.Latency.P50)})
-			ceilP99 = append(ceilP99, plotter.XY{X: x, Y: positive(c.Latency.P99)})
+			ceil.add(c.Concurrency, c.TPS, c.Latency)
 		}
 	}
-	for _, a := range r.Accept {
-		if a.Requests > 0 {
-			x := float64(a.Concurrency)
-			accPS = append(accPS, plotter.XY{X: x, Y: a.PerSec})
-			accP50 = append(accP50, plotter.XY{X: x, Y: positive(a.Latency.P50)})
-			accP99 = append(accP99, plotter.XY{X: x, Y: positive(a.Latency.P99)})
-		}
-	}
-	var livePS, liveP50, liveP99 plotter.XYs
-	for _, a := range r.AcceptLive {
-		if a.Requests > 0 {
-			x := float64(a.Concurrency)
-			livePS = append(livePS, plotter.XY{X: x, Y: a.PerSec})
-			liveP50 = append(liveP50, plotter.XY{X: x, Y: positive(a.Latency.P50)})
-			liveP99 = append(liveP99, plotter.XY{X: x, Y: positive(a.Latency.P99)})
-		}
-	}
+	acc, live := loadSeries(r.Accept), loadSeries(r.AcceptLive)
 	var ymax float64
-	for _, xy := range append(append(append(plotter.XYs{}, ceilTPS...), accPS...), livePS...) {
+	for _, xy := range slices.Concat(ceil.perSec, acc.perSec, live.perSec) {
 		ymax = math.Max(ymax, xy.Y)
 	}
-	if err := addLine(thr, &thrLegend, ceilTPS, "ceiling: pgbench tps", colCeiling, false); err != nil {
+	if err := addLine(thr, &thrLegend, ceil.perSec, "ceiling: pgbench tps", colCeiling, false); err != nil {
 		return err
 	}
-	if err := addLine(thr, &thrLegend, accPS, "accept: requests/s", colAccept, false); err != nil {
+	if err := addLine(thr, &thrLegend, acc.perSec, "accept: requests/s", colAccept, false); err != nil {
 		return err
 	}
-	if err := addLine(thr, &thrLegend, livePS, "accept, pipeline live: requests/s", colLive, false); err != nil {
+	if err := addLine(thr, &thrLegend, live.perSec, "accept, pipeline live: requests/s", colLive, false); err != nil {
 		return err
 	}
 	for i, e := range r.EndToEnd {
@@ -126,12 +108,12 @@ func Chart(path string, r *Results) error {
 		col    color.Color
 		dashed bool
 	}{
-		{ceilP50, "ceiling p50", colCeiling, true},
-		{ceilP99, "ceiling p99", colCeiling, false},
-		{accP50, "accept p50", colAccept, true},
-		{accP99, "accept p99", colAccept, false},
-		{liveP50, "accept, pipeline live, p50", colLive, true},
-		{liveP99, "accept, pipeline live, p99", colLive, false},
+		{ceil.p50, "ceiling p50", colCeiling, true},
+		{ceil.p99, "ceiling p99", colCeiling, false},
+		{acc.p50, "accept p50", colAccept, true},
+		{acc.p99, "accept p99", colAccept, false},
+		{live.p50, "accept, pipeline live, p50", colLive, true},
+		{live.p99, "accept, pipeline live, p99", colLive, false},
 	} {
 		if err := addLine(lat, &latLegend, l.xys, l.name, l.col, l.dashed); err != nil {
 			return err
@@ -188,6 +170,28 @@ func ChartTitle(r *Results) string {
 		t += " · " + m.GoVersion
 	}
 	return t
+}
+
+// series is one kind of run's points against concurrency: its throughput
+// and its latency percentiles.
+type series struct{ perSec, p50, p99 plotter.XYs }
+
+func (s *series) add(concurrency int, perSec float64, l Latency) {
+	x := float64(concurrency)
+	s.perSec = append(s.perSec, plotter.XY{X: x, Y: perSec})
+	s.p50 = append(s.p50, plotter.XY{X: x, Y: positive(l.P50)})
+	s.p99 = append(s.p99, plotter.XY{X: x, Y: positive(l.P99)})
+}
+
+// loadSeries is the points of the loads that sent requests.
+func loadSeries(runs []LoadRun) series {
+	var s series
+	for _, a := range runs {
+		if a.Requests > 0 {
+			s.add(a.Concurrency, a.PerSec, a.Latency)
+		}
+	}
+	return s
 }
 
 func addLine(p *plot.Plot, legend *plot.Legend, xys plotter.XYs, name string, col color.Color, dashed bool) error {

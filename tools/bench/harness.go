@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 	"github.com/labelkit/labels/internal/testutil/proctest"
 	"github.com/labelkit/labels/tools/bench/internal/host"
 	"github.com/labelkit/labels/tools/bench/internal/scratch"
+	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
 // Order ids: new requests count up from firstOrder; filled keys start at
@@ -238,26 +238,9 @@ func (h *harness) warmWAL(ctx context.Context) error {
 	return nil
 }
 
-func (h *harness) binaries(ctx context.Context) error {
-	if h.cfg.BinDir != "" {
-		h.bins = &proctest.Binaries{Dir: h.cfg.BinDir}
-	} else {
-		h.logf("building ./cmd/api ./cmd/worker ./cmd/carrier ./tools/bench/apiprof")
-		b, err := proctest.Build(ctx, &proctest.BuildOpts{
-			OutDir:   filepath.Join(h.work, "bin"),
-			Packages: []string{"./cmd/api", "./cmd/worker", "./cmd/carrier", "./tools/bench/apiprof"},
-		})
-		if err != nil {
-			return err
-		}
-		h.bins = b
-	}
-	for _, name := range []string{"api", "worker", "carrier", "apiprof"} {
-		if !h.bins.Has(name) {
-			return fmt.Errorf("no %s binary in %s", name, h.bins.Dir)
-		}
-	}
-	return nil
+func (h *harness) binaries(ctx context.Context) (err error) {
+	h.bins, err = cmdline.Binaries(ctx, h.cfg.BinDir, filepath.Join(h.work, "bin"), h.logf, "./cmd/api", "./cmd/worker", "./cmd/carrier", "./tools/bench/apiprof")
+	return err
 }
 
 // server starts the private server, or checks the one given.
@@ -278,7 +261,7 @@ func (h *harness) server(ctx context.Context) error {
 		return nil
 	}
 	h.privateDir = filepath.Join(h.work, "pg")
-	port, err := freePort()
+	port, err := devdb.FreePort()
 	if err != nil {
 		return err
 	}
@@ -301,15 +284,6 @@ func (h *harness) server(ctx context.Context) error {
 		h.cpu.postmaster, _ = strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
 	}
 	return nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // settings records the server's version and the settings that decide commit speed.

@@ -85,21 +85,15 @@ func (h *harness) ceilingAndAccept(ctx context.Context) error {
 			h.logf("  c=%-3d ceiling  %7.0f tps   p50 %6.2f ms  p99 %6.2f ms   pg %.2f cores, pgbench %.2f", c, r.TPS, r.Latency.P50, r.Latency.P99, r.CPU.Postgres, r.CPU.Pgbench)
 		}
 		if len(accParts) > 0 {
-			r := mergeLoads(accParts)
-			toCeiling(&r, ceiling)
+			r, err := mergeAccept("accept", c, accParts, ceiling)
 			h.res.Accept = append(h.res.Accept, r)
-			if r.Errors > 0 {
-				errs = append(errs, fmt.Errorf("accept c=%d: %d errors, first: %s", c, r.Errors, r.FirstError))
-			}
+			errs = append(errs, err)
 			h.logf("  c=%-3d accept   %7.0f req/s p50 %6.2f ms  p99 %6.2f ms   ratio %.2f   client %.2f, api %.2f, pg %.2f cores; %s", c, r.PerSec, r.Latency.P50, r.Latency.P99, r.RatioToCeiling, r.CPU.Client, r.CPU.API, r.CPU.Postgres, waitsLine(r.DB, 2))
 		}
 		if len(liveParts) > 0 {
-			r := mergeLoads(liveParts)
-			toCeiling(&r, ceiling)
+			r, err := mergeAccept("accept with the pipeline live", c, liveParts, ceiling)
 			h.res.AcceptLive = append(h.res.AcceptLive, r)
-			if r.Errors > 0 {
-				errs = append(errs, fmt.Errorf("accept with the pipeline live c=%d: %d errors, first: %s", c, r.Errors, r.FirstError))
-			}
+			errs = append(errs, err)
 			h.logf("  c=%-3d live     %7.0f req/s p50 %6.2f ms  p99 %6.2f ms   ratio %.2f (p99 %.2f of pgbench's); %.0f final/s; api %.2f, worker %.2f, sim %.2f, pg %.2f cores; %s", c, r.PerSec, r.Latency.P50, r.Latency.P99, r.RatioToCeiling, r.P99ToCeiling, r.DrainedPerSec, r.CPU.API, r.CPU.Worker, r.CPU.Carrier, r.CPU.Postgres, waitsLine(r.DB, 2))
 		}
 	}
@@ -110,6 +104,18 @@ func (h *harness) ceilingAndAccept(ctx context.Context) error {
 func (h *harness) acceptSpec(name string, c int, d time.Duration) loadSpec {
 	return loadSpec{Name: name, BaseURL: h.apiURL, Token: h.token, Concurrency: c,
 		Warmup: h.cfg.Warmup, Duration: d, RepeatShare: h.cfg.RepeatShare, NextOrder: &h.orders}
+}
+
+// mergeAccept merges the rounds of one accept load at concurrency c and
+// holds the result to the ceiling; the error, nil when every request was
+// answered, names the load by name.
+func mergeAccept(name string, c int, parts []LoadRun, ceiling *PgbenchRun) (LoadRun, error) {
+	r := mergeLoads(parts)
+	toCeiling(&r, ceiling)
+	if r.Errors > 0 {
+		return r, fmt.Errorf("%s c=%d: %d errors, first: %s", name, c, r.Errors, r.FirstError)
+	}
+	return r, nil
 }
 
 // toCeiling holds an accept load to the ceiling at its concurrency:

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -85,21 +84,9 @@ func runPooler(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	cfg.Log = progress(stderr)
 	rep, err := pooler.Measure(ctx, cfg)
-	switch {
-	case ctx.Err() != nil:
-		fmt.Fprintf(stderr, "%s: interrupted; the scratch database is dropped\n", name)
-		return 130
-	case err != nil:
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return 1
+	if code, ok := measured(ctx, name, err, stderr); !ok {
+		return code
 	}
 	rep.Print(stdout)
-	if *out != "" {
-		b, _ := rep.JSON()
-		if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", name, err)
-			return 1
-		}
-	}
-	return 0
+	return writeJSON(name, *out, rep, stderr)
 }

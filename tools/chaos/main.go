@@ -15,7 +15,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/labelkit/labels/internal/cli"
@@ -23,14 +22,7 @@ import (
 	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
-func main() {
-	ctx, cancel := cli.SignalContext(context.Background(), func() {
-		fmt.Fprintln(os.Stderr, "chaos: second signal: exiting at once")
-		os.Exit(130)
-	})
-	defer cancel()
-	os.Exit(run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr))
-}
+func main() { cli.Main("chaos", run) }
 
 const usage = `Usage: chaos [flags]
 

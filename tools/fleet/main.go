@@ -33,14 +33,7 @@ import (
 	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
-func main() {
-	ctx, cancel := cli.SignalContext(context.Background(), func() {
-		fmt.Fprintln(os.Stderr, "fleet: second signal: exiting at once")
-		os.Exit(130)
-	})
-	defer cancel()
-	os.Exit(run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr))
-}
+func main() { cli.Main("fleet", run) }
 
 const usage = `Usage: fleet [flags]
 
@@ -179,20 +172,9 @@ func (f *fleet) logf(format string, args ...any) {
 func (f *fleet) start(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	if f.cfg.BinDir != "" {
-		f.bins = &proctest.Binaries{Dir: f.cfg.BinDir}
-	} else {
-		f.logf("building ./cmd/api ./cmd/worker ./cmd/carrier")
-		b, err := proctest.Build(ctx, &proctest.BuildOpts{Packages: []string{"./cmd/api", "./cmd/worker", "./cmd/carrier"}})
-		if err != nil {
-			return err
-		}
-		f.bins = b
-	}
-	for _, name := range []string{"api", "worker", "carrier"} {
-		if !f.bins.Has(name) {
-			return fmt.Errorf("no %s binary in %s", name, f.bins.Dir)
-		}
+	var err error
+	if f.bins, err = cmdline.Binaries(ctx, f.cfg.BinDir, "", f.logf, "./cmd/api", "./cmd/worker", "./cmd/carrier"); err != nil {
+		return err
 	}
 	// db is what the API and the workers get, oneShot what migrate and
 	// caller add get.

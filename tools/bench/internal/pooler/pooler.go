@@ -9,7 +9,6 @@ package pooler
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -26,6 +25,7 @@ import (
 	"github.com/labelkit/labels/internal/pgbouncer"
 	"github.com/labelkit/labels/internal/testutil/proctest"
 	"github.com/labelkit/labels/tools/bench/internal/scratch"
+	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
 // Fleet is N APIs and M workers.
@@ -140,14 +140,11 @@ func Measure(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 
-	bins := &proctest.Binaries{Dir: cfg.BinDir}
-	if cfg.BinDir == "" {
-		cfg.Log("building ./cmd/api ./cmd/worker ./cmd/carrier")
-		if bins, err = proctest.Build(ctx, &proctest.BuildOpts{Packages: []string{"./cmd/api", "./cmd/worker", "./cmd/carrier"}}); err != nil {
-			return nil, err
-		}
-		defer func() { _ = bins.Remove() }()
+	bins, err := cmdline.Binaries(ctx, cfg.BinDir, "", cfg.Log, "./cmd/api", "./cmd/worker", "./cmd/carrier")
+	if err != nil {
+		return nil, err
 	}
+	defer func() { _ = bins.Remove() }()
 	m := &measurer{cfg: cfg, bins: bins, dbURL: dbURL, db: name, monitor: monitor}
 	if _, err := proctest.Run(ctx, bins.Path("api"), &proctest.Opts{Args: []string{"migrate"}, Env: m.env(Direct)}); err != nil {
 		return nil, err
@@ -404,6 +401,3 @@ func median(v []float64) float64 {
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
-
-// JSON renders the report.
-func (r *Report) JSON() ([]byte, error) { return json.MarshalIndent(r, "", "  ") }

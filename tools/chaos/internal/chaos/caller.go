@@ -187,13 +187,19 @@ func pause(ctx context.Context, rng *rand.Rand, n int, a answer) error {
 			d = max(d, min(time.Duration(s)*time.Second, 2*time.Second))
 		}
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
+	if !sleep(ctx, d) {
 		return ctx.Err()
+	}
+	return nil
+}
+
+// sleep waits for d; it returns false when ctx ends first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-time.After(d):
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -302,11 +308,7 @@ func (a *api) awaitFinal(ctx context.Context, in *intent) bool {
 		if lr.Status != "pending" {
 			return true
 		}
-		t := time.NewTimer(time.Second + time.Duration(rng.Int64N(int64(300*time.Millisecond))))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, time.Second+time.Duration(rng.Int64N(int64(300*time.Millisecond)))) {
 			return false
 		}
 	}
@@ -316,11 +318,7 @@ func (a *api) awaitFinal(ctx context.Context, in *intent) bool {
 // once the first requests have ended (accepted or not).
 func (a *api) runIntent(ctx context.Context, in *intent, start time.Time, accepted *sync.WaitGroup, repeats *sync.WaitGroup) {
 	defer accepted.Done()
-	t := time.NewTimer(time.Until(start.Add(in.plan.at)))
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-		t.Stop()
+	if !sleep(ctx, time.Until(start.Add(in.plan.at))) {
 		return
 	}
 	in.mu.Lock()
@@ -335,12 +333,8 @@ func (a *api) runIntent(ctx context.Context, in *intent, start time.Time, accept
 	}
 	if in.plan.later > 0 {
 		repeats.Go(func() {
-			t := time.NewTimer(in.plan.later)
-			defer t.Stop()
-			select {
-			case <-t.C:
+			if sleep(ctx, in.plan.later) {
 				a.post(ctx, in, false, false)
-			case <-ctx.Done():
 			}
 		})
 	}

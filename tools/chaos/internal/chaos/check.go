@@ -16,27 +16,11 @@ import (
 // that took after the window.
 func (r *run) drain(ctx context.Context, windowEnd time.Time) {
 	r.say("draining: waiting for every accepted intent to become final (at most %s)", r.cfg.DrainTimeout)
-	dctx, cancel := context.WithTimeout(ctx, r.cfg.DrainTimeout)
-	defer cancel()
-	lastSaid := time.Now()
-	for {
-		var pending int
-		err := r.pool.QueryRow(dctx, `SELECT count(*) FROM label_intents WHERE status = 'pending'`).Scan(&pending)
-		if err == nil && pending == 0 {
-			break
-		}
-		if time.Since(lastSaid) >= 10*time.Second {
-			r.say("%d intents pending (%v)", pending, err)
-			lastSaid = time.Now()
-		}
-		select {
-		case <-dctx.Done():
-			r.fig.violate("%d accepted intents still pending %s after the window", pending, r.cfg.DrainTimeout)
-			r.fig.Drain = time.Since(windowEnd)
-			r.waitRepeats(ctx)
-			return
-		case <-time.After(250 * time.Millisecond):
-		}
+	if pending, ok := r.waitNonePending(ctx, "intents", `SELECT count(*) FROM label_intents WHERE status = 'pending'`); !ok {
+		r.fig.violate("%d accepted intents still pending %s after the window", pending, r.cfg.DrainTimeout)
+		r.fig.Drain = time.Since(windowEnd)
+		r.waitRepeats(ctx)
+		return
 	}
 	var last *time.Time
 	if err := r.pool.QueryRow(ctx, `SELECT max(completed_at) FROM label_intents`).Scan(&last); err == nil && last != nil {
@@ -44,6 +28,29 @@ func (r *run) drain(ctx context.Context, windowEnd time.Time) {
 	}
 	r.say("drained %.1fs after the window", r.fig.Drain.Seconds())
 	r.waitRepeats(ctx)
+}
+
+// waitNonePending reads count, how many rows are still pending, every 250 ms
+// until it says none (ok) or DrainTimeout has passed (not ok, with the count
+// read last); every 10 s it says how many of what are pending.
+func (r *run) waitNonePending(ctx context.Context, what, count string) (int, bool) {
+	dctx, cancel := context.WithTimeout(ctx, r.cfg.DrainTimeout)
+	defer cancel()
+	lastSaid := time.Now()
+	for {
+		var pending int
+		err := r.pool.QueryRow(dctx, count).Scan(&pending)
+		if err == nil && pending == 0 {
+			return 0, true
+		}
+		if time.Since(lastSaid) >= 10*time.Second {
+			r.say("%d %s pending (%v)", pending, what, err)
+			lastSaid = time.Now()
+		}
+		if !sleep(dctx, 250*time.Millisecond) {
+			return pending, false
+		}
+	}
 }
 
 // waitRepeats waits for the repeats still under way (repeats after

@@ -1,13 +1,14 @@
 package chaos
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"time"
+
+	"github.com/labelkit/labels/internal/devdb"
 )
 
 // Config is one chaos run. The zero value of a field means its default.
@@ -88,25 +89,14 @@ var (
 // lease + 15 s after they started, on a rescuer pass every 30 s.
 const leaseDuration = 4 * time.Second
 
+// withDefaults fills in the zero values.
 func (c Config) withDefaults() Config {
-	if c.Intents == 0 {
-		c.Intents = DefaultIntents
-	}
-	if c.Duration == 0 {
-		c.Duration = DefaultDuration
-	}
-	if c.Workers == 0 {
-		c.Workers = DefaultWorkers
-	}
-	if c.KillEvery == 0 {
-		c.KillEvery = DefaultKillEvery
-	}
-	if c.Seed == 0 {
-		c.Seed = DefaultSeed
-	}
-	if c.DrainTimeout == 0 {
-		c.DrainTimeout = DefaultDrainTimeout
-	}
+	c.Intents = cmp.Or(c.Intents, DefaultIntents)
+	c.Duration = cmp.Or(c.Duration, DefaultDuration)
+	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
+	c.KillEvery = cmp.Or(c.KillEvery, DefaultKillEvery)
+	c.Seed = cmp.Or(c.Seed, DefaultSeed)
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, DefaultDrainTimeout)
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
@@ -145,13 +135,8 @@ var ErrNoPostgres = errors.New("no PostgreSQL server binaries (initdb, pg_ctl): 
 // CheckPrerequisites reports whether a run can start here: it needs the
 // PostgreSQL server binaries to start, stop and restart a server of its own.
 func CheckPrerequisites() error {
-	if p, err := exec.LookPath("pg_ctl"); err == nil {
-		if _, err := os.Stat(filepath.Join(filepath.Dir(p), "initdb")); err == nil {
-			return nil
-		}
+	if _, err := devdb.BinDir(); err != nil {
+		return ErrNoPostgres
 	}
-	if m, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb"); len(m) > 0 {
-		return nil
-	}
-	return ErrNoPostgres
+	return nil
 }

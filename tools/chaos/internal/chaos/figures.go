@@ -3,7 +3,8 @@ package chaos
 import (
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -151,15 +152,11 @@ func killEvery(d time.Duration) string {
 	return d.String()
 }
 
+// answers renders a count by status code, in the codes' order: "200×3 503×1".
 func answers(m map[int]int) string {
-	codes := make([]int, 0, len(m))
-	for c := range m {
-		codes = append(codes, c)
-	}
-	sort.Ints(codes)
-	parts := make([]string, len(codes))
-	for i, c := range codes {
-		parts[i] = fmt.Sprintf("%d×%d", c, m[c])
+	var parts []string
+	for _, c := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%d×%d", c, m[c]))
 	}
 	return strings.Join(parts, " ")
 }

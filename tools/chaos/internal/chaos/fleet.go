@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,22 +33,13 @@ type database struct {
 // above it are made traversable.
 func startDatabase(ctx context.Context, runDir string) (*database, error) {
 	db := &database{dir: filepath.Join(runDir, "pg")}
-	if err := os.Mkdir(db.dir, 0o755); err != nil {
+	if err := devdb.ServerDir(db.dir); err != nil {
 		return nil, err
 	}
-	if os.Geteuid() == 0 {
-		for d := filepath.Dir(db.dir); d != filepath.Dir(d); d = filepath.Dir(d) {
-			if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
-				_ = os.Chmod(d, fi.Mode().Perm()|0o011)
-			}
-		}
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	var err error
+	if db.port, err = devdb.FreePort(); err != nil {
 		return nil, err
 	}
-	db.port = l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	if err := db.start(ctx); err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/labelkit/labels/internal/pgbouncer"
 	"github.com/labelkit/labels/internal/testutil/proctest"
+	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
 // run is one chaos run in progress.
@@ -131,20 +132,8 @@ func (r *run) setup(ctx context.Context) error {
 		return err
 	}
 	r.dir = dir
-	if r.cfg.BinDir != "" {
-		r.bins = &proctest.Binaries{Dir: r.cfg.BinDir}
-	} else {
-		r.say("building ./cmd/api ./cmd/worker ./cmd/carrier into %s", filepath.Join(dir, "bin"))
-		b, err := proctest.Build(ctx, &proctest.BuildOpts{OutDir: filepath.Join(dir, "bin"), Packages: []string{"./cmd/api", "./cmd/worker", "./cmd/carrier"}})
-		if err != nil {
-			return err
-		}
-		r.bins = b
-	}
-	for _, name := range []string{"api", "worker", "carrier"} {
-		if !r.bins.Has(name) {
-			return fmt.Errorf("no %s binary in %s", name, r.bins.Dir)
-		}
+	if r.bins, err = cmdline.Binaries(ctx, r.cfg.BinDir, filepath.Join(dir, "bin"), r.say, "./cmd/api", "./cmd/worker", "./cmd/carrier"); err != nil {
+		return err
 	}
 
 	r.say("starting a private PostgreSQL server")
@@ -261,10 +250,8 @@ func (r *run) waitForPurchase(ctx context.Context) {
 		if err == nil && n > 0 {
 			return
 		}
-		select {
-		case <-ctx.Done():
+		if !sleep(ctx, 50*time.Millisecond) {
 			return
-		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
@@ -308,10 +295,7 @@ func (r *run) exercise(ctx context.Context) (windowEnd time.Time, err error) {
 			if err := r.db.stop(ctx); err != nil {
 				return err
 			}
-			select {
-			case <-time.After(2 * time.Second):
-			case <-ctx.Done():
-			}
+			sleep(ctx, 2*time.Second)
 			return r.db.start(ctx)
 		}},
 	)
@@ -326,11 +310,7 @@ func (r *run) exercise(ctx context.Context) (windowEnd time.Time, err error) {
 		go r.api.runIntent(ctx, in, start, &first, &repeats)
 	}
 	for _, ev := range events {
-		t := time.NewTimer(time.Until(start.Add(ev.at)))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, time.Until(start.Add(ev.at))) {
 			return time.Now(), ctx.Err()
 		}
 		r.say("%s", ev.name)
@@ -338,12 +318,7 @@ func (r *run) exercise(ctx context.Context) (windowEnd time.Time, err error) {
 			return time.Now(), fmt.Errorf("%s: %w", ev.name, err)
 		}
 	}
-	if wait := time.Until(start.Add(d)); wait > 0 {
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-		}
-	}
+	sleep(ctx, time.Until(start.Add(d)))
 	windowEnd = time.Now()
 	r.say("window over: %d worker kills, %d API kill, %d PostgreSQL restart; waiting for the first requests to end", r.fig.WorkerKills, r.fig.APIKills, r.fig.DBRestarts)
 	first.Wait()

@@ -89,25 +89,8 @@ func (h *hooks) setup(ctx context.Context, r *run) error {
 // as drain does for intents.
 func (r *run) drainHooks(ctx context.Context) {
 	r.say("draining webhooks: waiting for every event to be delivered (at most %s)", r.cfg.DrainTimeout)
-	dctx, cancel := context.WithTimeout(ctx, r.cfg.DrainTimeout)
-	defer cancel()
-	lastSaid := time.Now()
-	for {
-		var pending int
-		err := r.pool.QueryRow(dctx, `SELECT count(*) FROM webhook_events WHERE state = 'pending'`).Scan(&pending)
-		if err == nil && pending == 0 {
-			return
-		}
-		if time.Since(lastSaid) >= 10*time.Second {
-			r.say("%d webhook events pending (%v)", pending, err)
-			lastSaid = time.Now()
-		}
-		select {
-		case <-dctx.Done():
-			r.fig.violate("%d webhook events still pending %s after the drain", pending, r.cfg.DrainTimeout)
-			return
-		case <-time.After(250 * time.Millisecond):
-		}
+	if pending, ok := r.waitNonePending(ctx, "webhook events", `SELECT count(*) FROM webhook_events WHERE state = 'pending'`); !ok {
+		r.fig.violate("%d webhook events still pending %s after the drain", pending, r.cfg.DrainTimeout)
 	}
 }
 

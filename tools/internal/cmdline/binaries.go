@@ -1,0 +1,37 @@
+package cmdline
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"strings"
+
+	"github.com/labelkit/labels/internal/testutil/proctest"
+)
+
+// Binaries returns the executables of the main packages pkgs (./cmd/api,
+// ...): the prebuilt ones in binDir (a command's --bin) when it is set, else
+// built with one go build into outDir ("" for a temporary directory, which
+// the result's Remove deletes), as logf says. Either way an executable
+// missing for any of pkgs is an error.
+func Binaries(ctx context.Context, binDir, outDir string, logf func(format string, args ...any), pkgs ...string) (*proctest.Binaries, error) {
+	b := &proctest.Binaries{Dir: binDir}
+	if binDir == "" {
+		into := ""
+		if outDir != "" {
+			into = " into " + outDir
+		}
+		logf("building %s%s", strings.Join(pkgs, " "), into)
+		var err error
+		if b, err = proctest.Build(ctx, &proctest.BuildOpts{OutDir: outDir, Packages: pkgs}); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range pkgs {
+		if name := path.Base(p); !b.Has(name) {
+			_ = b.Remove()
+			return nil, fmt.Errorf("no %s binary in %s", name, b.Dir)
+		}
+	}
+	return b, nil
+}
