@@ -24,7 +24,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/labelkit/labels/internal/testutil/logtest"
+	"github.com/labelkit/labels/internal/cli"
 )
 
 // Binaries are the commands the table's "used by" column names.
@@ -161,7 +161,7 @@ func Check(t testing.TB, binary string, read []string) {
 // CheckHelp runs binary --help (and each extra command's --help, such as
 // "void") through run, which must exit 0 after reading its configuration,
 // and then [Check]s what it read.
-func CheckHelp(t testing.TB, binary string, run logtest.RunFunc, extra ...string) {
+func CheckHelp(t testing.TB, binary string, run cli.Run, extra ...string) {
 	t.Helper()
 	rec := NewRecorder(nil)
 	runs := [][]string{{binary, "--help"}}

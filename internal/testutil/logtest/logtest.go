@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/labelkit/labels/internal/cli"
 )
 
 // Buffer is an io.Writer for a zerolog logger, safe for concurrent writes.
@@ -73,15 +75,11 @@ func (l *Buffer) WaitAddr(t testing.TB, message string, within time.Duration) st
 	return addr
 }
 
-// RunFunc is a command's run function (main only calls it), with the
-// process's arguments, environment and output passed in.
-type RunFunc func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int
-
 // Serve runs a server command in the background, its log to the returned
 // Buffer, and returns the addr of its log line message (its listener's
 // announcement). When the test ends the command is stopped, as by a signal
 // (its context is cancelled), and must exit 0.
-func Serve(t testing.TB, run RunFunc, args []string, getenv func(string) string, message string) (addr string, logs *Buffer) {
+func Serve(t testing.TB, run cli.Run, args []string, getenv func(string) string, message string) (addr string, logs *Buffer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	logs = &Buffer{}
