@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"testing"
@@ -46,9 +45,7 @@ func TestLosingTheDatabase(t *testing.T) {
 	s.Carrier.StallFirst(3)
 	var ids []string
 	for i := range 10 {
-		r := s.Create(tok, fmt.Sprintf("before-%d", i), stacktest.ParcelBody(int64(100+i), 1, 100))
-		require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
-		ids = append(ids, decodeID(t, r.Body))
+		ids = append(ids, s.Accept(tok, fmt.Sprintf("before-%d", i), stacktest.ParcelBody(int64(100+i), 1, 100)).ID)
 	}
 	require.Eventually(t, func() bool { return s.Carrier.Calls() >= 3 }, time.Minute, 20*time.Millisecond)
 
@@ -68,9 +65,7 @@ func TestLosingTheDatabase(t *testing.T) {
 	}, time.Minute, 100*time.Millisecond)
 	// The retry of the refused request, and new ones, are accepted again.
 	for i := range 5 {
-		r := s.Create(tok, fmt.Sprintf("after-%d", i), stacktest.ParcelBody(int64(200+i), 1, 100))
-		require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
-		ids = append(ids, decodeID(t, r.Body))
+		ids = append(ids, s.Accept(tok, fmt.Sprintf("after-%d", i), stacktest.ParcelBody(int64(200+i), 1, 100)).ID)
 	}
 	for _, id := range ids {
 		final := s.WaitFinal(tok, id)
@@ -80,11 +75,4 @@ func TestLosingTheDatabase(t *testing.T) {
 	require.Equal(t, len(ids), total, "one purchase per intent")
 	labels := dbtest.Scalar[int](t, pool, `SELECT count(*) FROM labels`)
 	require.Equal(t, len(ids), labels)
-}
-
-func decodeID(t *testing.T, b []byte) string {
-	t.Helper()
-	var v struct{ ID string }
-	require.NoError(t, json.Unmarshal(b, &v))
-	return v.ID
 }

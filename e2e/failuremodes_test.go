@@ -69,9 +69,7 @@ func TestEffectAndRecordCommitTogether(t *testing.T) {
 
 			tok := s.Token("fulfilment")
 			body := stacktest.ParcelBody(918273, 1, 1450)
-			r := s.Create(tok, "label:918273:1:v1", body)
-			require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
-			id := decodeID(t, r.Body)
+			id := s.Accept(tok, "label:918273:1:v1", body).ID
 
 			// Two attempts bought the label (the second under the same carrier key
 			// gets it back) and died before their commit, each crashing once in

@@ -3,7 +3,6 @@ package jobs_test
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"testing"
 	"time"
 
@@ -24,8 +23,7 @@ func TestLockedKeyRowDelaysOnlyItsJob(t *testing.T) {
 	tok := s.Token("fulfilment")
 	const n = 301
 	for i := range n {
-		r := s.Create(tok, fmt.Sprintf("k%d", i), stacktest.ParcelBody(int64(1000+i), 1, 100))
-		require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
+		s.Accept(tok, fmt.Sprintf("k%d", i), stacktest.ParcelBody(int64(1000+i), 1, 100))
 	}
 	ctx := context.Background()
 	tx, err := s.Pool.Begin(ctx)
