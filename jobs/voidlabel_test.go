@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -47,6 +48,18 @@ func voidRun(t *testing.T, s *stacktest.SimStack, runID int64) *reconcile.VoidRe
 	return rep
 }
 
+// requireCounted waits until c reads want, and checks that it still does a
+// moment later: the worker counts an outcome after its record commits, so a
+// report can be read before the counter moves, and a second count would
+// arrive right behind the first.
+func requireCounted(t *testing.T, c prometheus.Collector, want float64) {
+	t.Helper()
+	require.Eventually(t, func() bool { return testutil.ToFloat64(c) == want }, 10*time.Second, 10*time.Millisecond,
+		"the counter reads %v", want)
+	time.Sleep(100 * time.Millisecond)
+	require.Equal(t, want, testutil.ToFloat64(c))
+}
+
 // The duplicate is voided once although the first attempt dies between the
 // carrier's answer and its record: the job runs again, and the carrier
 // answers the same void key with a replay. The next reconciliation nets the
@@ -81,8 +94,8 @@ func TestVoidLabelSurvivesACrashAfterTheCall(t *testing.T) {
 		}
 	}
 	require.Equal(t, 2, s.Count(`SELECT attempts FROM reconcile_voids`))
-	require.Equal(t, 1.0, testutil.ToFloat64(s.Metrics.VoidOutcomes.WithLabelValues("voided")))
-	require.Equal(t, float64(it.AmountCents), testutil.ToFloat64(s.Metrics.VoidRecoveredCents.WithLabelValues("USD")))
+	requireCounted(t, s.Metrics.VoidOutcomes.WithLabelValues("voided"), 1)
+	requireCounted(t, s.Metrics.VoidRecoveredCents.WithLabelValues("USD"), float64(it.AmountCents))
 
 	// A rerun asks for nothing more.
 	again := voidRun(t, s, runID)
@@ -111,7 +124,7 @@ func TestVoidLabelTwiceAtOnce(t *testing.T) {
 		require.Equal(t, reconcile.VoidVoided, rep.Items[0].Outcome, rep.Items[0].Detail)
 	}
 	require.Equal(t, int64(1), s.Sim.Stats().Voids)
-	require.Equal(t, 1.0, testutil.ToFloat64(s.Metrics.VoidOutcomes.WithLabelValues("voided")), "counted once")
+	requireCounted(t, s.Metrics.VoidOutcomes.WithLabelValues("voided"), 1)
 }
 
 // A label past the carrier's void window is window_closed, reported, and a
@@ -125,7 +138,7 @@ func TestVoidLabelPastTheWindow(t *testing.T) {
 	require.Contains(t, rep.Items[0].Detail, "more than 720h0m0s ago")
 	require.Equal(t, 1, rep.ExitCode())
 	require.Zero(t, s.Sim.Stats().Voids)
-	require.Equal(t, 1.0, testutil.ToFloat64(s.Metrics.VoidOutcomes.WithLabelValues("window_closed")))
+	requireCounted(t, s.Metrics.VoidOutcomes.WithLabelValues("window_closed"), 1)
 	again := voidRun(t, s, runID)
 	require.Equal(t, reconcile.VoidWindowClosed, again.Items[0].Outcome)
 	require.Equal(t, 1, s.Count(`SELECT count(*) FROM river_job WHERE kind = 'void_label'`), "final: not asked again")
