@@ -11,6 +11,14 @@
 -- so the mark could never be a HOT update: it wrote a new version of the whole
 -- intent row (the payload included) and an entry in every index of
 -- label_intents. Deleting a row of two columns writes neither.
+--
+-- An api older than this migration stores intents without a row here. Once
+-- every api runs a version with it, queue what they stored; an intent queued
+-- twice still gets one job (jobs are unique by request id), and a pending
+-- intent with no job is exactly what the relay is for:
+--   INSERT INTO label_intent_outbox (created_at, request_id)
+--   SELECT created_at, request_id FROM label_intents WHERE status = 'pending'
+--   ON CONFLICT DO NOTHING;
 CREATE TABLE label_intent_outbox (
     created_at timestamptz NOT NULL,
     request_id text        NOT NULL,
