@@ -91,9 +91,9 @@ func reconcileSeedLabel(t *testing.T, pool *pgxpool.Pool) {
 	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
 		for _, sql := range []string{
 			`INSERT INTO label_intents (request_id, caller_id, idem_key, request_hash, fingerprint_version, order_id, parcel_no,
-			       label_version, payload, carrier_key, status, label_id, created_at, dispatched_at, completed_at)
+			       label_version, payload, carrier_key, status, label_id, created_at, completed_at)
 			 VALUES ('lr_1', 'fulfilment', 'label:1:1:v1', decode(repeat('00', 32), 'hex'), 1, 1, 1, 1, '{}', 'carrier:k1',
-			       'succeeded', 'lbl_1', '2026-12-02T09:59:59Z', '2026-12-02T09:59:59Z', '2026-12-02T10:00:00Z')`,
+			       'succeeded', 'lbl_1', '2026-12-02T09:59:59Z', '2026-12-02T10:00:00Z')`,
 			`INSERT INTO labels (label_id, caller_id, request_id, order_id, parcel_no, label_version, service, tracking_no,
 			       carrier_label_id, carrier_key, cost_cents, currency, created_by_key, created_at)
 			 VALUES ('lbl_1', 'fulfilment', 'lr_1', 1, 1, 1, 'ground', 'GRD000000001', 'CL-1', 'carrier:k1', 612, 'USD',

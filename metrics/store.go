@@ -72,14 +72,14 @@ func (c *StoreCollector) Collect(ch chan<- prometheus.Metric) {
 	var pending, under1m, to10m, to1h, over1h int64
 	var oldest, lag float64
 	// The pending counts use the partial index on pending intents, the lag the
-	// one on undispatched intents: both stay small while the pipeline flows.
+	// first entry of the relay's queue: both stay small while the pipeline flows.
 	err := c.pool.QueryRow(ctx, `
 		WITH p AS (SELECT count(*) AS n,
 		                  coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest,
 		                  `+ageBucketSQL+`
 		           FROM label_intents WHERE status = 'pending')
 		SELECT p.*,
-		       coalesce((SELECT extract(epoch FROM now() - min(created_at)) FROM label_intents WHERE dispatched_at IS NULL), 0)::float8
+		       coalesce((SELECT extract(epoch FROM now() - min(created_at)) FROM label_intent_outbox), 0)::float8
 		FROM p`).
 		Scan(&pending, &oldest, &under1m, &to10m, &to1h, &over1h, &lag)
 	if err != nil {

@@ -2,7 +2,9 @@ package migrations_test
 
 import (
 	"context"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -130,4 +132,38 @@ func TestRiverIndexesKept(t *testing.T) {
 	_, err = migrations.Apply(ctx, pool)
 	require.NoError(t, err)
 	requireAll()
+}
+
+// 011 moves the intents not yet dispatched into the relay's queue, with their
+// acceptance times, and label_intents loses dispatched_at and its index.
+func TestIntentOutboxMove(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := emptyDatabase(t, "labels_migtest011")
+	all, err := migrations.All()
+	require.NoError(t, err)
+	at := slices.IndexFunc(all, func(m migrations.Migration) bool { return m.Version == 11 })
+	require.Equal(t, "011_intent_outbox.sql", all[at].Name)
+	for _, m := range all[:4] { // label_intents as 011 finds it; the others need River's tables
+		_, err := pool.Exec(ctx, m.SQL)
+		require.NoError(t, err, m.Name)
+	}
+	_, err = pool.Exec(ctx, `
+		INSERT INTO label_intents (request_id, caller_id, idem_key, request_hash, fingerprint_version, order_id, parcel_no,
+		                           label_version, payload, carrier_key, created_at, dispatched_at)
+		VALUES ('lr_waiting', 'c1', 'a', sha256('a'), 1, 1, 1, 1, '{}', 'ck1', '2026-12-01T10:00:00Z', NULL),
+		       ('lr_sent', 'c1', 'b', sha256('b'), 1, 2, 1, 1, '{}', 'ck2', '2026-12-01T09:00:00Z', '2026-12-01T09:00:01Z')`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, all[at].SQL)
+	require.NoError(t, err)
+	var id string
+	var created time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT request_id, created_at FROM label_intent_outbox`).Scan(&id, &created))
+	require.Equal(t, "lr_waiting", id)
+	require.True(t, created.Equal(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)))
+	var gone int
+	require.NoError(t, pool.QueryRow(ctx, `
+		SELECT (SELECT count(*) FROM information_schema.columns WHERE table_name = 'label_intents' AND column_name = 'dispatched_at')
+		     + (SELECT count(*) FROM pg_indexes WHERE indexname = 'label_intents_undispatched')`).Scan(&gone))
+	require.Zero(t, gone)
 }

@@ -1,6 +1,7 @@
 // Package outbox owns the label-intent outbox (table label_intents): one row
 // per accepted intent, written in the accept transaction together with its key
-// record, and the [Relay] that turns undispatched rows into River jobs.
+// record and its row of the relay's queue (table label_intent_outbox), and the
+// [Relay] that turns the queued intents into River jobs.
 //
 // An intent moves pending → succeeded | failed, exactly once. Its natural key
 // (caller_id, order_id, parcel_no, label_version) is unique among pending and

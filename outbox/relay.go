@@ -25,8 +25,9 @@ type RelayOpts struct {
 
 // Relay turns undispatched intents into River jobs. Every worker process runs
 // one; several at once never dispatch an intent twice: each batch locks its
-// rows (FOR UPDATE SKIP LOCKED) and marks them dispatched in the transaction
-// that inserts their jobs, and the jobs are unique by request id besides.
+// rows of the queue (FOR UPDATE SKIP LOCKED) and deletes them in the
+// transaction that inserts their jobs, and the jobs are unique by request id
+// besides.
 type Relay struct {
 	pool     *pgxpool.Pool
 	dispatch postgres.DispatchFunc

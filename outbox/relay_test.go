@@ -66,7 +66,7 @@ func TestTwoRelaysNeverDoubleDispatch(t *testing.T) {
 	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT args->>'request_id') FROM river_job WHERE kind = 'buy_label'`).Scan(&jobsN, &distinct))
 	require.Equal(t, n, jobsN)
 	require.Equal(t, n, distinct)
-	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM label_intents WHERE dispatched_at IS NULL`).Scan(&undispatched))
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM label_intent_outbox`).Scan(&undispatched))
 	require.Zero(t, undispatched)
 
 	// Dispatching an intent again (say a relay crashed after inserting, before

@@ -26,17 +26,16 @@ type Intent struct {
 	LabelID            string
 	Error              []byte // the saved problem of a failed intent
 	CreatedAt          time.Time
-	DispatchedAt       *time.Time
 	CompletedAt        *time.Time
 }
 
 // intentColumns are the columns scanIntent reads, in its order.
 const intentColumns = `request_id, caller_id, idem_key, request_hash, fingerprint_version, payload,
-	carrier_key, status, coalesce(label_id, ''), error::text, created_at, dispatched_at, completed_at`
+	carrier_key, status, coalesce(label_id, ''), error::text, created_at, completed_at`
 
 // intentColumnsOf is intentColumns of the table aliased i.
 const intentColumnsOf = `i.request_id, i.caller_id, i.idem_key, i.request_hash, i.fingerprint_version, i.payload,
-	i.carrier_key, i.status, coalesce(i.label_id, ''), i.error::text, i.created_at, i.dispatched_at, i.completed_at`
+	i.carrier_key, i.status, coalesce(i.label_id, ''), i.error::text, i.created_at, i.completed_at`
 
 // intentScan holds a row of intentColumns as scanned, NULLs included (an
 // outer join that found no intent).
@@ -45,12 +44,12 @@ type intentScan struct {
 	hash, payload                                         []byte
 	version                                               *int
 	problem                                               *string
-	createdAt, dispatchedAt, completedAt                  *time.Time
+	createdAt, completedAt                                *time.Time
 }
 
 func (s *intentScan) dest() []any {
 	return []any{&s.requestID, &s.callerID, &s.key, &s.hash, &s.version, &s.payload,
-		&s.carrierKey, &s.status, &s.labelID, &s.problem, &s.createdAt, &s.dispatchedAt, &s.completedAt}
+		&s.carrierKey, &s.status, &s.labelID, &s.problem, &s.createdAt, &s.completedAt}
 }
 
 // intent returns the scanned intent, nil when the row held none.
@@ -60,7 +59,7 @@ func (s *intentScan) intent() (*Intent, error) {
 	}
 	in := &Intent{RequestID: *s.requestID, CallerID: *s.callerID, Key: *s.key, RequestHash: s.hash, FingerprintVersion: *s.version,
 		CarrierKey: *s.carrierKey, Status: *s.status, LabelID: *s.labelID, CreatedAt: *s.createdAt,
-		DispatchedAt: s.dispatchedAt, CompletedAt: s.completedAt}
+		CompletedAt: s.completedAt}
 	if err := json.Unmarshal(s.payload, &in.Parcel); err != nil {
 		return nil, err
 	}
@@ -104,33 +103,34 @@ func GetIntentByParcel(ctx context.Context, db DB, callerID string, orderID int6
 // DispatchFunc enqueues one job per request id inside tx.
 type DispatchFunc func(ctx context.Context, tx pgx.Tx, requestIDs []string) error
 
-// sqlDispatch marks up to $1 of the oldest undispatched intents dispatched,
-// skipping those another relay holds, and returns their request ids. It runs
-// as a one-off statement (always planned with the table's current size): the
-// relay runs it a few times a second at most.
+// sqlDispatch takes up to $1 of the oldest rows of the relay's queue,
+// skipping those another relay holds, deletes them and returns their request
+// ids; the rows it locked are deleted by their ctid (a TID scan, whatever the
+// queue's size). It runs as a one-off statement (always planned with the
+// table's current size): the relay runs it a few times a second at most.
 const sqlDispatch = `
-UPDATE label_intents SET dispatched_at = now()
- WHERE request_id IN (SELECT request_id FROM label_intents
-                       WHERE dispatched_at IS NULL
-                       ORDER BY created_at
-                       LIMIT $1
-                         FOR UPDATE SKIP LOCKED)
+DELETE FROM label_intent_outbox
+ WHERE ctid = ANY (ARRAY (SELECT ctid FROM label_intent_outbox
+                           ORDER BY created_at
+                           LIMIT $1
+                             FOR UPDATE SKIP LOCKED))
 RETURNING request_id`
 
-// DispatchIntents marks up to batch undispatched intents dispatched and hands
-// their request ids to dispatch, in one transaction: the jobs and the marks
-// commit together. Several relays at once never dispatch an intent twice.
-// It returns how many it dispatched.
+// DispatchIntents takes up to batch undispatched intents off the relay's
+// queue and hands their request ids to dispatch, in one transaction: the jobs
+// and the queue's deletes commit together. Several relays at once never
+// dispatch an intent twice. It returns how many it dispatched.
 func DispatchIntents(ctx context.Context, pool *pgxpool.Pool, batch int, dispatch DispatchFunc) (int, error) {
-	return dispatchMarked(ctx, pool, sqlDispatch, batch, dispatch)
+	return dispatchBatch(ctx, pool, sqlDispatch, batch, dispatch)
 }
 
-// dispatchMarked runs mark (an UPDATE … RETURNING request_id of at most $1
-// rows) and dispatch in one transaction, and returns how many it marked.
-func dispatchMarked(ctx context.Context, pool *pgxpool.Pool, mark string, batch int, dispatch DispatchFunc) (int, error) {
+// dispatchBatch runs take (a statement that takes at most $1 rows off a
+// queue, RETURNING request_id) and dispatch in one transaction, and returns
+// how many it took.
+func dispatchBatch(ctx context.Context, pool *pgxpool.Pool, take string, batch int, dispatch DispatchFunc) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, mark, pgx.QueryExecModeExec, batch)
+		rows, err := tx.Query(ctx, take, pgx.QueryExecModeExec, batch)
 		if err != nil {
 			return err
 		}

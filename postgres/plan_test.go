@@ -50,26 +50,22 @@ func TestPlansProbe(t *testing.T) {
 }
 
 // The relay's statement is planned on each run (it is sent unprepared), so
-// its plan follows the table: with intents in a table whose statistics were
-// taken while it was empty, it takes the undispatched ones through their
-// partial index and marks them through the primary key.
+// its plan follows the table: with a backlog in a queue whose statistics were
+// taken while it was empty, it takes the oldest rows through the primary key.
 func TestDispatchPlanFollowsTheTable(t *testing.T) {
 	pool, _ := dbtest.New(t)
 	ctx := context.Background()
 	conn := fixture.EmptiedFullStore(t, pool)
-	_, err := conn.Exec(ctx, `ANALYZE label_intents`) // statistics of an empty table
+	_, err := conn.Exec(ctx, `ANALYZE label_intent_outbox`) // statistics of an empty table
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, `
-		INSERT INTO label_intents (request_id, caller_id, idem_key, request_hash, fingerprint_version, order_id, parcel_no,
-		                           label_version, payload, carrier_key, created_at, dispatched_at)
-		SELECT 'lr_' || g, 'bench', 'k' || g, sha256(int8send(g)), 1, g, 1, 1, '{}', 'ck' || g, now(),
-		       CASE WHEN g % 100 = 0 THEN NULL ELSE now() END
-		  FROM generate_series(1, 20000) g`)
+		INSERT INTO label_intent_outbox (created_at, request_id)
+		SELECT now() - g * interval '1 ms', 'lr_' || g FROM generate_series(1, 20000) g`)
 	require.NoError(t, err)
 	tx, err := conn.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck // only explains
 	plan := dbtest.Scalar[string](t, tx, `EXPLAIN (FORMAT JSON) `+strings.Replace(postgres.SQLDispatch, "$1", "500", 1))
-	require.Contains(t, plan, `"Index Name": "label_intents_undispatched"`)
+	require.Contains(t, plan, `"Index Name": "label_intent_outbox_pkey"`)
 	require.NotContains(t, plan, `Seq Scan`)
 }

@@ -126,7 +126,9 @@ func ListWebhooks(ctx context.Context, db DB) ([]Webhook, error) {
 	})
 }
 
-// sqlDispatchEvents is sqlDispatch for webhook events.
+// sqlDispatchEvents marks up to $1 of the oldest undispatched events
+// dispatched, skipping those another relay holds, and returns their request
+// ids: the relay's take of sqlDispatch, for webhook events.
 const sqlDispatchEvents = `
 UPDATE webhook_events SET dispatched_at = now()
  WHERE request_id IN (SELECT request_id FROM webhook_events
@@ -140,7 +142,7 @@ RETURNING request_id`
 // to batch undispatched events dispatched and hands their request ids to
 // dispatch, in one transaction.
 func DispatchWebhookEvents(ctx context.Context, pool *pgxpool.Pool, batch int, dispatch DispatchFunc) (int, error) {
-	return dispatchMarked(ctx, pool, sqlDispatchEvents, batch, dispatch)
+	return dispatchBatch(ctx, pool, sqlDispatchEvents, batch, dispatch)
 }
 
 // WebhookEvent is one event as an attempt to deliver it sees it.

@@ -109,7 +109,7 @@ func insertSeeds(t testing.TB, pool *pgxpool.Pool, seeds []seed) {
 		}
 		intents = append(intents, []any{s.requestID(), s.callerID(), s.idemKey(), hash[:], int16(1),
 			s.orderID(), int32(1), int32(1), `{}`, s.carrierKey(), status, labelID, problem,
-			intentAt, intentAt, completed})
+			intentAt, completed})
 		if status == "succeeded" && s.key != "ghost" {
 			lbls = append(lbls, []any{s.labelID(), s.callerID(), s.requestID(), s.orderID(), int32(1), int32(1),
 				"ground", s.tracking(), s.carrierLabel(), s.carrierKey(), s.cost(), s.cur(), s.idemKey(), s.createdAt, s.createdAt})
@@ -137,7 +137,7 @@ func insertSeeds(t testing.TB, pool *pgxpool.Pool, seeds []seed) {
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"label_intents"}, []string{"request_id", "caller_id", "idem_key",
 			"request_hash", "fingerprint_version", "order_id", "parcel_no", "label_version", "payload", "carrier_key",
-			"status", "label_id", "error", "created_at", "dispatched_at", "completed_at"}, pgx.CopyFromRows(intents)); err != nil {
+			"status", "label_id", "error", "created_at", "completed_at"}, pgx.CopyFromRows(intents)); err != nil {
 			return fmt.Errorf("intents: %w", err)
 		}
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"labels"}, []string{"label_id", "caller_id", "request_id", "order_id",

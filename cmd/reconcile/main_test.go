@@ -59,8 +59,8 @@ func insert(t *testing.T, pool *pgxpool.Pool, l label) {
 		labelID, l.n, l.trk, l.cl, l.costCents, l.createdAt.Format(time.RFC3339))
 	_, err := pool.Exec(ctx, `
 		INSERT INTO label_intents (request_id, caller_id, idem_key, request_hash, fingerprint_version, order_id, parcel_no,
-		                           label_version, payload, carrier_key, status, label_id, created_at, dispatched_at, completed_at)
-		VALUES ($1, 'fulfilment', $2, $3, 1, $4, 1, 1, '{}', $5, 'succeeded', $6, $7, $7, $7)`,
+		                           label_version, payload, carrier_key, status, label_id, created_at, completed_at)
+		VALUES ($1, 'fulfilment', $2, $3, 1, $4, 1, 1, '{}', $5, 'succeeded', $6, $7, $7)`,
 		l.requestID(), l.idemKey(), hash[:], l.n, l.carrierKey(), labelID, l.createdAt)
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `

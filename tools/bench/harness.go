@@ -408,7 +408,7 @@ func redact(u string) string {
 // reset empties the tables a load writes, and on a private server writes a
 // checkpoint, so that every load starts from the same state.
 func (h *harness) reset(ctx context.Context) error {
-	if _, err := h.pool.Exec(ctx, `TRUNCATE idempotency_keys, label_intents, labels, idempotency_tombstones, river_job`); err != nil {
+	if _, err := h.pool.Exec(ctx, `TRUNCATE idempotency_keys, label_intents, label_intent_outbox, labels, idempotency_tombstones, river_job`); err != nil {
 		return err
 	}
 	return h.checkpoint(ctx)

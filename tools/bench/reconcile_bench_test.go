@@ -157,7 +157,7 @@ func seed(b *testing.B, pool *pgxpool.Pool, truth sim.Truth) {
 			body := labelkit.Label{LabelID: labelID, OrderID: t.OrderID, ParcelNo: t.ParcelNo, LabelVersion: 1, Service: t.Service,
 				TrackingNo: t.TrackingNo, CarrierLabelID: t.CarrierLabelID, CostCents: t.CostCents, Currency: t.Currency, CreatedAt: created}.Body()
 			intents = append(intents, []any{t.Reference, t.CallerID, t.CallerKey, hash[:], int16(1), t.OrderID,
-				int32(t.ParcelNo), int32(1), `{}`, t.IdempotencyKey, "succeeded", labelID, accepted, accepted, created})
+				int32(t.ParcelNo), int32(1), `{}`, t.IdempotencyKey, "succeeded", labelID, accepted, created})
 			labels = append(labels, []any{labelID, t.CallerID, t.Reference, t.OrderID, int32(t.ParcelNo), int32(1),
 				t.Service, t.TrackingNo, t.CarrierLabelID, t.IdempotencyKey, t.CostCents, t.Currency, t.CallerKey,
 				t.PurchasedAt, created})
@@ -167,7 +167,7 @@ func seed(b *testing.B, pool *pgxpool.Pool, truth sim.Truth) {
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"label_intents"}, []string{"request_id", "caller_id", "idem_key",
 				"request_hash", "fingerprint_version", "order_id", "parcel_no", "label_version", "payload", "carrier_key",
-				"status", "label_id", "created_at", "dispatched_at", "completed_at"}, pgx.CopyFromRows(intents)); err != nil {
+				"status", "label_id", "created_at", "completed_at"}, pgx.CopyFromRows(intents)); err != nil {
 				return err
 			}
 			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"labels"}, []string{"label_id", "caller_id", "request_id",

@@ -64,7 +64,7 @@ func (h *harness) fill(ctx context.Context, n int) error {
 		err := pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
 			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"label_intents"}, []string{"request_id", "caller_id", "idem_key",
 				"request_hash", "fingerprint_version", "order_id", "parcel_no", "label_version", "payload", "carrier_key",
-				"status", "label_id", "created_at", "dispatched_at", "completed_at"}, pgx.CopyFromRows(c.intents)); err != nil {
+				"status", "label_id", "created_at", "completed_at"}, pgx.CopyFromRows(c.intents)); err != nil {
 				return err
 			}
 			_, err := tx.CopyFrom(ctx, pgx.Identifier{"idempotency_keys"}, []string{"caller_id", "idem_key",
@@ -179,7 +179,7 @@ func filledRow(i int64, now time.Time) (key, intent []any, err error) {
 		int32(201), string(label.Body()), accepted, completed.Add(24 * time.Hour).Add(time.Hour)}
 	intent = []any{requestID, caller, idemKey, hash, int16(idempotency.FingerprintVersion), order, int32(parcel.ParcelNo),
 		int32(parcel.LabelVersion), payload, carrier.DeriveKey(caller, idemKey), labels.StatusSucceeded, label.LabelID,
-		accepted, accepted.Add(50 * time.Millisecond), completed}
+		accepted, completed}
 	return key, intent, nil
 }
 

@@ -89,7 +89,7 @@ type fillRow struct {
 
 var (
 	keyColumns    = []string{"caller_id", "idem_key", "request_hash", "fingerprint_version", "request_id", "state", "locked_until", "lease_token", "response_status", "response_body", "created_at", "expires_at"}
-	intentColumns = []string{"request_id", "caller_id", "idem_key", "request_hash", "fingerprint_version", "order_id", "parcel_no", "label_version", "payload", "carrier_key", "status", "label_id", "error", "created_at", "dispatched_at", "completed_at"}
+	intentColumns = []string{"request_id", "caller_id", "idem_key", "request_hash", "fingerprint_version", "order_id", "parcel_no", "label_version", "payload", "carrier_key", "status", "label_id", "error", "created_at", "completed_at"}
 	labelColumns  = []string{"label_id", "caller_id", "request_id", "order_id", "parcel_no", "label_version", "service", "tracking_no", "carrier_label_id", "carrier_key", "cost_cents", "currency", "created_by_key", "purchased_at", "created_at"}
 )
 
@@ -148,7 +148,7 @@ func (e *env) row(i int, entropy io.Reader) (fillRow, error) {
 		key: []any{callerID, key, hash, int16(idempotency.FingerprintVersion), requestID, postgres.StateCompleted,
 			nil, nil, int32(201), string(body), created, expires},
 		intent: []any{requestID, callerID, key, hash, int16(idempotency.FingerprintVersion), order, int32(parcelNo), int32(1),
-			payload, carrierKey, labels.StatusSucceeded, l.LabelID, nil, created, created.Add(15 * time.Millisecond), completed},
+			payload, carrierKey, labels.StatusSucceeded, l.LabelID, nil, created, completed},
 		label: []any{l.LabelID, callerID, requestID, order, int32(parcelNo), int32(1), l.Service, l.TrackingNo, l.CarrierLabelID,
 			carrierKey, l.CostCents, l.Currency, key, completed.Add(-40 * time.Millisecond), completed},
 	}
@@ -309,8 +309,8 @@ func (e *env) riverJobs(ctx context.Context) error {
 	tag, err := e.pool.Exec(ctx, `
 		INSERT INTO river_job (state, attempt, max_attempts, attempted_at, created_at, finalized_at, scheduled_at, priority,
 		                       args, attempted_by, errors, kind, metadata, queue, tags, unique_key, unique_states)
-		SELECT t.state, t.attempt, t.max_attempts, i.dispatched_at + interval '20 ms', i.dispatched_at, i.completed_at,
-		       i.dispatched_at, t.priority, jsonb_build_object('request_id', i.request_id), t.attempted_by, t.errors,
+		SELECT t.state, t.attempt, t.max_attempts, i.created_at + interval '35 ms', i.created_at + interval '15 ms', i.completed_at,
+		       i.created_at + interval '15 ms', t.priority, jsonb_build_object('request_id', i.request_id), t.attempted_by, t.errors,
 		       t.kind, t.metadata, t.queue, t.tags,
 		       sha256(convert_to('&kind=buy_label&args=' || jsonb_build_object('request_id', i.request_id)::text, 'UTF8')),
 		       t.unique_states
