@@ -31,6 +31,22 @@ func emptyDatabase(t *testing.T, name string) *pgxpool.Pool {
 	return pool
 }
 
+// migratedUpTo returns an empty database named dbName with the first applied
+// migrations run, and the migration named name, which a test runs next.
+func migratedUpTo(t *testing.T, dbName, name string, applied int) (*pgxpool.Pool, migrations.Migration) {
+	t.Helper()
+	pool := emptyDatabase(t, dbName)
+	all, err := migrations.All()
+	require.NoError(t, err)
+	at := slices.IndexFunc(all, func(m migrations.Migration) bool { return m.Name == name })
+	require.GreaterOrEqual(t, at, applied, "%s comes after the %d applied", name, applied)
+	for _, m := range all[:applied] {
+		_, err := pool.Exec(context.Background(), m.SQL)
+		require.NoError(t, err, m.Name)
+	}
+	return pool, all[at]
+}
+
 // Two runners at once on an empty database, then a third: all succeed, and the
 // migrations are applied exactly once.
 func TestApplyConcurrentAndTwice(t *testing.T) {
@@ -67,15 +83,8 @@ func TestApplyConcurrentAndTwice(t *testing.T) {
 func TestLeaseAttemptsMove(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := emptyDatabase(t, "labels_migtest004")
-	all, err := migrations.All()
-	require.NoError(t, err)
-	require.Equal(t, "004_lease_attempts.sql", all[3].Name)
-	for _, m := range all[:3] {
-		_, err := pool.Exec(ctx, m.SQL)
-		require.NoError(t, err, m.Name)
-	}
-	_, err = pool.Exec(ctx, `
+	pool, m004 := migratedUpTo(t, "labels_migtest004", "004_lease_attempts.sql", 3)
+	_, err := pool.Exec(ctx, `
 		INSERT INTO idempotency_keys (caller_id, idem_key, request_hash, fingerprint_version, request_id, state,
 		                              response_status, response_body, created_at, expires_at)
 		VALUES ('c1', 'started', sha256('a'), 1, 'lr_started', 'started', NULL, NULL, now(), now()),
@@ -85,7 +94,7 @@ func TestLeaseAttemptsMove(t *testing.T) {
 		VALUES ('lr_started', 'c1', 'started', sha256('a'), 1, 1, 1, 1, '{}', 'ck1', 'pending', NULL, 3, now(), NULL),
 		       ('lr_done', 'c1', 'done', sha256('b'), 1, 2, 1, 1, '{}', 'ck2', 'succeeded', 'lbl_1', 2, now(), now())`)
 	require.NoError(t, err)
-	_, err = pool.Exec(ctx, all[3].SQL)
+	_, err = pool.Exec(ctx, m004.SQL)
 	require.NoError(t, err)
 	attempts := func(key string) (n *int) {
 		require.NoError(t, pool.QueryRow(ctx, `SELECT attempts FROM idempotency_keys WHERE idem_key = $1`, key).Scan(&n))
@@ -139,22 +148,15 @@ func TestRiverIndexesKept(t *testing.T) {
 func TestIntentOutboxMove(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := emptyDatabase(t, "labels_migtest011")
-	all, err := migrations.All()
-	require.NoError(t, err)
-	at := slices.IndexFunc(all, func(m migrations.Migration) bool { return m.Version == 11 })
-	require.Equal(t, "011_intent_outbox.sql", all[at].Name)
-	for _, m := range all[:4] { // label_intents as 011 finds it; the others need River's tables
-		_, err := pool.Exec(ctx, m.SQL)
-		require.NoError(t, err, m.Name)
-	}
-	_, err = pool.Exec(ctx, `
+	// label_intents as 011 finds it after 001-004; the others need River's tables.
+	pool, m011 := migratedUpTo(t, "labels_migtest011", "011_intent_outbox.sql", 4)
+	_, err := pool.Exec(ctx, `
 		INSERT INTO label_intents (request_id, caller_id, idem_key, request_hash, fingerprint_version, order_id, parcel_no,
 		                           label_version, payload, carrier_key, created_at, dispatched_at)
 		VALUES ('lr_waiting', 'c1', 'a', sha256('a'), 1, 1, 1, 1, '{}', 'ck1', '2026-12-01T10:00:00Z', NULL),
 		       ('lr_sent', 'c1', 'b', sha256('b'), 1, 2, 1, 1, '{}', 'ck2', '2026-12-01T09:00:00Z', '2026-12-01T09:00:01Z')`)
 	require.NoError(t, err)
-	_, err = pool.Exec(ctx, all[at].SQL)
+	_, err = pool.Exec(ctx, m011.SQL)
 	require.NoError(t, err)
 	var id string
 	var created time.Time

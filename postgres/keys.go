@@ -105,11 +105,19 @@ func Purge(ctx context.Context, db DB, now time.Time, batch int) (int64, error) 
 // PurgeTombstones deletes up to batch tombstones older than before and
 // returns how many it deleted.
 func PurgeTombstones(ctx context.Context, db DB, before time.Time, batch int) (int64, error) {
+	return purgeOldest(ctx, db, "idempotency_tombstones", "purged_at < $1", "purged_at", before, batch)
+}
+
+// purgeOldest deletes up to batch rows of table that match cond ($1 is
+// before), oldest by orderBy first, skipping rows another sweeper holds, and
+// returns how many it deleted. table, cond and orderBy are the callers'
+// constants, never input.
+func purgeOldest(ctx context.Context, db DB, table, cond, orderBy string, before time.Time, batch int) (int64, error) {
 	tag, err := db.Exec(ctx, `
-		DELETE FROM idempotency_tombstones
-		 WHERE ctid IN (SELECT ctid FROM idempotency_tombstones
-		                 WHERE purged_at < $1
-		                 ORDER BY purged_at
+		DELETE FROM `+table+`
+		 WHERE ctid IN (SELECT ctid FROM `+table+`
+		                 WHERE `+cond+`
+		                 ORDER BY `+orderBy+`
 		                 LIMIT $2
 		                   FOR UPDATE SKIP LOCKED)`, before, batch)
 	if err != nil {

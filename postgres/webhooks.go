@@ -314,17 +314,7 @@ func FinishWebhookAttempt(ctx context.Context, pool *pgxpool.Pool, ev *WebhookEv
 // PurgeWebhookEvents deletes up to batch events delivered or dropped before
 // before and returns how many it deleted. Pending events are never purged.
 func PurgeWebhookEvents(ctx context.Context, db DB, before time.Time, batch int) (int64, error) {
-	tag, err := db.Exec(ctx, `
-		DELETE FROM webhook_events
-		 WHERE ctid IN (SELECT ctid FROM webhook_events
-		                 WHERE state <> 'pending' AND finished_at < $1
-		                 ORDER BY finished_at
-		                 LIMIT $2
-		                   FOR UPDATE SKIP LOCKED)`, before, batch)
-	if err != nil {
-		return 0, err
-	}
-	return tag.RowsAffected(), nil
+	return purgeOldest(ctx, db, "webhook_events", "state <> 'pending' AND finished_at < $1", "finished_at", before, batch)
 }
 
 // WebhookStats are the gauges of the webhook metrics.
