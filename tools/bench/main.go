@@ -77,8 +77,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/internal/testutil/proctest"
-	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
 func main() {
@@ -342,7 +342,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.IntVar(&cfg.WorkerConcurrency, "worker-concurrency", cfg.WorkerConcurrency, "")
 	fs.StringVar(&cfg.BinDir, "bin", "", "")
 	fs.BoolVar(&cfg.Keep, "keep", false, "")
-	if code, ok := cmdline.Parse(fs, args[1:], usage, stdout, stderr); !ok {
+	if code, ok := cli.Parse(fs, args[1:], usage, stdout, stderr); !ok {
 		return code
 	}
 	set := map[string]bool{}

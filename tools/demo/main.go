@@ -33,6 +33,7 @@ import (
 	"regexp"
 	"syscall"
 
+	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
@@ -94,7 +95,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.StringVar(&cfg.Database, "database", cfg.Database, "")
 	fs.StringVar(&cfg.BinDir, "bin", cfg.BinDir, "")
 	fs.BoolVar(&cfg.Verbose, "verbose", cfg.Verbose, "")
-	if code, ok := cmdline.Parse(fs, args[1:], usage, stdout, stderr); !ok {
+	if code, ok := cli.Parse(fs, args[1:], usage, stdout, stderr); !ok {
 		return code
 	}
 	if err := cfg.Validate(); err != nil {

@@ -115,7 +115,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.BoolVar(&cfg.Quiet, "quiet", cfg.Quiet, "")
 	fs.BoolVar(&cfg.Pooler, "pooler", cfg.Pooler, "")
 	fs.IntVar(&cfg.PoolSize, "pool-size", cfg.PoolSize, "")
-	if code, ok := cmdline.Parse(fs, args[1:], usage, stdout, stderr); !ok {
+	if code, ok := cli.Parse(fs, args[1:], usage, stdout, stderr); !ok {
 		return code
 	}
 	if err := cfg.Validate(); err != nil {
