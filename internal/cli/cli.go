@@ -1,6 +1,7 @@
 // Package cli holds what every binary's run function shares: reading typed
 // configuration from the environment (so that nothing below run calls
-// os.Getenv), the logger, and signal handling with a second-signal exit.
+// os.Getenv), the logger, flag parsing (flags.go), and signal handling with
+// a second-signal exit.
 package cli
 
 import (
@@ -139,6 +140,16 @@ func SignalContext(parent context.Context, onSecond func()) (context.Context, co
 		signal.Stop(ch)
 	}()
 	return ctx, cancel
+}
+
+// ServiceContext is SignalContext for a service: the first SIGINT or SIGTERM
+// cancels the returned context, so that the service stops gracefully; a
+// second one logs a warning and exits at once with status 1.
+func ServiceContext(ctx context.Context, log zerolog.Logger) (context.Context, context.CancelFunc) {
+	return SignalContext(ctx, func() {
+		log.Warn().Msg("second signal: exiting at once")
+		os.Exit(1)
+	})
 }
 
 // Batch maps a ACCEPT_BATCH or WORKER_BATCH setting, where 0 turns the shared

@@ -1,13 +1,17 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"flag"
 	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 )
 
@@ -94,4 +98,68 @@ func TestSignalContext(t *testing.T) {
 		cancel()
 		stopParent()
 	}
+}
+
+// A service's first signal cancels its context; the second logs one line
+// and exits with status 1, so it runs in a child process (this test binary
+// again).
+func TestServiceContext(t *testing.T) {
+	if os.Getenv("CLI_SERVICE_CONTEXT_CHILD") == "1" {
+		ctx, _ := ServiceContext(context.Background(), zerolog.New(os.Stderr))
+		_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		<-ctx.Done()
+		_ = syscall.Kill(os.Getpid(), syscall.SIGINT)
+		time.Sleep(time.Minute)
+		os.Exit(3)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestServiceContext$")
+	cmd.Env = append(os.Environ(), "CLI_SERVICE_CONTEXT_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "%s", out)
+	require.Equal(t, 1, exit.ExitCode(), "%s", out)
+	require.Contains(t, string(out), `"message":"second signal: exiting at once"`)
+}
+
+func TestParse(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args           []string
+		code           int
+		ok             bool
+		stdout, stderr string
+	}{
+		{[]string{"--n", "3"}, 0, true, "", ""},
+		{[]string{"--help"}, 0, false, "usage\n", ""},
+		{[]string{"--n", "x"}, 2, false, "", "tool: invalid value \"x\" for flag -n: parse error\n"},
+		{[]string{"--nope"}, 2, false, "", "tool: flag provided but not defined: -nope\n"},
+		{[]string{"--n", "3", "now", "later"}, 2, false, "", "tool: unexpected arguments [\"now\" \"later\"]; see tool --help\n"},
+	} {
+		fs := flag.NewFlagSet("tool", flag.ContinueOnError)
+		n := fs.Int("n", 1, "")
+		var stdout, stderr bytes.Buffer
+		code, ok := Parse(fs, tc.args, "usage\n", &stdout, &stderr)
+		require.Equal(t, tc.code, code, "%v", tc.args)
+		require.Equal(t, tc.ok, ok, "%v", tc.args)
+		require.Equal(t, tc.stdout, stdout.String(), "%v", tc.args)
+		require.Equal(t, tc.stderr, stderr.String(), "%v", tc.args)
+		if ok {
+			require.Equal(t, 3, *n)
+		}
+	}
+}
+
+// ParseFlags leaves the arguments after the flags to the command.
+func TestParseFlagsKeepsArguments(t *testing.T) {
+	t.Parallel()
+	fs := flag.NewFlagSet("tool", flag.ContinueOnError)
+	n := fs.Int("n", 1, "")
+	var stdout, stderr bytes.Buffer
+	code, ok := ParseFlags(fs, []string{"--n", "3", "migrate"}, "usage\n", &stdout, &stderr)
+	require.True(t, ok)
+	require.Equal(t, 0, code)
+	require.Equal(t, 3, *n)
+	require.Equal(t, []string{"migrate"}, fs.Args())
+	require.Empty(t, stdout.String())
+	require.Empty(t, stderr.String())
 }

@@ -1,14 +1,10 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
-
-	"github.com/rs/zerolog"
 )
 
 // ParseFlags parses args (without the command's name) with fs, whose own
@@ -40,14 +36,4 @@ func Parse(fs *flag.FlagSet, args []string, usage string, stdout, stderr io.Writ
 		return 2, false
 	}
 	return 0, true
-}
-
-// ServiceContext is SignalContext for a service: the first SIGINT or SIGTERM
-// cancels the returned context, so that the service stops gracefully; a
-// second one logs a warning and exits at once with status 1.
-func ServiceContext(ctx context.Context, log zerolog.Logger) (context.Context, context.CancelFunc) {
-	return SignalContext(ctx, func() {
-		log.Warn().Msg("second signal: exiting at once")
-		os.Exit(1)
-	})
 }
