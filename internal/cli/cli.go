@@ -104,6 +104,13 @@ func Logger(e *Env, w io.Writer, service string) zerolog.Logger {
 // name); it returns the exit status.
 type Run func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int
 
+// Exit runs run on the process's command line, environment and standard
+// output and exits with its status; signals are run's to handle (Main is the
+// variant that handles them).
+func Exit(run Run) {
+	os.Exit(run(context.Background(), os.Args, os.Getenv, os.Stdout, os.Stderr))
+}
+
 // Main runs run on the process's command line, environment and standard
 // output and exits with its status. The first SIGINT or SIGTERM cancels
 // run's context, so that it stops what it started; a second one exits at

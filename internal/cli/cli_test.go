@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -98,6 +100,25 @@ func TestSignalContext(t *testing.T) {
 		cancel()
 		stopParent()
 	}
+}
+
+// Exit hands run the process's arguments, environment and output, and exits
+// with what run returns (checked in a child process, this test binary again).
+func TestExit(t *testing.T) {
+	if os.Getenv("CLI_EXIT_CHILD") == "1" {
+		Exit(func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+			fmt.Fprintf(stdout, "%s %s|", args[1], getenv("CLI_EXIT_CHILD"))
+			fmt.Fprint(stderr, "to stderr")
+			return 4
+		})
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestExit$")
+	cmd.Env = append(os.Environ(), "CLI_EXIT_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "%s", out)
+	require.Equal(t, 4, exit.ExitCode(), "%s", out)
+	require.Equal(t, "-test.run=^TestExit$ 1|to stderr", string(out))
 }
 
 // A service's first signal cancels its context; the second logs one line

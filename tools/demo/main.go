@@ -37,9 +37,7 @@ import (
 	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
-func main() {
-	os.Exit(run(context.Background(), os.Args, os.Getenv, os.Stdout, os.Stderr))
-}
+func main() { cli.Exit(run) }
 
 const usage = `Usage: demo [flags]
 
