@@ -102,30 +102,39 @@ func TestSignalContext(t *testing.T) {
 	}
 }
 
+// exitedChild runs this test binary again for test alone, with CLI_CHILD
+// set to test (the test then does what exits the process), and returns the
+// child's combined output and exit status.
+func exitedChild(t *testing.T, test string) (out string, code int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$")
+	cmd.Env = append(os.Environ(), "CLI_CHILD="+test)
+	b, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "%s", b)
+	return string(b), exit.ExitCode()
+}
+
 // Exit hands run the process's arguments, environment and output, and exits
 // with what run returns (checked in a child process, this test binary again).
 func TestExit(t *testing.T) {
-	if os.Getenv("CLI_EXIT_CHILD") == "1" {
+	if os.Getenv("CLI_CHILD") == "TestExit" {
 		Exit(func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-			fmt.Fprintf(stdout, "%s %s|", args[1], getenv("CLI_EXIT_CHILD"))
+			fmt.Fprintf(stdout, "%s %s|", args[1], getenv("CLI_CHILD"))
 			fmt.Fprint(stderr, "to stderr")
 			return 4
 		})
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestExit$")
-	cmd.Env = append(os.Environ(), "CLI_EXIT_CHILD=1")
-	out, err := cmd.CombinedOutput()
-	var exit *exec.ExitError
-	require.ErrorAs(t, err, &exit, "%s", out)
-	require.Equal(t, 4, exit.ExitCode(), "%s", out)
-	require.Equal(t, "-test.run=^TestExit$ 1|to stderr", string(out))
+	out, code := exitedChild(t, "TestExit")
+	require.Equal(t, 4, code, out)
+	require.Equal(t, "-test.run=^TestExit$ TestExit|to stderr", out)
 }
 
 // A service's first signal cancels its context; the second logs one line
 // and exits with status 1, so it runs in a child process (this test binary
 // again).
 func TestServiceContext(t *testing.T) {
-	if os.Getenv("CLI_SERVICE_CONTEXT_CHILD") == "1" {
+	if os.Getenv("CLI_CHILD") == "TestServiceContext" {
 		ctx, _ := ServiceContext(context.Background(), zerolog.New(os.Stderr))
 		_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
 		<-ctx.Done()
@@ -133,13 +142,9 @@ func TestServiceContext(t *testing.T) {
 		time.Sleep(time.Minute)
 		os.Exit(3)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestServiceContext$")
-	cmd.Env = append(os.Environ(), "CLI_SERVICE_CONTEXT_CHILD=1")
-	out, err := cmd.CombinedOutput()
-	var exit *exec.ExitError
-	require.ErrorAs(t, err, &exit, "%s", out)
-	require.Equal(t, 1, exit.ExitCode(), "%s", out)
-	require.Contains(t, string(out), `"message":"second signal: exiting at once"`)
+	out, code := exitedChild(t, "TestServiceContext")
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, `"message":"second signal: exiting at once"`)
 }
 
 func TestParse(t *testing.T) {

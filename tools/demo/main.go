@@ -79,12 +79,7 @@ func (c *Config) Validate() error {
 	if !demoDatabase.MatchString(c.Database) {
 		return fmt.Errorf("--database %q: the demo drops it, so it must be labels_demo followed by at most 40 of a-z, 0-9, _", c.Database)
 	}
-	if c.BinDir != "" {
-		if fi, err := os.Stat(c.BinDir); err != nil || !fi.IsDir() {
-			return fmt.Errorf("--bin %q: not a directory", c.BinDir)
-		}
-	}
-	return nil
+	return cmdline.CheckBinDir(c.BinDir)
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {

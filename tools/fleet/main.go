@@ -22,7 +22,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -84,12 +83,7 @@ func (c *Config) Validate() error {
 	case !loopback(c.APIAddr) || !loopback(c.CarrierAddr) || (c.AdminAddr != "" && !loopback(c.AdminAddr)):
 		return errors.New("--api-addr, --carrier-addr and --admin-addr must be loopback addresses (127.0.0.1:PORT, [::1]:PORT or localhost:PORT)")
 	}
-	if c.BinDir != "" {
-		if fi, err := os.Stat(c.BinDir); err != nil || !fi.IsDir() {
-			return fmt.Errorf("--bin %q: not a directory", c.BinDir)
-		}
-	}
-	return nil
+	return cmdline.CheckBinDir(c.BinDir)
 }
 
 func loopback(addr string) bool {

@@ -1,6 +1,7 @@
 package cmdline
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -22,4 +23,16 @@ func TestPrebuiltBinaries(t *testing.T) {
 	_, err = Binaries(t.Context(), dir, "", logf, "./cmd/api", "./cmd/worker")
 	require.EqualError(t, err, "no worker binary in "+dir)
 	require.FileExists(t, filepath.Join(dir, "api"), "a --bin directory is the caller's, never removed")
+}
+
+// A --bin that is set must be a directory; unset, the binaries are built.
+func TestCheckBinDir(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "api")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	require.NoError(t, CheckBinDir(""))
+	require.NoError(t, CheckBinDir(dir))
+	require.EqualError(t, CheckBinDir(file), fmt.Sprintf("--bin %q: not a directory", file))
+	require.EqualError(t, CheckBinDir(filepath.Join(dir, "none")), fmt.Sprintf("--bin %q: not a directory", filepath.Join(dir, "none")))
 }
