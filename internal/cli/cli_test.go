@@ -175,17 +175,47 @@ func TestParse(t *testing.T) {
 	}
 }
 
-// ParseFlags leaves the arguments after the flags to the command.
-func TestParseFlagsKeepsArguments(t *testing.T) {
+// ParseFlags leaves the arguments after the flags to the command;
+// ParseValid refuses, after the flags, what validate refuses.
+func TestParseFlagsAndValid(t *testing.T) {
 	t.Parallel()
-	fs := flag.NewFlagSet("tool", flag.ContinueOnError)
-	n := fs.Int("n", 1, "")
-	var stdout, stderr bytes.Buffer
-	code, ok := ParseFlags(fs, []string{"--n", "3", "migrate"}, "usage\n", &stdout, &stderr)
-	require.True(t, ok)
-	require.Equal(t, 0, code)
-	require.Equal(t, 3, *n)
-	require.Equal(t, []string{"migrate"}, fs.Args())
-	require.Empty(t, stdout.String())
-	require.Empty(t, stderr.String())
+	atMost3 := func(n *int) func() error {
+		return func() error {
+			if *n > 3 {
+				return fmt.Errorf("--n %d: at most 3", *n)
+			}
+			return nil
+		}
+	}
+	for _, tc := range []struct {
+		valid  bool // ParseValid with atMost3, else ParseFlags
+		args   []string
+		code   int
+		ok     bool
+		n      int
+		rest   []string
+		stderr string
+	}{
+		{false, []string{"--n", "3", "migrate"}, 0, true, 3, []string{"migrate"}, ""},
+		{true, []string{"--n", "3"}, 0, true, 3, []string{}, ""},
+		{true, []string{"--n", "4"}, 2, false, 4, []string{}, "tool: --n 4: at most 3\n"},
+		{true, []string{"--n", "4", "x"}, 2, false, 4, []string{"x"}, "tool: unexpected arguments [\"x\"]; see tool --help\n"},
+	} {
+		fs := flag.NewFlagSet("tool", flag.ContinueOnError)
+		n := fs.Int("n", 1, "")
+		var stdout, stderr bytes.Buffer
+		var code int
+		var ok bool
+		if tc.valid {
+			code, ok = ParseValid(fs, tc.args, "usage\n", atMost3(n), &stdout, &stderr)
+		} else {
+			code, ok = ParseFlags(fs, tc.args, "usage\n", &stdout, &stderr)
+		}
+		require.Equal(t, tc.ok, ok, "%v", tc.args)
+		require.Equal(t, tc.code, code, "%v", tc.args)
+		require.Equal(t, tc.n, *n, "%v", tc.args)
+		require.Equal(t, tc.rest, fs.Args(), "%v", tc.args)
+		require.Empty(t, stdout.String(), "%v", tc.args)
+		require.Equal(t, tc.stderr, stderr.String(), "%v", tc.args)
+	}
 }

@@ -37,3 +37,17 @@ func Parse(fs *flag.FlagSet, args []string, usage string, stdout, stderr io.Writ
 	}
 	return 0, true
 }
+
+// ParseValid is Parse followed by validate, which checks the values the
+// flags set: an error from it ends the command with status 2 after one line
+// on stderr named by fs.Name().
+func ParseValid(fs *flag.FlagSet, args []string, usage string, validate func() error, stdout, stderr io.Writer) (int, bool) {
+	if code, ok := Parse(fs, args, usage, stdout, stderr); !ok {
+		return code, false
+	}
+	if err := validate(); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
+		return 2, false
+	}
+	return 0, true
+}

@@ -88,12 +88,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.StringVar(&cfg.Database, "database", cfg.Database, "")
 	fs.StringVar(&cfg.BinDir, "bin", cfg.BinDir, "")
 	fs.BoolVar(&cfg.Verbose, "verbose", cfg.Verbose, "")
-	if code, ok := cli.Parse(fs, args[1:], usage, stdout, stderr); !ok {
+	if code, ok := cli.ParseValid(fs, args[1:], usage, cfg.Validate, stdout, stderr); !ok {
 		return code
-	}
-	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(stderr, "demo: %v\n", err)
-		return 2
 	}
 
 	// The processes' log lines arrive on their own goroutines.

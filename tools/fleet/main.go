@@ -109,12 +109,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.BoolVar(&cfg.Quiet, "quiet", cfg.Quiet, "")
 	fs.BoolVar(&cfg.Pooler, "pooler", cfg.Pooler, "")
 	fs.IntVar(&cfg.PoolSize, "pool-size", cfg.PoolSize, "")
-	if code, ok := cli.Parse(fs, args[1:], usage, stdout, stderr); !ok {
+	if code, ok := cli.ParseValid(fs, args[1:], usage, cfg.Validate, stdout, stderr); !ok {
 		return code
-	}
-	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(stderr, "fleet: %v\n", err)
-		return 2
 	}
 	if cfg.AdminPassword == "" {
 		b := make([]byte, 12)
