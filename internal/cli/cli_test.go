@@ -147,75 +147,58 @@ func TestServiceContext(t *testing.T) {
 	require.Contains(t, out, `"message":"second signal: exiting at once"`)
 }
 
+// Parse, ParseFlags and ParseValid print usage for --help and one line on
+// stderr for a bad flag; Parse and ParseValid refuse a stray argument,
+// ParseFlags leaves it to the command; ParseValid then refuses what validate
+// refuses.
 func TestParse(t *testing.T) {
 	t.Parallel()
+	type parser func(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (int, bool)
+	parse := func(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (int, bool) {
+		return Parse(fs, args, "usage\n", stdout, stderr)
+	}
+	flagsOnly := func(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (int, bool) {
+		return ParseFlags(fs, args, "usage\n", stdout, stderr)
+	}
+	atMost3 := func(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (int, bool) {
+		validate := func() error {
+			if n := fs.Lookup("n").Value.(flag.Getter).Get().(int); n > 3 {
+				return fmt.Errorf("--n %d: at most 3", n)
+			}
+			return nil
+		}
+		return ParseValid(fs, args, "usage\n", validate, stdout, stderr)
+	}
 	for _, tc := range []struct {
+		parse          parser
 		args           []string
 		code           int
 		ok             bool
+		rest           []string // fs.Args() when ok
 		stdout, stderr string
 	}{
-		{[]string{"--n", "3"}, 0, true, "", ""},
-		{[]string{"--help"}, 0, false, "usage\n", ""},
-		{[]string{"--n", "x"}, 2, false, "", "tool: invalid value \"x\" for flag -n: parse error\n"},
-		{[]string{"--nope"}, 2, false, "", "tool: flag provided but not defined: -nope\n"},
-		{[]string{"--n", "3", "now", "later"}, 2, false, "", "tool: unexpected arguments [\"now\" \"later\"]; see tool --help\n"},
+		{parse, []string{"--n", "3"}, 0, true, []string{}, "", ""},
+		{parse, []string{"--help"}, 0, false, nil, "usage\n", ""},
+		{parse, []string{"--n", "x"}, 2, false, nil, "", "tool: invalid value \"x\" for flag -n: parse error\n"},
+		{parse, []string{"--nope"}, 2, false, nil, "", "tool: flag provided but not defined: -nope\n"},
+		{parse, []string{"--n", "3", "now", "later"}, 2, false, nil, "", "tool: unexpected arguments [\"now\" \"later\"]; see tool --help\n"},
+		{flagsOnly, []string{"--n", "3", "migrate"}, 0, true, []string{"migrate"}, "", ""},
+		{flagsOnly, []string{"--help"}, 0, false, nil, "usage\n", ""},
+		{atMost3, []string{"--n", "3"}, 0, true, []string{}, "", ""},
+		{atMost3, []string{"--n", "4"}, 2, false, nil, "", "tool: --n 4: at most 3\n"},
+		{atMost3, []string{"--n", "3", "x"}, 2, false, nil, "", "tool: unexpected arguments [\"x\"]; see tool --help\n"},
 	} {
 		fs := flag.NewFlagSet("tool", flag.ContinueOnError)
 		n := fs.Int("n", 1, "")
 		var stdout, stderr bytes.Buffer
-		code, ok := Parse(fs, tc.args, "usage\n", &stdout, &stderr)
+		code, ok := tc.parse(fs, tc.args, &stdout, &stderr)
 		require.Equal(t, tc.code, code, "%v", tc.args)
 		require.Equal(t, tc.ok, ok, "%v", tc.args)
 		require.Equal(t, tc.stdout, stdout.String(), "%v", tc.args)
 		require.Equal(t, tc.stderr, stderr.String(), "%v", tc.args)
 		if ok {
 			require.Equal(t, 3, *n)
+			require.Equal(t, tc.rest, fs.Args(), "%v", tc.args)
 		}
-	}
-}
-
-// ParseFlags leaves the arguments after the flags to the command;
-// ParseValid refuses, after the flags, what validate refuses.
-func TestParseFlagsAndValid(t *testing.T) {
-	t.Parallel()
-	atMost3 := func(n *int) func() error {
-		return func() error {
-			if *n > 3 {
-				return fmt.Errorf("--n %d: at most 3", *n)
-			}
-			return nil
-		}
-	}
-	for _, tc := range []struct {
-		valid  bool // ParseValid with atMost3, else ParseFlags
-		args   []string
-		code   int
-		ok     bool
-		n      int
-		rest   []string
-		stderr string
-	}{
-		{false, []string{"--n", "3", "migrate"}, 0, true, 3, []string{"migrate"}, ""},
-		{true, []string{"--n", "3"}, 0, true, 3, []string{}, ""},
-		{true, []string{"--n", "4"}, 2, false, 4, []string{}, "tool: --n 4: at most 3\n"},
-		{true, []string{"--n", "4", "x"}, 2, false, 4, []string{"x"}, "tool: unexpected arguments [\"x\"]; see tool --help\n"},
-	} {
-		fs := flag.NewFlagSet("tool", flag.ContinueOnError)
-		n := fs.Int("n", 1, "")
-		var stdout, stderr bytes.Buffer
-		var code int
-		var ok bool
-		if tc.valid {
-			code, ok = ParseValid(fs, tc.args, "usage\n", atMost3(n), &stdout, &stderr)
-		} else {
-			code, ok = ParseFlags(fs, tc.args, "usage\n", &stdout, &stderr)
-		}
-		require.Equal(t, tc.ok, ok, "%v", tc.args)
-		require.Equal(t, tc.code, code, "%v", tc.args)
-		require.Equal(t, tc.n, *n, "%v", tc.args)
-		require.Equal(t, tc.rest, fs.Args(), "%v", tc.args)
-		require.Empty(t, stdout.String(), "%v", tc.args)
-		require.Equal(t, tc.stderr, stderr.String(), "%v", tc.args)
 	}
 }
