@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -25,9 +24,7 @@ import (
 	"github.com/labelkit/labels/webhook"
 )
 
-func main() {
-	os.Exit(run(context.Background(), os.Args, os.Getenv, os.Stdout, os.Stderr))
-}
+func main() { cli.Exit(run) }
 
 const usage = `Usage:
   api                     serve the HTTP API
@@ -106,16 +103,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	log := cli.Logger(env, stderr, "api")
 
 	fs := flag.NewFlagSet("api", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.Addr, "addr", cfg.Addr, "")
 	fs.StringVar(&cfg.Database.URL, "database-url", cfg.Database.URL, "")
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, usage)
-			return 0
-		}
-		fmt.Fprintf(stderr, "api: %v\n", err)
-		return 2
+	if code, ok := cli.ParseFlags(fs, args[1:], usage, stdout, stderr); !ok {
+		return code
 	}
 	db, ok := cli.Endpoints("api", env, cfg.Validate, cfg.Database, stderr)
 	if !ok {
@@ -136,10 +127,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 2
 	}
 
-	ctx, cancel := cli.SignalContext(ctx, func() {
-		log.Warn().Msg("second signal: exiting at once")
-		os.Exit(1)
-	})
+	ctx, cancel := cli.ServiceContext(ctx, log)
 	defer cancel()
 	return serve(ctx, cfg, db, log)
 }

@@ -34,11 +34,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/labelkit/labels/carrier/sim"
+	"github.com/labelkit/labels/internal/cli"
 )
 
-func main() {
-	os.Exit(run(context.Background(), os.Args, os.Getenv, os.Stdout, os.Stderr))
-}
+func main() { cli.Exit(run) }
 
 // Exit statuses, as operations.md names them.
 const (

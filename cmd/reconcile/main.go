@@ -40,9 +40,7 @@ import (
 	"github.com/labelkit/labels/reconcile"
 )
 
-func main() {
-	os.Exit(run(context.Background(), os.Args, os.Getenv, os.Stdout, os.Stderr))
-}
+func main() { cli.Exit(run) }
 
 // Exit statuses, as operations.md names them.
 const (

@@ -5,13 +5,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"time"
 
@@ -30,9 +28,7 @@ import (
 	"github.com/labelkit/labels/worker"
 )
 
-func main() {
-	os.Exit(run(context.Background(), os.Args, os.Getenv, os.Stdout, os.Stderr))
-}
+func main() { cli.Exit(run) }
 
 const usage = `Usage: worker [flags]
 
@@ -176,23 +172,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	log := cli.Logger(env, stderr, "worker")
 
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.Database.URL, "database-url", cfg.Database.URL, "")
 	fs.StringVar(&cfg.CarrierURL, "carrier-url", cfg.CarrierURL, "")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, "")
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, "")
 	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "")
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, usage)
-			return 0
-		}
-		fmt.Fprintf(stderr, "worker: %v\n", err)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "worker: unexpected arguments %q; see worker --help\n", fs.Args())
-		return 2
+	if code, ok := cli.Parse(fs, args[1:], usage, stdout, stderr); !ok {
+		return code
 	}
 	db, ok := cli.Endpoints("worker", env, cfg.Validate, cfg.Database, stderr)
 	if !ok {
@@ -208,10 +194,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		periodic = append(periodic, pj)
 	}
 
-	ctx, cancel := cli.SignalContext(ctx, func() {
-		log.Warn().Msg("second signal: exiting at once")
-		os.Exit(1)
-	})
+	ctx, cancel := cli.ServiceContext(ctx, log)
 	defer cancel()
 	return work(ctx, cfg, db, periodic, log)
 }

@@ -1,6 +1,7 @@
 // Package cli holds what every binary's run function shares: reading typed
 // configuration from the environment (so that nothing below run calls
-// os.Getenv), the logger, and signal handling with a second-signal exit.
+// os.Getenv), the logger, flag parsing (flags.go), and signal handling with
+// a second-signal exit.
 package cli
 
 import (
@@ -103,6 +104,13 @@ func Logger(e *Env, w io.Writer, service string) zerolog.Logger {
 // name); it returns the exit status.
 type Run func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int
 
+// Exit runs run on the process's command line, environment and standard
+// output and exits with its status; signals are run's to handle (Main is the
+// variant that handles them).
+func Exit(run Run) {
+	os.Exit(run(context.Background(), os.Args, os.Getenv, os.Stdout, os.Stderr))
+}
+
 // Main runs run on the process's command line, environment and standard
 // output and exits with its status. The first SIGINT or SIGTERM cancels
 // run's context, so that it stops what it started; a second one exits at
@@ -139,6 +147,16 @@ func SignalContext(parent context.Context, onSecond func()) (context.Context, co
 		signal.Stop(ch)
 	}()
 	return ctx, cancel
+}
+
+// ServiceContext is SignalContext for a service: the first SIGINT or SIGTERM
+// cancels the returned context, so that the service stops gracefully; a
+// second one logs a warning and exits at once with status 1.
+func ServiceContext(ctx context.Context, log zerolog.Logger) (context.Context, context.CancelFunc) {
+	return SignalContext(ctx, func() {
+		log.Warn().Msg("second signal: exiting at once")
+		os.Exit(1)
+	})
 }
 
 // Batch maps a ACCEPT_BATCH or WORKER_BATCH setting, where 0 turns the shared

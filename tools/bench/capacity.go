@@ -9,8 +9,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/tools/bench/internal/capacity"
-	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
 const capacityUsage = `Usage: bench capacity [flags]
@@ -60,7 +60,7 @@ func runCapacity(ctx context.Context, args []string, getenv func(string) string,
 	fs.IntVar(&cfg.Pipeline, "pipeline", cfg.Pipeline, "")
 	fs.DurationVar(&cfg.SatSeconds, "saturation", cfg.SatSeconds, "")
 	fs.BoolVar(&cfg.Keep, "keep", false, "")
-	if code, ok := cmdline.Parse(fs, args[1:], capacityUsage, stdout, stderr); !ok {
+	if code, ok := cli.Parse(fs, args[1:], capacityUsage, stdout, stderr); !ok {
 		return code
 	}
 	var err error

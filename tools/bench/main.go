@@ -77,6 +77,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/internal/testutil/proctest"
 	"github.com/labelkit/labels/tools/internal/cmdline"
 )
@@ -290,12 +291,7 @@ func (c *Config) Validate() error {
 	if c.ServerURL != "" && !strings.Contains(c.ServerURL, "127.0.0.1") && !strings.Contains(c.ServerURL, "localhost") && !strings.Contains(c.ServerURL, "[::1]") {
 		return fmt.Errorf("--server %q: loopback servers only", c.ServerURL)
 	}
-	if c.BinDir != "" {
-		if fi, err := os.Stat(c.BinDir); err != nil || !fi.IsDir() {
-			return fmt.Errorf("--bin %q: not a directory", c.BinDir)
-		}
-	}
-	return nil
+	return cmdline.CheckBinDir(c.BinDir)
 }
 
 // progress writes progress lines to w, each after the time of day.
@@ -342,7 +338,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.IntVar(&cfg.WorkerConcurrency, "worker-concurrency", cfg.WorkerConcurrency, "")
 	fs.StringVar(&cfg.BinDir, "bin", "", "")
 	fs.BoolVar(&cfg.Keep, "keep", false, "")
-	if code, ok := cmdline.Parse(fs, args[1:], usage, stdout, stderr); !ok {
+	if code, ok := cli.Parse(fs, args[1:], usage, stdout, stderr); !ok {
 		return code
 	}
 	set := map[string]bool{}

@@ -19,7 +19,6 @@ import (
 
 	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/tools/chaos/internal/chaos"
-	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
 func main() { cli.Main("chaos", run) }
@@ -70,7 +69,7 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 	fs.StringVar(&cfg.LogDir, "log-dir", "", "")
 	fs.BoolVar(&quiet, "quiet", false, "")
 	fs.IntVar(&cfg.PoolerSize, "pooler", 0, "")
-	if code, ok := cmdline.Parse(fs, args[1:], usage, stdout, stderr); !ok {
+	if code, ok := cli.Parse(fs, args[1:], usage, stdout, stderr); !ok {
 		return code
 	}
 	if cfg.KillEvery == 0 {

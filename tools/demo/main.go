@@ -33,12 +33,11 @@ import (
 	"regexp"
 	"syscall"
 
+	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
-func main() {
-	os.Exit(run(context.Background(), os.Args, os.Getenv, os.Stdout, os.Stderr))
-}
+func main() { cli.Exit(run) }
 
 const usage = `Usage: demo [flags]
 
@@ -80,12 +79,7 @@ func (c *Config) Validate() error {
 	if !demoDatabase.MatchString(c.Database) {
 		return fmt.Errorf("--database %q: the demo drops it, so it must be labels_demo followed by at most 40 of a-z, 0-9, _", c.Database)
 	}
-	if c.BinDir != "" {
-		if fi, err := os.Stat(c.BinDir); err != nil || !fi.IsDir() {
-			return fmt.Errorf("--bin %q: not a directory", c.BinDir)
-		}
-	}
-	return nil
+	return cmdline.CheckBinDir(c.BinDir)
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -94,12 +88,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.StringVar(&cfg.Database, "database", cfg.Database, "")
 	fs.StringVar(&cfg.BinDir, "bin", cfg.BinDir, "")
 	fs.BoolVar(&cfg.Verbose, "verbose", cfg.Verbose, "")
-	if code, ok := cmdline.Parse(fs, args[1:], usage, stdout, stderr); !ok {
+	if code, ok := cli.ParseValid(fs, args[1:], usage, cfg.Validate, stdout, stderr); !ok {
 		return code
-	}
-	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(stderr, "demo: %v\n", err)
-		return 2
 	}
 
 	// The processes' log lines arrive on their own goroutines.

@@ -22,7 +22,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -84,12 +83,7 @@ func (c *Config) Validate() error {
 	case !loopback(c.APIAddr) || !loopback(c.CarrierAddr) || (c.AdminAddr != "" && !loopback(c.AdminAddr)):
 		return errors.New("--api-addr, --carrier-addr and --admin-addr must be loopback addresses (127.0.0.1:PORT, [::1]:PORT or localhost:PORT)")
 	}
-	if c.BinDir != "" {
-		if fi, err := os.Stat(c.BinDir); err != nil || !fi.IsDir() {
-			return fmt.Errorf("--bin %q: not a directory", c.BinDir)
-		}
-	}
-	return nil
+	return cmdline.CheckBinDir(c.BinDir)
 }
 
 func loopback(addr string) bool {
@@ -115,12 +109,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.BoolVar(&cfg.Quiet, "quiet", cfg.Quiet, "")
 	fs.BoolVar(&cfg.Pooler, "pooler", cfg.Pooler, "")
 	fs.IntVar(&cfg.PoolSize, "pool-size", cfg.PoolSize, "")
-	if code, ok := cmdline.Parse(fs, args[1:], usage, stdout, stderr); !ok {
+	if code, ok := cli.ParseValid(fs, args[1:], usage, cfg.Validate, stdout, stderr); !ok {
 		return code
-	}
-	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(stderr, "fleet: %v\n", err)
-		return 2
 	}
 	if cfg.AdminPassword == "" {
 		b := make([]byte, 12)

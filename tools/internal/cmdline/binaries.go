@@ -3,6 +3,7 @@ package cmdline
 import (
 	"context"
 	"fmt"
+	"os"
 	"path"
 	"strings"
 
@@ -34,4 +35,16 @@ func Binaries(ctx context.Context, binDir, outDir string, logf func(format strin
 		}
 	}
 	return b, nil
+}
+
+// CheckBinDir refuses a --bin that is set but is not a directory; "" (build
+// the binaries) is fine.
+func CheckBinDir(binDir string) error {
+	if binDir == "" {
+		return nil
+	}
+	if fi, err := os.Stat(binDir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("--bin %q: not a directory", binDir)
+	}
+	return nil
 }
