@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/tools/bench/internal/pooler"
-	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
 const poolerUsage = `Usage: bench pooler [flags]
@@ -56,7 +56,7 @@ func runPooler(ctx context.Context, args []string, getenv func(string) string, s
 	fs.StringVar(&cfg.BinDir, "bin", "", "")
 	out := fs.String("out", "", "")
 	modes := fs.String("modes", "direct,pooled,polled", "")
-	if code, ok := cmdline.Parse(fs, args[1:], poolerUsage, stdout, stderr); !ok {
+	if code, ok := cli.Parse(fs, args[1:], poolerUsage, stdout, stderr); !ok {
 		return code
 	}
 	for _, f := range strings.Split(*fleets, ",") {

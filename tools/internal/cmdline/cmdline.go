@@ -5,13 +5,7 @@ package cmdline
 import (
 	"io"
 	"sync"
-
-	"github.com/labelkit/labels/internal/cli"
 )
-
-// Parse is [cli.Parse]: flags only, --help, one line on stderr for a bad
-// flag or a stray argument.
-var Parse = cli.Parse
 
 // LockedWriter serialises writes to W from several goroutines (a command's
 // own output and the lines of the processes it runs).
