@@ -50,9 +50,7 @@ func requireProblem(t *testing.T, r stacktest.Response, status int, code string)
 // 201 byte for byte, a changed weight is 422.
 func TestCreatePollReplayReuse(t *testing.T) {
 	t.Parallel()
-	s := stacktest.New(t, stacktest.Opts{})
-	tok := s.Token("fulfilment")
-	body := stacktest.ParcelBody(918273, 1, 1450)
+	s, tok, body := stacktest.Example(t, stacktest.Opts{})
 
 	r := s.Create(tok, "label:918273:1:v1", body)
 	require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
@@ -355,9 +353,7 @@ func TestKeysAreScopedPerCaller(t *testing.T) {
 // 50 identical requests at once: one intent, one purchase, every answer the same request.
 func TestConcurrentIdenticalRequests(t *testing.T) {
 	t.Parallel()
-	s := stacktest.New(t, stacktest.Opts{})
-	tok := s.Token("fulfilment")
-	body := stacktest.ParcelBody(918273, 1, 1450)
+	s, tok, body := stacktest.Example(t, stacktest.Opts{})
 	var wg sync.WaitGroup
 	ids := make([]string, 50)
 	statuses := make([]int, 50)

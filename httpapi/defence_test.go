@@ -27,9 +27,7 @@ import (
 // different request for the parcel is 409 parcel_already_labelled.
 func TestNaturalKeyDefence(t *testing.T) {
 	t.Parallel()
-	s := stacktest.New(t, stacktest.Opts{})
-	tok := s.Token("fulfilment")
-	body := stacktest.ParcelBody(918273, 1, 1450)
+	s, tok, body := stacktest.Example(t, stacktest.Opts{})
 	lr := s.Accept(tok, "attempt-1", body)
 
 	// While pending or after success, a new key with the same request replays.
@@ -179,9 +177,7 @@ func TestRoutesAndOps(t *testing.T) {
 // with the existing label, so nothing is bought twice.
 func TestPurgedKeyIsDetected(t *testing.T) {
 	t.Parallel()
-	s := stacktest.New(t, stacktest.Opts{})
-	tok := s.Token("fulfilment")
-	body := stacktest.ParcelBody(918273, 1, 1450)
+	s, tok, body := stacktest.Example(t, stacktest.Opts{})
 	lr := s.Accept(tok, "label:918273:1:v1", body)
 	s.WaitFinal(tok, lr.ID)
 	saved := s.Create(tok, "label:918273:1:v1", body)

@@ -230,6 +230,15 @@ func (s *Stack) Final(token, requestID string) labels.LabelRequest {
 	return Decode[labels.LabelRequest](s.T, s.WaitFinal(token, requestID).Body)
 }
 
+// Example returns a stack, the token of caller fulfilment and the body of the
+// seed's example request (parcel 1 of order 918273, 1,450 g), which most
+// tests send under the key label:918273:1:v1.
+func Example(t testing.TB, o Opts) (*Stack, string, []byte) {
+	t.Helper()
+	s := New(t, o)
+	return s, s.Token("fulfilment"), ParcelBody(918273, 1, 1450)
+}
+
 // ParcelBody returns a valid request body for order and parcel.
 func ParcelBody(order int64, parcel int, weight int) []byte {
 	return fmt.Appendf(nil, `{"order_id":%d,"parcel_no":%d,"weight_g":%d,"service":"ground","ship_to":{"name":"A. Example","line1":"1 Example Street","city":"Exampleton","postal_code":"10115","country":"DE"}}`, order, parcel, weight)
