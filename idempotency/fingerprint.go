@@ -8,6 +8,7 @@ import (
 	"math/big"
 	"sort"
 	"strconv"
+	"unicode/utf8"
 )
 
 // FingerprintVersion is the version of [Fingerprint] stored with every record,
@@ -27,11 +28,24 @@ func Fingerprint(method, path string, canonicalBody []byte) []byte {
 	return h.Sum(nil)
 }
 
+// Appender is a value that writes its own canonical form: the bytes
+// Canonical would produce for it through encoding/json, appended to b. ok is
+// false when it cannot (Canonical then takes the general way).
+type Appender interface {
+	AppendCanonical(b []byte) (out []byte, ok bool)
+}
+
 // Canonical returns the canonical JSON form of v, in the spirit of RFC 8785:
 // object members sorted by name, no insignificant whitespace, numbers in their
 // shortest form, strings escaped minimally. v is any value encoding/json can
-// marshal; json.RawMessage input is canonicalised too.
+// marshal; json.RawMessage input is canonicalised too. An [Appender] writes
+// its form itself, without the round trip through encoding/json.
 func Canonical(v any) ([]byte, error) {
+	if a, ok := v.(Appender); ok {
+		if b, ok := a.AppendCanonical(make([]byte, 0, 256)); ok {
+			return b, nil
+		}
+	}
 	raw, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
@@ -122,32 +136,45 @@ func canonicalNumber(s string) (string, error) {
 // writeString escapes only what JSON requires: the quote, the backslash and
 // control characters (RFC 8785 §3.2.2.2); everything else is written as UTF-8.
 func writeString(buf *bytes.Buffer, s string) {
+	buf.Write(appendString(buf.AvailableBuffer(), s))
+}
+
+// AppendString appends s as a canonical JSON string, as [Canonical] writes
+// it. ok is false when s is not valid UTF-8: encoding/json would replace the
+// invalid bytes, so only the general way writes what Canonical does.
+func AppendString(b []byte, s string) (out []byte, ok bool) {
+	if !utf8.ValidString(s) {
+		return b, false
+	}
+	return appendString(b, s), true
+}
+
+func appendString(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
-	buf.WriteByte('"')
+	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
 		case c == '"':
-			buf.WriteString(`\"`)
+			b = append(b, `\"`...)
 		case c == '\\':
-			buf.WriteString(`\\`)
+			b = append(b, `\\`...)
 		case c == '\b':
-			buf.WriteString(`\b`)
+			b = append(b, `\b`...)
 		case c == '\f':
-			buf.WriteString(`\f`)
+			b = append(b, `\f`...)
 		case c == '\n':
-			buf.WriteString(`\n`)
+			b = append(b, `\n`...)
 		case c == '\r':
-			buf.WriteString(`\r`)
+			b = append(b, `\r`...)
 		case c == '\t':
-			buf.WriteString(`\t`)
+			b = append(b, `\t`...)
 		case c < 0x20:
-			buf.WriteString(`\u00`)
-			buf.WriteByte(hex[c>>4])
-			buf.WriteByte(hex[c&0xf])
+			b = append(b, `\u00`...)
+			b = append(b, hex[c>>4], hex[c&0xf])
 		default:
-			buf.WriteByte(c)
+			b = append(b, c)
 		}
 	}
-	buf.WriteByte('"')
+	return append(b, '"')
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -143,7 +144,7 @@ func completeArgs(cs []Completion, retention time.Duration) ([]any, map[string]i
 	n := len(cs)
 	var (
 		ids, callers, keys, bodies                      = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
-		tokens                                          = make([]uuid.UUID, 0, n)
+		tokens                                          = make([]pgtype.UUID, 0, n)
 		statuses, parcelNos, versions                   = make([]int, 0, n), make([]*int, 0, n), make([]*int, 0, n)
 		labelIDs, services, trackings, cls, ckeys, curs = make([]*string, 0, n), make([]*string, 0, n), make([]*string, 0, n), make([]*string, 0, n), make([]*string, 0, n), make([]*string, 0, n)
 		orderIDs, costs                                 = make([]*int64, 0, n), make([]*int64, 0, n)
@@ -158,7 +159,7 @@ func completeArgs(cs []Completion, retention time.Duration) ([]any, map[string]i
 			continue
 		}
 		at[c.RequestID] = i
-		ids, callers, keys, tokens = append(ids, c.RequestID), append(callers, c.CallerID), append(keys, c.Key), append(tokens, c.Token)
+		ids, callers, keys, tokens = append(ids, c.RequestID), append(callers, c.CallerID), append(keys, c.Key), append(tokens, pgUUID(c.Token))
 		statuses, bodies = append(statuses, c.Status), append(bodies, string(c.Body))
 		if l := c.Label; l != nil {
 			labelIDs, services, trackings = append(labelIDs, &l.LabelID), append(services, &l.Service), append(trackings, &l.TrackingNo)

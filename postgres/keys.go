@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -66,9 +67,9 @@ type Lease struct {
 // longer its attempt's is left alone. It waits at most lockTimeout for a row
 // another session holds.
 func Release(ctx context.Context, pool *pgxpool.Pool, leases []Lease, lockTimeout time.Duration) error {
-	callers, keys, tokens := make([]string, len(leases)), make([]string, len(leases)), make([]uuid.UUID, len(leases))
+	callers, keys, tokens := make([]string, len(leases)), make([]string, len(leases)), make([]pgtype.UUID, len(leases))
 	for i, l := range leases {
-		callers[i], keys[i], tokens[i] = l.CallerID, l.Key, l.Token
+		callers[i], keys[i], tokens[i] = l.CallerID, l.Key, pgUUID(l.Token)
 	}
 	return sendShared(ctx, pool, lockTimeout, func(b *pgx.Batch) {
 		b.Queue(`

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -114,7 +115,7 @@ func TakeLeases(ctx context.Context, pool *pgxpool.Pool, rows []LeaseRow, d time
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(rows[a].RequestID, rows[b].RequestID) })
-	ids, tokens := make([]string, 0, len(rows)), make([]uuid.UUID, 0, len(rows))
+	ids, tokens := make([]string, 0, len(rows)), make([]pgtype.UUID, 0, len(rows))
 	at := make(map[string]int, len(rows))
 	outs := make([]LeaseOutcome, len(rows))
 	for _, i := range order {
@@ -124,7 +125,7 @@ func TakeLeases(ctx context.Context, pool *pgxpool.Pool, rows []LeaseRow, d time
 			continue
 		}
 		at[r.RequestID] = i
-		ids, tokens = append(ids, r.RequestID), append(tokens, r.Token)
+		ids, tokens = append(ids, r.RequestID), append(tokens, pgUUID(r.Token))
 	}
 	err := sendShared(ctx, pool, workerLockTimeout, func(b *pgx.Batch) {
 		b.Queue(sqlLease, ids, tokens, d.Seconds()).Query(func(rs pgx.Rows) error {
