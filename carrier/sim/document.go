@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -79,62 +78,75 @@ func (s *Server) handleDocument(w http.ResponseWriter, r *http.Request) {
 // the same label is the same bytes, also after a restart from the state file.
 // The address is not kept by the simulator, so it is not printed.
 func (p Purchase) document() []byte {
-	lines := []string{
+	// Built with appends, not fmt: every purchase answer renders it for its size.
+	lines := [...]string{
 		"LABELKIT CARRIER SIMULATOR",
 		"",
 		strings.ToUpper(p.Service),
 		"Tracking " + p.TrackingNo,
 		"Label " + p.CarrierLabelID,
-		fmt.Sprintf("Order %d / parcel %d", p.OrderID, p.ParcelNo),
-		fmt.Sprintf("Weight %d g", p.WeightG),
+		"Order " + strconv.FormatInt(p.OrderID, 10) + " / parcel " + strconv.Itoa(p.ParcelNo),
+		"Weight " + strconv.Itoa(p.WeightG) + " g",
 		"Reference " + p.Reference,
 		"Purchased " + p.PurchasedAt.UTC().Format(time.RFC3339),
 	}
-	var content strings.Builder
-	content.WriteString("BT /F1 14 Tf 18 400 Td 16 TL\n")
+	stream := make([]byte, 0, 512)
+	stream = append(stream, "BT /F1 14 Tf 18 400 Td 16 TL\n"...)
 	for _, l := range lines {
-		content.WriteString("(" + pdfEscape(l) + ") Tj T*\n")
+		stream = append(stream, '(')
+		stream = appendPDFEscaped(stream, l)
+		stream = append(stream, ") Tj T*\n"...)
 	}
-	content.WriteString("ET\n")
-	stream := content.String()
+	stream = append(stream, "ET\n"...)
 
-	objects := []string{
+	objects := [...]string{
 		"<< /Type /Catalog /Pages 2 0 R >>",
 		"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
 		"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 288 432] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
-		fmt.Sprintf("<< /Length %d >>\nstream\n%sendstream", len(stream), stream),
+		"<< /Length " + strconv.Itoa(len(stream)) + " >>\nstream\n" + string(stream) + "endstream",
 		"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>",
 	}
-	var b strings.Builder
-	b.WriteString("%PDF-1.4\n")
-	offsets := make([]int, len(objects))
+	b := make([]byte, 0, 1536)
+	b = append(b, "%PDF-1.4\n"...)
+	var offsets [len(objects)]int
 	for i, o := range objects {
-		offsets[i] = b.Len()
-		fmt.Fprintf(&b, "%d 0 obj\n%s\nendobj\n", i+1, o)
+		offsets[i] = len(b)
+		b = strconv.AppendInt(b, int64(i+1), 10)
+		b = append(b, " 0 obj\n"...)
+		b = append(b, o...)
+		b = append(b, "\nendobj\n"...)
 	}
-	xref := b.Len()
-	fmt.Fprintf(&b, "xref\n0 %d\n0000000000 65535 f \n", len(objects)+1)
+	xref := len(b)
+	b = append(b, "xref\n0 "...)
+	b = strconv.AppendInt(b, int64(len(objects)+1), 10)
+	b = append(b, "\n0000000000 65535 f \n"...)
 	for _, off := range offsets {
-		fmt.Fprintf(&b, "%010d 00000 n \n", off)
+		d := strconv.Itoa(off)
+		for range 10 - len(d) {
+			b = append(b, '0')
+		}
+		b = append(b, d...)
+		b = append(b, " 00000 n \n"...)
 	}
-	fmt.Fprintf(&b, "trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n", len(objects)+1, xref)
-	return []byte(b.String())
+	b = append(b, "trailer\n<< /Size "...)
+	b = strconv.AppendInt(b, int64(len(objects)+1), 10)
+	b = append(b, " /Root 1 0 R >>\nstartxref\n"...)
+	b = strconv.AppendInt(b, int64(xref), 10)
+	return append(b, "\n%%EOF\n"...)
 }
 
-// pdfEscape makes s a PDF literal string's content: printable ASCII, with
-// the delimiters escaped.
-func pdfEscape(s string) string {
-	var b strings.Builder
+// appendPDFEscaped appends s as a PDF literal string's content: printable
+// ASCII, with the delimiters escaped.
+func appendPDFEscaped(b []byte, s string) []byte {
 	for _, r := range s {
 		switch {
 		case r == '(' || r == ')' || r == '\\':
-			b.WriteByte('\\')
-			b.WriteRune(r)
+			b = append(b, '\\', byte(r))
 		case r >= 0x20 && r < 0x7f:
-			b.WriteRune(r)
+			b = append(b, byte(r))
 		default:
-			b.WriteByte('?')
+			b = append(b, '?')
 		}
 	}
-	return b.String()
+	return b
 }
