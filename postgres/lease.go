@@ -18,6 +18,11 @@ type LeaseRow struct {
 	Token     uuid.UUID // the attempt's fresh lease token
 }
 
+// pgUUID is a lease token as the statements send it: pgx copies a
+// pgtype.UUID as it is, where a google/uuid UUID would go through its
+// driver.Valuer, a string parsed again for every element of an array.
+func pgUUID(u uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: u, Valid: true} }
+
 // LeaseResult is what [TakeLeases] did with one row.
 type LeaseResult int
 

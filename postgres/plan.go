@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -65,8 +63,3 @@ func sendShared(ctx context.Context, pool *pgxpool.Pool, lockTimeout time.Durati
 	}
 	return nil
 }
-
-// pgUUID is u as pgx encodes it without a detour: a google/uuid UUID goes
-// through its driver.Valuer, a string parsed again for each element of an
-// array (a worker's profile showed it), a pgtype.UUID is copied as it is.
-func pgUUID(u uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: u, Valid: true} }

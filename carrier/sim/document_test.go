@@ -50,6 +50,25 @@ func TestLabelDocument(t *testing.T) {
 	require.Contains(t, body, `"code":"not_found"`)
 }
 
+// A label's document is built from the purchase alone: after a restart from
+// the state file it is the same bytes, and a replay names the same size.
+func TestLabelDocumentSurvivesARestart(t *testing.T) {
+	t.Parallel()
+	b, path := withStateFile(t)
+	l := b.mustBuy(t, "k-doc", purchase(918273, "51147"))
+	resp, doc := send(t, http.MethodGet, l.LabelURL, "")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Len(t, doc, int(*l.LabelSizeBytes))
+
+	b2 := b.restart(t, path)
+	again := b2.mustBuy(t, "k-doc", purchase(918273, "51147"))
+	require.True(t, again.Replayed)
+	require.Equal(t, *l.LabelSizeBytes, *again.LabelSizeBytes)
+	resp, doc2 := send(t, http.MethodGet, again.LabelURL, "")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, doc, doc2)
+}
+
 // requireWellFormedPDF checks the structure a PDF reader relies on: the
 // header, every object where the cross-reference table says it starts, and
 // startxref pointing at that table.
