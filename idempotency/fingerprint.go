@@ -15,9 +15,9 @@ import (
 // so that the algorithm can change later without breaking old keys.
 const FingerprintVersion = 1
 
-// Fingerprint returns SHA-256 over the method, the route path and the
-// canonical body, each part terminated by a newline so that no two different
-// triples hash the same input.
+// Fingerprint returns SHA-256 over the method and the route path, each
+// followed by a newline (neither can contain one, so no two different
+// triples hash the same input), and then the canonical body.
 func Fingerprint(method, path string, canonicalBody []byte) []byte {
 	h := sha256.New()
 	h.Write([]byte(method))
