@@ -280,7 +280,7 @@ func TestSummarizeAndBar(t *testing.T) {
 		EndToEnd: []E2ERun{
 			{SimLatencyMs: 0, RatioToCeiling: 0.55, CeilingConcurrency: 32, CPUPerLabel: CPUPerLabel{Client: 100, API: 150, Worker: 250, Carrier: 80, Postgres: 300, Ours: 880, Machine: 880},
 				ReplaysAfter: &LoadRun{Latency: Latency{P50: 0.5, P99: 6}}, ReplayP99OverP50: 12, SelectAfter: &PgbenchRun{Latency: Latency{P50: 0.5, P99: 2}}},
-			{SimLatencyMs: 50, RatioToCeiling: 0.3, CeilingConcurrency: 32, CPUPerLabel: CPUPerLabel{Machine: 1300},
+			{SimLatencyMs: 50, RatioToCeiling: 0.3, CeilingConcurrency: 32, CPUPerLabel: CPUPerLabel{Machine: 1300}, CeilingCPUPerTx: 1000, CPUPerLabelToCeiling: 1.3,
 				ReplaysAfter: &LoadRun{Latency: Latency{P50: 0.5, P99: 4}}, ReplayP99OverP50: 8},
 		},
 	}
@@ -305,6 +305,8 @@ func TestSummarizeAndBar(t *testing.T) {
 	require.Equal(t, "accept p99 36.00 ms, pgbench's own 30.00 ms; host stole 0.20 cores", notes["accept p99 (pipeline live) / pgbench's p99 at concurrency 32"])
 	require.Equal(t, "client 100 · api 150 · worker 250 · simulator 80 · PostgreSQL 300 µs: 880 µs of the run's own processes, the rest other work on the machine; host stole 0.00 cores",
 		notes["machine CPU per label end to end, simulator 0 ms"])
+	require.Equal(t, "client 0 · api 0 · worker 0 · simulator 0 · PostgreSQL 0 µs: 0 µs of the run's own processes, the rest other work on the machine; the ceiling's own transaction cost the machine 1000 µs, a label 1.30 of them; host stole 0.00 cores",
+		notes["machine CPU per label end to end, simulator 50 ms"], "a host's price of the ceiling's transaction is beside the absolute figure")
 	require.Equal(t, "p50 0.50 ms, p99 6.00 ms; the primary-key SELECT's own p99 / p50 4.0 (2.00 / 0.50 ms); host stole 0.00 cores",
 		notes["replay p99 / p50 right after the burst, simulator 0 ms"])
 	r.Bar = checkBar(r)
@@ -312,6 +314,18 @@ func TestSummarizeAndBar(t *testing.T) {
 	require.Contains(t, md, "| machine CPU per label end to end, simulator 0 ms | 880.00 µs | ≤ 900 | pass |")
 	require.Contains(t, md, "| replay p99 / p50 right after the burst, simulator 0 ms | 12.000 | ≤ 10 | **miss** |")
 	require.Contains(t, md, "| 32 | 2500 | 0.00 / 36.00 | 0.85 | 1.20 | 1200 |", "the live accept's row")
+}
+
+// The ceiling's machine CPU per transaction weighs each run by its
+// transactions, and is 0 without one of them.
+func TestCeilingCPUPerTx(t *testing.T) {
+	t.Parallel()
+	a := &PgbenchRun{Seconds: 10, Transactions: 10000, CPU: CPU{Machine: 1.5}} // 1,500 µs a transaction
+	b := &PgbenchRun{Seconds: 10, Transactions: 30000, CPU: CPU{Machine: 1.5}} // 500 µs a transaction
+	require.InDelta(t, 750, ceilingCPUPerTx(a, b), 0.001)
+	require.InDelta(t, 1500, ceilingCPUPerTx(a), 0.001)
+	require.Zero(t, ceilingCPUPerTx(a, nil))
+	require.Zero(t, ceilingCPUPerTx(a, &PgbenchRun{Seconds: 10}))
 }
 
 // Rounds merge into a mean weighted by their seconds; the kernel's pageout

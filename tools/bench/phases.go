@@ -233,8 +233,8 @@ func (h *harness) endToEnd(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("simulator latency %s: %w", lat, err))
 		}
 		h.res.EndToEnd = append(h.res.EndToEnd, r)
-		h.logf("  sim %-5s  %d creates: submitted at %.0f/s, %.0f creates/s to final; 202→final p50 %.0f ms, p99 %.0f ms; ratio %.2f; machine %.0f µs CPU per label",
-			lat, r.Creates, r.Submit.PerSec, r.CreatesPerSec, r.ToFinal.P50, r.ToFinal.P99, r.RatioToCeiling, r.CPUPerLabel.Machine)
+		h.logf("  sim %-5s  %d creates: submitted at %.0f/s, %.0f creates/s to final; 202→final p50 %.0f ms, p99 %.0f ms; ratio %.2f; machine %.0f µs CPU per label (the ceiling's transaction %.0f µs)",
+			lat, r.Creates, r.Submit.PerSec, r.CreatesPerSec, r.ToFinal.P50, r.ToFinal.P99, r.RatioToCeiling, r.CPUPerLabel.Machine, r.CeilingCPUPerTx)
 		if rp := r.ReplaysAfter; rp != nil {
 			line := fmt.Sprintf("  sim %-5s  replays right after: p50 %.2f ms, p99 %.2f ms (p99/p50 %.1f)", lat, rp.Latency.P50, rp.Latency.P99, r.ReplayP99OverP50)
 			if s := r.SelectAfter; s != nil {
@@ -363,6 +363,10 @@ func (h *harness) endToEndAt(ctx context.Context, lat time.Duration) (E2ERun, er
 	case r.Ceiling != nil && r.CeilingAfter != nil:
 		r.CeilingConcurrency = r.Ceiling.Concurrency
 		r.CeilingTPS = round1((r.Ceiling.TPS + r.CeilingAfter.TPS) / 2)
+		r.CeilingCPUPerTx = ceilingCPUPerTx(r.Ceiling, r.CeilingAfter)
+		if r.CeilingCPUPerTx > 0 {
+			r.CPUPerLabelToCeiling = round3(r.CPUPerLabel.Machine / r.CeilingCPUPerTx)
+		}
 	case c != nil:
 		r.CeilingConcurrency = c.Concurrency
 		r.CeilingTPS = c.TPS

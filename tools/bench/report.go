@@ -59,8 +59,8 @@ func checkBar(r *Results) []Check {
 			u := e.CPUPerLabel
 			out = append(out, Check{Name: fmt.Sprintf("machine CPU per label end to end, simulator %g ms", e.SimLatencyMs),
 				Measured: u.Machine, Bar: barMachinePerLabel, Unit: "µs", AtMost: true,
-				Note: fmt.Sprintf("client %s · api %s · worker %s · simulator %s · PostgreSQL %s µs: %s µs of the run's own processes, the rest other work on the machine; %s",
-					f0(u.Client), f0(u.API), f0(u.Worker), f0(u.Carrier), f0(u.Postgres), f0(u.Ours), hostNote(e.CPU, nil))})
+				Note: fmt.Sprintf("client %s · api %s · worker %s · simulator %s · PostgreSQL %s µs: %s µs of the run's own processes, the rest other work on the machine; %s%s",
+					f0(u.Client), f0(u.API), f0(u.Worker), f0(u.Carrier), f0(u.Postgres), f0(u.Ours), ceilingCPUNote(e), hostNote(e.CPU, nil))})
 		}
 	}
 	for i := range out {
@@ -71,6 +71,16 @@ func checkBar(r *Results) []Check {
 		}
 	}
 	return out
+}
+
+// ceilingCPUNote says what the same host charged for the ceiling's own
+// two-row transaction, around the run: the price an absolute CPU figure
+// moves with from host to host.
+func ceilingCPUNote(e E2ERun) string {
+	if e.CeilingCPUPerTx <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("the ceiling's own transaction cost the machine %s µs, a label %s of them; ", f0(e.CeilingCPUPerTx), f2(e.CPUPerLabelToCeiling))
 }
 
 // replayTailNote gives a burst's replays' p50 and p99, the same-run

@@ -251,6 +251,13 @@ type E2ERun struct {
 	CeilingTPS         float64 `json:"ceiling_tps,omitempty"`
 	RatioToCeiling     float64 `json:"ratio_to_ceiling,omitempty"`
 	CeilingConcurrency int     `json:"ceiling_concurrency,omitempty"`
+	// CeilingCPUPerTx is the machine's CPU in microseconds per transaction
+	// of those two ceilings (their machine core-seconds over their
+	// transactions), and CPUPerLabelToCeiling the run's machine CPU per
+	// label over it: the same host's price of the two-row transaction, which
+	// an absolute CPU figure moves with.
+	CeilingCPUPerTx      float64 `json:"ceiling_machine_us_per_tx,omitempty"`
+	CPUPerLabelToCeiling float64 `json:"machine_cpu_per_label_to_ceiling_tx,omitempty"`
 	// ReplaysAfter is BurstReplays random keys of the burst replayed right
 	// after it became final (the worker still running), closed loop at
 	// BurstConcurrency; SelectAfter is pgbench reading as many key records by
