@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"image/png"
 	"net/http"
 	"net/http/httptest"
@@ -446,4 +447,60 @@ func TestPacedStartLateness(t *testing.T) {
 
 	spec.Rate = 0
 	require.Nil(t, runLoad(context.Background(), spec).StartLateness)
+}
+
+// A timed pgbench run in which not one transaction committed measured
+// nothing: it runs again for twice as long, and the run that processed
+// transactions is the result. A stand-in pgbench stalls on its first run.
+func TestPgbenchRunsAStalledWindowAgain(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "pgbench")
+	script := `#!/bin/sh
+calls="$0.calls"; echo "$*" >> "$calls"
+prefix=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --log-prefix) prefix="$2"; shift ;;
+  esac
+  shift
+done
+if [ "$(wc -l < "$calls")" -eq 1 ]; then
+  : > "$prefix.1"
+  echo "number of transactions actually processed: 0"
+  echo "number of failed transactions: 0 (NaN%)"
+  exit 0
+fi
+printf '0 0 1500 0 1 1\n0 1 2500 0 1 2\n' > "$prefix.1"
+echo "number of transactions actually processed: 2"
+echo "number of failed transactions: 0 (0.000%)"
+echo "tps = 1.0 (without initial connection time)"
+`
+	require.NoError(t, os.WriteFile(fake, []byte(script), 0o755))
+	var logged []string
+	h := &harness{work: dir, pgbench: fake, cpu: &cpuMeter{}, dbURL: "postgres://127.0.0.1:1/none?connect_timeout=1",
+		logf: func(format string, args ...any) { logged = append(logged, fmt.Sprintf(format, args...)) }}
+
+	r := h.runPgbench(context.Background(), 32, time.Second)
+	require.Empty(t, r.Error)
+	require.EqualValues(t, 2, r.Transactions)
+	require.InDelta(t, 1, r.TPS, 1e-9)
+	require.InDelta(t, 2, r.Seconds, 1e-9, "the second run is twice as long")
+	require.InDelta(t, 2.5, r.Latency.P99, 0.01)
+	calls, err := os.ReadFile(fake + ".calls")
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(calls)), "\n")
+	require.Len(t, lines, 2)
+	require.Contains(t, lines[0], "-T 1 ")
+	require.Contains(t, lines[1], "-T 2 ")
+	require.Equal(t, []string{"    pgbench -c 32 processed no transaction in 1 s; running it for 2 s"}, logged)
+
+	// A run by transaction count, or one that processed any, is the result as it is.
+	require.NoError(t, os.WriteFile(fake+".calls", nil, 0o644))
+	r = h.pgbenchRun(context.Background(), pgbenchSpec{Script: ceilingScript, Concurrency: 4, PerClient: 10})
+	require.Zero(t, r.Transactions)
+	require.Contains(t, r.Error, "pgbench printed no tps")
+	calls, err = os.ReadFile(fake + ".calls")
+	require.NoError(t, err)
+	require.Equal(t, 1, strings.Count(string(calls), "\n"))
 }

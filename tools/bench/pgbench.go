@@ -91,23 +91,45 @@ type pgbenchSpec struct {
 	PerClient   int // when positive: -t PerClient instead of -T
 }
 
+// stalledRetries is how many times a timed pgbench run that finished
+// without one transaction is run again, each time twice as long.
+const stalledRetries = 3
+
 // pgbenchRun runs spec (-M prepared, -j 2 at most) and reads its
 // per-transaction log (-l): every transaction's latency, from which the
-// percentiles are taken as the HTTP loads' are (summarize).
+// percentiles are taken as the HTTP loads' are (summarize). A timed run in
+// which not one transaction committed (a host that stalled the server's
+// flush for the whole window, as short windows on a loaded machine can
+// see) measured nothing: it runs again for twice as long, up to
+// stalledRetries times, and the run that processed transactions is the
+// result.
 func (h *harness) pgbenchRun(ctx context.Context, spec pgbenchSpec) PgbenchRun {
+	for try := 0; ; try++ {
+		r, stalled := h.pgbenchOnce(ctx, spec)
+		if !stalled || try == stalledRetries || ctx.Err() != nil {
+			return r
+		}
+		h.logf("    pgbench -c %d processed no transaction in %.0f s; running it for %.0f s", spec.Concurrency, r.Seconds, 2*r.Seconds)
+		spec.Duration = 2 * time.Duration(r.Seconds*float64(time.Second))
+	}
+}
+
+// pgbenchOnce is one run of spec; stalled says it was a timed run that
+// exited cleanly without processing a transaction.
+func (h *harness) pgbenchOnce(ctx context.Context, spec pgbenchSpec) (r PgbenchRun, stalled bool) {
 	concurrency := spec.Concurrency
-	r := PgbenchRun{Concurrency: concurrency, Threads: min(2, concurrency)}
+	r = PgbenchRun{Concurrency: concurrency, Threads: min(2, concurrency)}
 	secs := max(1, int(math.Ceil(spec.Duration.Seconds())))
 	dir, err := os.MkdirTemp(h.work, "pgbench-")
 	if err != nil {
 		r.Error = err.Error()
-		return r
+		return r, false
 	}
 	defer os.RemoveAll(dir)
 	script := filepath.Join(dir, "script.sql")
 	if err := os.WriteFile(script, []byte(spec.Script), 0o644); err != nil {
 		r.Error = err.Error()
-		return r
+		return r, false
 	}
 	prefix := filepath.Join(dir, "txn")
 	length := []string{"-T", strconv.Itoa(secs)}
@@ -139,14 +161,16 @@ func (h *harness) pgbenchRun(ctx context.Context, spec pgbenchSpec) PgbenchRun {
 	text := out.String()
 	if err != nil {
 		r.Error = fmt.Sprintf("pgbench: %v: %s", err, lastLines(text, 5))
-		return r
+		return r, false
 	}
 	if m := pgbenchTPS.FindStringSubmatch(text); m != nil {
 		r.TPS = round1(atof(m[1]))
 	}
-	if m := pgbenchTxns.FindStringSubmatch(text); m != nil {
+	m := pgbenchTxns.FindStringSubmatch(text)
+	if m != nil {
 		r.Transactions, _ = strconv.ParseInt(m[1], 10, 64)
 	}
+	stalled = spec.PerClient == 0 && m != nil && r.Transactions == 0
 	if m := pgbenchFailed.FindStringSubmatch(text); m != nil {
 		r.Failed, _ = strconv.ParseInt(m[1], 10, 64)
 	}
@@ -162,7 +186,7 @@ func (h *harness) pgbenchRun(ctx context.Context, spec pgbenchSpec) PgbenchRun {
 	if r.TPS == 0 {
 		r.Error = "pgbench printed no tps: " + lastLines(text, 5)
 	}
-	return r
+	return r, stalled
 }
 
 // readPgbenchLogs reads the latencies (third field, microseconds) of every
