@@ -98,8 +98,8 @@ const stalledRetries = 3
 // pgbenchRun runs spec (-M prepared, -j 2 at most) and reads its
 // per-transaction log (-l): every transaction's latency, from which the
 // percentiles are taken as the HTTP loads' are (summarize). A timed run in
-// which not one transaction committed (a host that stalled the server's
-// flush for the whole window, as short windows on a loaded machine can
+// which not one transaction committed (a host that stalled the server
+// for the whole window, as short windows on a loaded machine can
 // see) measured nothing: it runs again for twice as long, up to
 // stalledRetries times, and the run that processed transactions is the
 // result.
