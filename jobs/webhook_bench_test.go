@@ -62,8 +62,8 @@ func (a *arrivals) count() int {
 func BenchmarkWebhookOtherCallerLatency(b *testing.B) {
 	const (
 		hostileEvents = 200
-		otherEvents   = 20
-		spacing       = 100 * time.Millisecond // between two of the other caller's requests
+		otherEvents   = 40
+		spacing       = 250 * time.Millisecond // between two of the other caller's requests
 	)
 	timeout := 2 * time.Second
 	for range b.N {
