@@ -85,7 +85,7 @@ type Config struct {
 	WebhookMaxAttempts   int
 	WebhookDisableAfter  int
 	WebhookConcurrency   int
-	WebhookEndpointConc  int // WEBHOOK_ENDPOINT_CONCURRENCY
+	WebhookPerEndpoint   int // WEBHOOK_ENDPOINT_CONCURRENCY
 	WebhookAllowInsecure bool
 	WebhookAllowPrivate  bool
 	WebhookSecretKey     string // WEBHOOK_SECRET_KEY; parsed by Validate
@@ -129,8 +129,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("WEBHOOK_DISABLE_AFTER=%d: must be positive", c.WebhookDisableAfter)
 	case c.WebhookConcurrency < 1 || c.WebhookConcurrency > 1000:
 		return fmt.Errorf("WEBHOOK_CONCURRENCY=%d: want 1 to 1000", c.WebhookConcurrency)
-	case c.WebhookEndpointConc < 1 || c.WebhookEndpointConc > 1000:
-		return fmt.Errorf("WEBHOOK_ENDPOINT_CONCURRENCY=%d: want 1 to 1000", c.WebhookEndpointConc)
+	case c.WebhookPerEndpoint < 1 || c.WebhookPerEndpoint > 1000:
+		return fmt.Errorf("WEBHOOK_ENDPOINT_CONCURRENCY=%d: want 1 to 1000", c.WebhookPerEndpoint)
 	}
 	k, err := webhook.ParseSecretKey(c.WebhookSecretKey)
 	if err != nil {
@@ -169,7 +169,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		WebhookMaxAttempts:   env.Int("WEBHOOK_MAX_ATTEMPTS", 12),
 		WebhookDisableAfter:  env.Int("WEBHOOK_DISABLE_AFTER", 50),
 		WebhookConcurrency:   env.Int("WEBHOOK_CONCURRENCY", jobs.DefaultWebhookConcurrency),
-		WebhookEndpointConc:  env.Int("WEBHOOK_ENDPOINT_CONCURRENCY", jobs.DefaultWebhookEndpointConcurrency),
+		WebhookPerEndpoint:   env.Int("WEBHOOK_ENDPOINT_CONCURRENCY", jobs.DefaultWebhookEndpointConcurrency),
 		WebhookAllowInsecure: env.Bool("WEBHOOK_ALLOW_INSECURE", false),
 		WebhookAllowPrivate:  env.Bool("WEBHOOK_ALLOW_PRIVATE", false),
 		WebhookSecretKey:     env.String("WEBHOOK_SECRET_KEY", ""),
@@ -260,7 +260,7 @@ func work(ctx context.Context, cfg Config, db postgres.Endpoints, periodic []*ri
 			RetryMax:            cfg.WebhookRetryMax,
 			MaxAttempts:         cfg.WebhookMaxAttempts,
 			DisableAfter:        cfg.WebhookDisableAfter,
-			EndpointConcurrency: cfg.WebhookEndpointConc,
+			EndpointConcurrency: cfg.WebhookPerEndpoint,
 			Policy:              webhook.Policy{AllowInsecure: cfg.WebhookAllowInsecure, AllowPrivate: cfg.WebhookAllowPrivate},
 			SecretKey:           cfg.webhookSecretKey,
 			Metrics:             metrics.NewWebhooks(m.Registry),
