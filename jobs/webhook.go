@@ -71,10 +71,20 @@ type WebhookConfig struct {
 	RetryMax     time.Duration // WEBHOOK_RETRY_MAX (default 10h)
 	MaxAttempts  int           // WEBHOOK_MAX_ATTEMPTS (default 12)
 	DisableAfter int           // WEBHOOK_DISABLE_AFTER (default 50)
-	Policy       webhook.Policy
-	SecretKey    webhook.SecretKey // WEBHOOK_SECRET_KEY: opens sealed secrets
-	Metrics      *metrics.Webhooks
-	Log          zerolog.Logger
+	// Concurrency is the deliveries the process runs at once, River's
+	// MaxWorkers of the queue webhooks (WEBHOOK_CONCURRENCY); the last
+	// quarter of them is kept for endpoints with no attempt in flight.
+	Concurrency int
+	// EndpointConcurrency bounds the attempts in flight at one endpoint in
+	// the process (WEBHOOK_ENDPOINT_CONCURRENCY); a delivery past it is held.
+	EndpointConcurrency int
+	// HoldMax is the longest a held delivery waits before it asks for a slot
+	// again (default DefaultWebhookHoldMax).
+	HoldMax   time.Duration
+	Policy    webhook.Policy
+	SecretKey webhook.SecretKey // WEBHOOK_SECRET_KEY: opens sealed secrets
+	Metrics   *metrics.Webhooks
+	Log       zerolog.Logger
 	// Client, when set, replaces the delivery client (whose dialer enforces
 	// Policy); for tests of the client's own rules, leave it nil.
 	Client *http.Client
@@ -99,6 +109,15 @@ func (c *WebhookConfig) defaults() {
 	if c.DisableAfter <= 0 {
 		c.DisableAfter = 50
 	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = DefaultWebhookConcurrency
+	}
+	if c.EndpointConcurrency <= 0 {
+		c.EndpointConcurrency = DefaultWebhookEndpointConcurrency
+	}
+	if c.HoldMax <= 0 {
+		c.HoldMax = DefaultWebhookHoldMax
+	}
 	if c.Metrics == nil {
 		c.Metrics = metrics.NewWebhooks(nil)
 	}
@@ -116,15 +135,21 @@ func WebhookJobTimeout(timeout time.Duration) time.Duration { return timeout + 5
 // counted), signs and posts the event, and records the outcome. A failed
 // attempt snoozes the job for the retry delay (the attempts are counted on
 // the event, not by River, whose attempts are left for database errors).
+//
+// An endpoint gets at most EndpointConcurrency attempts in flight in the
+// process (see endpointLimiter): a delivery past that is held, its job
+// snoozed until its turn with no attempt counted, so that an endpoint that
+// answers slowly or never delays its own events and not the other callers'.
 type DeliverWebhookWorker struct {
 	river.WorkerDefaults[DeliverWebhookArgs]
-	cfg WebhookConfig
+	cfg   WebhookConfig
+	limit *endpointLimiter
 }
 
 // NewDeliverWebhookWorker returns a worker.
 func NewDeliverWebhookWorker(cfg WebhookConfig) *DeliverWebhookWorker {
 	cfg.defaults()
-	return &DeliverWebhookWorker{cfg: cfg}
+	return &DeliverWebhookWorker{cfg: cfg, limit: newEndpointLimiter(cfg.EndpointConcurrency, cfg.Concurrency, cfg.HoldMax)}
 }
 
 // Timeout implements river.Worker.
@@ -144,7 +169,10 @@ func (w *DeliverWebhookWorker) Work(ctx context.Context, job *river.Job[DeliverW
 	log := w.cfg.Log.With().Str("request_id", job.Args.RequestID).Int64("job_id", job.ID).Logger()
 	result, err := w.work(ctx, job.Args.RequestID, &log)
 	ev := log.Info()
-	if err != nil && result != "retry" {
+	switch {
+	case result == "held":
+		ev = log.Debug() // no attempt: one line a turn would flood the log
+	case err != nil && result != "retry":
 		ev = log.Warn().Err(err)
 	}
 	ev.Str("outcome", result).Msg("deliver_webhook attempt")
@@ -153,11 +181,23 @@ func (w *DeliverWebhookWorker) Work(ctx context.Context, job *river.Job[DeliverW
 
 func (w *DeliverWebhookWorker) work(ctx context.Context, requestID string, log *zerolog.Logger) (string, error) {
 	cfg := w.cfg
-	ev, res, reason, err := postgres.StartWebhookAttempt(ctx, cfg.Pool, requestID)
+	var slot *endpointSlot
+	var hold time.Duration
+	ev, res, reason, err := postgres.StartWebhookAttempt(ctx, cfg.Pool, requestID, func(callerID string) bool {
+		slot, hold = w.limit.acquire(callerID)
+		return slot != nil
+	})
+	if slot != nil {
+		defer slot.release()
+	}
 	if err != nil {
 		return "error", err
 	}
 	switch res {
+	case postgres.AttemptHeld:
+		cfg.Metrics.Held.Inc()
+		*log = log.With().Str("caller", ev.CallerID).Dur("retry_in", hold).Logger()
+		return "held", river.JobSnooze(hold)
 	case postgres.AttemptGone:
 		return "cancelled", river.JobCancel(postgres.ErrNotFound)
 	case postgres.AttemptFinal:
@@ -186,6 +226,7 @@ func (w *DeliverWebhookWorker) work(ctx context.Context, requestID string, log *
 	if sendErr == nil {
 		status, retryAfter, sendErr = w.send(ctx, ev, body, secrets)
 	}
+	slot.release() // the endpoint's slot is the request's, not the bookkeeping's
 	result := attemptResult(status, sendErr)
 	cfg.Metrics.Attempts.WithLabelValues(result).Inc()
 	cfg.Metrics.AttemptDuration.Observe(time.Since(start).Seconds())

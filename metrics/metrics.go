@@ -192,7 +192,7 @@ func Names(p Process) []string {
 		if p == Worker {
 			NewStoreCollector(nil).Describe(ch)
 			w := NewWebhooks(nil)
-			for _, c := range []prometheus.Collector{w.Deliveries, w.Attempts, w.AttemptDuration, w.EndpointsDisabled, NewWebhookCollector(nil)} {
+			for _, c := range []prometheus.Collector{w.Deliveries, w.Attempts, w.AttemptDuration, w.EndpointsDisabled, w.Held, NewWebhookCollector(nil)} {
 				c.Describe(ch)
 			}
 		}

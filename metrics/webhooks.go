@@ -32,6 +32,9 @@ type Webhooks struct {
 	Attempts          *prometheus.CounterVec // result
 	AttemptDuration   prometheus.Histogram
 	EndpointsDisabled prometheus.Counter
+	// Held counts the deliveries put back without an attempt because their
+	// endpoint had its share of attempts in flight in the process.
+	Held prometheus.Counter
 }
 
 // NewWebhooks returns the webhook metrics registered on r (nil: not registered).
@@ -50,6 +53,9 @@ func NewWebhooks(r prometheus.Registerer) *Webhooks {
 		EndpointsDisabled: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "labels_webhook_endpoints_disabled_total", Help: "Webhook endpoints the worker disabled (a 410, or WEBHOOK_DISABLE_AFTER events in a row failed).",
 		}),
+		Held: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "labels_webhook_held_total", Help: "Webhook deliveries put back without an attempt: their endpoint had WEBHOOK_ENDPOINT_CONCURRENCY attempts in flight in the process (or the process's last quarter of WEBHOOK_CONCURRENCY was kept for other endpoints).",
+		}),
 	}
 	for _, o := range WebhookOutcomes {
 		w.Deliveries.WithLabelValues(o)
@@ -58,7 +64,7 @@ func NewWebhooks(r prometheus.Registerer) *Webhooks {
 		w.Attempts.WithLabelValues(res)
 	}
 	if r != nil {
-		r.MustRegister(w.Deliveries, w.Attempts, w.AttemptDuration, w.EndpointsDisabled)
+		r.MustRegister(w.Deliveries, w.Attempts, w.AttemptDuration, w.EndpointsDisabled, w.Held)
 	}
 	return w
 }

@@ -170,13 +170,19 @@ const (
 	AttemptDropped
 	// AttemptGone: there is no such event.
 	AttemptGone
+	// AttemptHeld: admit refused the attempt (its endpoint has enough in
+	// flight); nothing is written, the attempt is not counted.
+	AttemptHeld
 )
 
 // StartWebhookAttempt counts one attempt of the event of requestID, committed
 // before the delivery (an attempt that dies mid-delivery is counted), and
 // returns the event with its endpoint and live secrets. An event whose
-// endpoint was deleted or disabled is dropped instead.
-func StartWebhookAttempt(ctx context.Context, pool *pgxpool.Pool, requestID string) (*WebhookEvent, AttemptResult, string, error) {
+// endpoint was deleted or disabled is dropped instead. admit, when not nil,
+// is asked, with the event's caller, before the attempt is counted; false
+// returns AttemptHeld with nothing written; after a true, the caller
+// gives back what admit took, whatever is returned.
+func StartWebhookAttempt(ctx context.Context, pool *pgxpool.Pool, requestID string, admit func(callerID string) bool) (*WebhookEvent, AttemptResult, string, error) {
 	var ev WebhookEvent
 	res, reason := AttemptGo, ""
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -212,6 +218,10 @@ func StartWebhookAttempt(ctx context.Context, pool *pgxpool.Pool, requestID stri
 			_, err := tx.Exec(ctx, `UPDATE webhook_events SET state = 'dropped', drop_reason = $2, finished_at = now()
 				WHERE request_id = $1`, requestID, reason)
 			return err
+		}
+		if admit != nil && !admit(ev.CallerID) {
+			res = AttemptHeld
+			return nil
 		}
 		ev.URL = *url
 		ev.Attempt++

@@ -80,9 +80,11 @@ type Config struct {
 	// AfterVoidFunc is jobs.VoidLabelWorker's AfterCarrierFunc, for tests.
 	AfterVoidFunc func(ctx context.Context, carrierLabelID string) error
 
-	// Webhooks configures the delivery of completion webhooks (its Pool and
-	// Log are this config's; zero values take the defaults), on the queue
-	// webhooks with WebhookConcurrency deliveries in flight (default 20).
+	// Webhooks configures the delivery of completion webhooks (its Pool,
+	// Log and Concurrency are this config's; zero values take the defaults),
+	// on the queue webhooks with WebhookConcurrency deliveries in flight
+	// (default 20), at most Webhooks.EndpointConcurrency of them at one
+	// endpoint (default 4).
 	Webhooks           jobs.WebhookConfig
 	WebhookConcurrency int
 }
@@ -112,7 +114,7 @@ func (c *Config) defaults() {
 		c.SweepBatch = 1000
 	}
 	if c.WebhookConcurrency <= 0 {
-		c.WebhookConcurrency = 20
+		c.WebhookConcurrency = jobs.DefaultWebhookConcurrency
 	}
 	if c.Metrics == nil {
 		c.Metrics = metrics.New(metrics.Worker)
@@ -153,7 +155,7 @@ func New(cfg Config) (*Worker, error) {
 		AfterCarrierFunc: cfg.AfterCarrierFunc,
 	}))
 	hooks := cfg.Webhooks
-	hooks.Pool, hooks.Log = cfg.Pool, cfg.Log
+	hooks.Pool, hooks.Log, hooks.Concurrency = cfg.Pool, cfg.Log, cfg.WebhookConcurrency
 	river.AddWorker(workers, jobs.NewDeliverWebhookWorker(hooks))
 	river.AddWorker(workers, &jobs.SweepKeysWorker{Pool: cfg.Pool, Batch: cfg.SweepBatch, TombstoneRetention: cfg.TombstoneRetention,
 		Metrics: cfg.Metrics, Log: cfg.Log})

@@ -52,6 +52,7 @@ transaction per job), RECONCILE_SCHEDULE (off), ADMIN_ADDR (off; River UI at /ri
 ADMIN_USER and ADMIN_PASSWORD), LOG_LEVEL (info), LOG_FORMAT (json|console).
 Webhook delivery: WEBHOOK_TIMEOUT (15s), WEBHOOK_RETRY_BASE (5s), WEBHOOK_RETRY_MAX
 (10h), WEBHOOK_MAX_ATTEMPTS (12), WEBHOOK_DISABLE_AFTER (50), WEBHOOK_CONCURRENCY (20),
+WEBHOOK_ENDPOINT_CONCURRENCY (4: attempts in flight at one endpoint per process),
 WEBHOOK_ALLOW_INSECURE (false), WEBHOOK_ALLOW_PRIVATE (false), WEBHOOK_SECRET_KEY
 (unset; the api's, to open the secrets it sealed).
 `
@@ -84,6 +85,7 @@ type Config struct {
 	WebhookMaxAttempts   int
 	WebhookDisableAfter  int
 	WebhookConcurrency   int
+	WebhookPerEndpoint   int // WEBHOOK_ENDPOINT_CONCURRENCY
 	WebhookAllowInsecure bool
 	WebhookAllowPrivate  bool
 	WebhookSecretKey     string // WEBHOOK_SECRET_KEY; parsed by Validate
@@ -127,6 +129,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("WEBHOOK_DISABLE_AFTER=%d: must be positive", c.WebhookDisableAfter)
 	case c.WebhookConcurrency < 1 || c.WebhookConcurrency > 1000:
 		return fmt.Errorf("WEBHOOK_CONCURRENCY=%d: want 1 to 1000", c.WebhookConcurrency)
+	case c.WebhookPerEndpoint < 1 || c.WebhookPerEndpoint > 1000:
+		return fmt.Errorf("WEBHOOK_ENDPOINT_CONCURRENCY=%d: want 1 to 1000", c.WebhookPerEndpoint)
 	}
 	k, err := webhook.ParseSecretKey(c.WebhookSecretKey)
 	if err != nil {
@@ -164,7 +168,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		WebhookRetryMax:      env.Duration("WEBHOOK_RETRY_MAX", 10*time.Hour),
 		WebhookMaxAttempts:   env.Int("WEBHOOK_MAX_ATTEMPTS", 12),
 		WebhookDisableAfter:  env.Int("WEBHOOK_DISABLE_AFTER", 50),
-		WebhookConcurrency:   env.Int("WEBHOOK_CONCURRENCY", 20),
+		WebhookConcurrency:   env.Int("WEBHOOK_CONCURRENCY", jobs.DefaultWebhookConcurrency),
+		WebhookPerEndpoint:   env.Int("WEBHOOK_ENDPOINT_CONCURRENCY", jobs.DefaultWebhookEndpointConcurrency),
 		WebhookAllowInsecure: env.Bool("WEBHOOK_ALLOW_INSECURE", false),
 		WebhookAllowPrivate:  env.Bool("WEBHOOK_ALLOW_PRIVATE", false),
 		WebhookSecretKey:     env.String("WEBHOOK_SECRET_KEY", ""),
@@ -250,14 +255,15 @@ func work(ctx context.Context, cfg Config, db postgres.Endpoints, periodic []*ri
 		PollOnly:           db.Pooled && db.Direct == nil,
 		PeriodicJobs:       periodic,
 		Webhooks: jobs.WebhookConfig{
-			Timeout:      cfg.WebhookTimeout,
-			RetryBase:    cfg.WebhookRetryBase,
-			RetryMax:     cfg.WebhookRetryMax,
-			MaxAttempts:  cfg.WebhookMaxAttempts,
-			DisableAfter: cfg.WebhookDisableAfter,
-			Policy:       webhook.Policy{AllowInsecure: cfg.WebhookAllowInsecure, AllowPrivate: cfg.WebhookAllowPrivate},
-			SecretKey:    cfg.webhookSecretKey,
-			Metrics:      metrics.NewWebhooks(m.Registry),
+			Timeout:             cfg.WebhookTimeout,
+			RetryBase:           cfg.WebhookRetryBase,
+			RetryMax:            cfg.WebhookRetryMax,
+			MaxAttempts:         cfg.WebhookMaxAttempts,
+			DisableAfter:        cfg.WebhookDisableAfter,
+			EndpointConcurrency: cfg.WebhookPerEndpoint,
+			Policy:              webhook.Policy{AllowInsecure: cfg.WebhookAllowInsecure, AllowPrivate: cfg.WebhookAllowPrivate},
+			SecretKey:           cfg.webhookSecretKey,
+			Metrics:             metrics.NewWebhooks(m.Registry),
 		},
 		WebhookConcurrency: cfg.WebhookConcurrency,
 		AddWorkersFunc: func(workers *river.Workers) error {
