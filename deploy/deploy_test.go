@@ -91,8 +91,9 @@ type podTemplate struct {
 }
 
 type keyRef struct {
-	Name string `yaml:"name"`
-	Key  string `yaml:"key"`
+	Name     string `yaml:"name"`
+	Key      string `yaml:"key"`
+	Optional bool   `yaml:"optional"`
 }
 
 type container struct {
@@ -371,8 +372,11 @@ func TestKubernetesManifests(t *testing.T) {
 			require.True(t, slices.Contains(argv, "--date") || slices.Contains(argv, "--invoice"), "%s: reconcile needs --date or --invoice: %q", id, argv)
 		}
 
-		// The environment: every variable documented, every reference resolved.
+		// The environment: every variable documented, every reference
+		// resolved (an optional one may be absent), and which came from a
+		// Secret.
 		env := map[string]string{}
+		fromSecret := map[string]bool{}
 		for _, ef := range c.EnvFrom {
 			switch {
 			case ef.ConfigMapRef != nil:
@@ -385,7 +389,7 @@ func TestKubernetesManifests(t *testing.T) {
 				data, ok := secrets[ef.SecretRef.Name]
 				require.True(t, ok, "%s: no Secret %s", id, ef.SecretRef.Name)
 				for k, v := range data {
-					env[k] = v
+					env[k], fromSecret[k] = v, true
 				}
 			default:
 				t.Fatalf("%s: an envFrom of an unknown kind", id)
@@ -402,8 +406,12 @@ func TestKubernetesManifests(t *testing.T) {
 			case e.ValueFrom.SecretKeyRef != nil:
 				ref := e.ValueFrom.SecretKeyRef
 				v, ok := secrets[ref.Name][ref.Key]
+				if !ok && ref.Optional {
+					delete(env, e.Name)
+					break
+				}
 				require.True(t, ok, "%s: %s refers to a missing secret key %s/%s", id, e.Name, ref.Name, ref.Key)
-				env[e.Name] = v
+				env[e.Name], fromSecret[e.Name] = v, true
 			case e.ValueFrom.ConfigMapKeyRef != nil:
 				ref := e.ValueFrom.ConfigMapKeyRef
 				v, ok := configMaps[ref.Name][ref.Key]
@@ -415,6 +423,14 @@ func TestKubernetesManifests(t *testing.T) {
 		}
 		require.Contains(t, env, "DATABASE_URL", id)
 		envs[id] = env
+		// Webhook signing secrets are sealed at rest: the processes that
+		// store (api) or read (worker) them get WEBHOOK_SECRET_KEY from the
+		// Secret, and none is told it is a development setup.
+		if want == "api" || want == "worker" {
+			require.True(t, fromSecret["WEBHOOK_SECRET_KEY"], "%s: WEBHOOK_SECRET_KEY from a Secret", id)
+			require.True(t, fromSecret["WEBHOOK_SECRET_KEY_OLD"] || env["WEBHOOK_SECRET_KEY_OLD"] == "", "%s: WEBHOOK_SECRET_KEY_OLD only from a Secret", id)
+		}
+		require.NotContains(t, env, "WEBHOOK_ALLOW_UNSEALED", "%s: a deployment never stores secrets raw", id)
 
 		ports := map[string]int{}
 		for _, p := range c.Ports {
@@ -636,6 +652,10 @@ func TestSystemdUnits(t *testing.T) {
 	for k := range env {
 		require.True(t, documented[k], "labels.env: %s is not documented in docs/operations.md", k)
 	}
+	// The webhook signing secrets are sealed at rest: the key is in the
+	// root-only file every unit reads, and no unit stores them raw.
+	require.NotEmpty(t, env["WEBHOOK_SECRET_KEY"], "labels.env: WEBHOOK_SECRET_KEY")
+	require.NotContains(t, env, "WEBHOOK_ALLOW_UNSEALED")
 	timeout, lease := duration(t, "CARRIER_TIMEOUT", env["CARRIER_TIMEOUT"]), duration(t, "LEASE_DURATION", env["LEASE_DURATION"])
 	require.Less(t, timeout, lease, "labels.env: CARRIER_TIMEOUT must be below LEASE_DURATION")
 
@@ -664,6 +684,8 @@ func TestSystemdUnits(t *testing.T) {
 		for _, e := range svc["Environment"] {
 			k, _, _ := strings.Cut(e, "=")
 			require.True(t, documented[k], "%s: %s is not documented in docs/operations.md", name, k)
+			require.NotEqual(t, "WEBHOOK_ALLOW_UNSEALED", k, name)
+			require.NotEqual(t, "WEBHOOK_SECRET_KEY", k, "%s: the key belongs in labels.env (root-only), not in a unit", name)
 		}
 		if want[name] == "worker" {
 			stop, err := strconv.Atoi(svc["TimeoutStopSec"][0])

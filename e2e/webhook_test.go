@@ -61,7 +61,7 @@ func TestWebhookWorkerKilledMidDelivery(t *testing.T) {
 	cli := func(args ...string) string {
 		t.Helper()
 		res, err := proctest.Run(ctx, bins.Path("api"), &proctest.Opts{Args: args,
-			Env: []string{"DATABASE_URL=" + dbURL, "WEBHOOK_ALLOW_INSECURE=true", "WEBHOOK_ALLOW_PRIVATE=true"}})
+			Env: []string{"DATABASE_URL=" + dbURL, "WEBHOOK_ALLOW_INSECURE=true", "WEBHOOK_ALLOW_PRIVATE=true", "WEBHOOK_ALLOW_UNSEALED=true"}})
 		require.NoError(t, err)
 		return res.LastLine()
 	}
@@ -76,7 +76,7 @@ func TestWebhookWorkerKilledMidDelivery(t *testing.T) {
 		w := proctest.StartT(t, bins.Path("worker"), &proctest.Opts{Name: name,
 			Env: []string{"DATABASE_URL=" + dbURL, "CARRIER_URL=http://" + carrierAddr, "METRICS_ADDR=127.0.0.1:0",
 				"LEASE_DURATION=3s", "CARRIER_TIMEOUT=2s", "RETRY_BASE=100ms", "WEBHOOK_TIMEOUT=10s",
-				"WEBHOOK_ALLOW_INSECURE=true", "WEBHOOK_ALLOW_PRIVATE=true"}})
+				"WEBHOOK_ALLOW_INSECURE=true", "WEBHOOK_ALLOW_PRIVATE=true", "WEBHOOK_ALLOW_UNSEALED=true"}})
 		_, err := w.WaitListening(ctx, "metrics listening")
 		require.NoError(t, err)
 		return w

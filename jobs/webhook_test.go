@@ -411,6 +411,7 @@ func TestWebhookAttemptLogLine(t *testing.T) {
 	var buf logtest.Buffer
 	workers := river.NewWorkers()
 	river.AddWorker(workers, jobs.NewDeliverWebhookWorker(jobs.WebhookConfig{Pool: s.Pool, Policy: lenient,
+		SecretKey: webhook.SecretKey{}.AllowingUnsealed(), // setHook stores the secret raw, as in development
 		RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond, Log: zerolog.New(&buf).Level(zerolog.DebugLevel)}))
 	client, err := river.NewClient(riverpgxv5.New(s.Pool), &river.Config{
 		Queues:            map[string]river.QueueConfig{jobs.QueueWebhooks: {MaxWorkers: 2}},

@@ -24,7 +24,8 @@ func newKey(t *testing.T) (string, webhook.SecretKey) {
 }
 
 // A sealed secret opens with its key for its caller only; without a key
-// nothing is sealed.
+// nothing is sealed, and with the development allowance a secret is stored
+// raw.
 func TestSealedSecrets(t *testing.T) {
 	t.Parallel()
 	_, key := newKey(t)
@@ -50,15 +51,15 @@ func TestSealedSecrets(t *testing.T) {
 	_, err = webhook.SecretKey{}.Open("shop", stored, true)
 	require.ErrorContains(t, err, "WEBHOOK_SECRET_KEY is not set")
 
-	none := webhook.SecretKey{}
-	require.False(t, none.Set())
-	raw, sealed, err := none.Seal("shop", secret)
+	dev := webhook.SecretKey{}.AllowingUnsealed()
+	require.False(t, dev.Set())
+	raw, sealed, err := dev.Seal("shop", secret)
 	require.NoError(t, err)
 	require.False(t, sealed)
 	require.Equal(t, secret, raw)
-	got, err = key.Open("shop", raw, false)
+	got, err = key.AllowingUnsealed().Open("shop", raw, false)
 	require.NoError(t, err)
-	require.Equal(t, secret, got, "a raw secret stays usable once a key is set")
+	require.Equal(t, secret, got, "a raw secret opens with the development allowance")
 
 	for _, bad := range []string{"short", base64.StdEncoding.EncodeToString(make([]byte, 16)), "!!!!"} {
 		_, err := webhook.ParseSecretKey(bad)
@@ -67,4 +68,91 @@ func TestSealedSecrets(t *testing.T) {
 	k, err := webhook.ParseSecretKey("")
 	require.NoError(t, err)
 	require.False(t, k.Set())
+}
+
+// Without the development allowance nothing is stored or read raw: the zero
+// key refuses to store, and no key opens a raw secret.
+func TestUnsealedRefused(t *testing.T) {
+	t.Parallel()
+	_, key := newKey(t)
+	_, secret, err := webhook.NewSecret()
+	require.NoError(t, err)
+
+	none := webhook.SecretKey{}
+	require.ErrorIs(t, none.CanStore(), webhook.ErrUnsealed)
+	_, _, err = none.Seal("shop", secret)
+	require.ErrorIs(t, err, webhook.ErrUnsealed)
+	for _, k := range []webhook.SecretKey{none, key} {
+		_, err = k.Open("shop", secret, false)
+		require.ErrorIs(t, err, webhook.ErrUnsealed)
+		require.ErrorContains(t, err, "api webhook reseal")
+	}
+	require.NoError(t, key.CanStore())
+	require.NoError(t, none.AllowingUnsealed().CanStore())
+
+	for _, c := range []webhook.SecretKeys{{}, {AllowUnsealed: true}} {
+		k, err := c.Parse()
+		require.NoError(t, err)
+		require.Equal(t, c.AllowUnsealed, k.CanStore() == nil, "%+v", c)
+	}
+}
+
+// A rotation of WEBHOOK_SECRET_KEY: the previous key opens what it sealed,
+// Reseal moves raw and old secrets to the current key and leaves those
+// already there; a secret that opens with neither is an error.
+func TestResealWithTheNewKey(t *testing.T) {
+	t.Parallel()
+	oldB64, oldKey := newKey(t)
+	newB64, current := newKey(t)
+	_, stranger := newKey(t)
+	both, err := webhook.SecretKeys{Key: newB64, Old: oldB64}.Parse()
+	require.NoError(t, err)
+	_, secret, err := webhook.NewSecret()
+	require.NoError(t, err)
+
+	underOld, _, err := oldKey.Seal("shop", secret)
+	require.NoError(t, err)
+	underNew, _, err := current.Seal("shop", secret)
+	require.NoError(t, err)
+	underStranger, _, err := stranger.Seal("shop", secret)
+	require.NoError(t, err)
+
+	got, err := both.Open("shop", underOld, true)
+	require.NoError(t, err, "the previous key opens during the rotation")
+	require.Equal(t, secret, got)
+	_, err = current.Open("shop", underOld, true)
+	require.Error(t, err)
+
+	for name, c := range map[string]struct {
+		stored []byte
+		sealed bool
+	}{"old": {underOld, true}, "raw": {secret, false}} {
+		out, changed, err := both.Reseal("shop", c.stored, c.sealed)
+		require.NoError(t, err, name)
+		require.True(t, changed, name)
+		got, err := current.Open("shop", out, true)
+		require.NoError(t, err, name)
+		require.Equal(t, secret, got, name)
+		again, changed, err := both.Reseal("shop", out, true)
+		require.NoError(t, err, name)
+		require.False(t, changed, "%s: idempotent", name)
+		require.Equal(t, out, again)
+	}
+	out, changed, err := both.Reseal("shop", underNew, true)
+	require.NoError(t, err)
+	require.False(t, changed)
+	require.Equal(t, underNew, out)
+	_, _, err = both.Reseal("shop", underStranger, true)
+	require.ErrorContains(t, err, "neither")
+	_, _, err = current.Reseal("shop", underOld, true)
+	require.ErrorContains(t, err, "WEBHOOK_SECRET_KEY_OLD is not set")
+	_, _, err = webhook.SecretKey{}.Reseal("shop", secret, false)
+	require.Error(t, err)
+
+	_, err = webhook.SecretKeys{Old: oldB64}.Parse()
+	require.ErrorContains(t, err, "WEBHOOK_SECRET_KEY_OLD is set without WEBHOOK_SECRET_KEY")
+	_, err = webhook.SecretKeys{Key: newB64, Old: "short"}.Parse()
+	require.ErrorContains(t, err, "WEBHOOK_SECRET_KEY_OLD:")
+	_, err = webhook.SecretKeys{Key: "short"}.Parse()
+	require.ErrorContains(t, err, "WEBHOOK_SECRET_KEY:")
 }

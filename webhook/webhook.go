@@ -1,9 +1,12 @@
 // Package webhook is what the completion webhooks share between the command
 // that registers an endpoint (cmd/api) and the job that delivers to it
-// (package jobs): the Standard Webhooks 1.0 secrets and signature, the URL
-// rules, and the HTTP client that enforces them again on the address it
-// actually dials. It keeps no SQL: the webhook tables belong to package
-// postgres.
+// (package jobs): the Standard Webhooks 1.0 secrets and signature, the
+// sealing of the secrets at rest (SecretKey), the URL rules with their
+// address allow-list (Public: global unicast only, the IPv4 address inside
+// NAT64, 6to4, Teredo and IPv4-mapped forms checked too) and host
+// normalisation (ParseHost), and the HTTP client that enforces the rules
+// again on every address it dials. It keeps no SQL: the webhook tables
+// belong to package postgres.
 package webhook
 
 import (
@@ -57,76 +60,63 @@ func Signature(id string, timestamp int64, body []byte, secrets [][]byte) string
 	return strings.Join(parts, " ")
 }
 
-// Policy is what the URL rules allow besides public HTTPS hosts.
+// Policy is what the URL rules allow besides public HTTPS hosts, and the
+// resolver they look names up with.
 type Policy struct {
 	AllowInsecure bool // WEBHOOK_ALLOW_INSECURE: http:// too
-	AllowPrivate  bool // WEBHOOK_ALLOW_PRIVATE: loopback, private and link-local hosts too
+	AllowPrivate  bool // WEBHOOK_ALLOW_PRIVATE: hosts that are not Public too
+	// Resolver looks names up at set time and at every connection; nil is
+	// net.DefaultResolver.
+	Resolver Resolver
 }
 
-// ErrForbiddenAddress is wrapped by the errors of an address the policy refuses.
-var ErrForbiddenAddress = errors.New("loopback, private or link-local address")
-
-// Forbidden says whether addr is loopback, private (RFC 1918, RFC 4193),
-// link-local, unspecified or multicast: addresses that reach inside.
-func Forbidden(addr netip.Addr) bool {
-	addr = addr.Unmap()
-	return addr.IsLoopback() || addr.IsPrivate() || addr.IsLinkLocalUnicast() || addr.IsLinkLocalMulticast() ||
-		addr.IsInterfaceLocalMulticast() || addr.IsUnspecified() || addr.IsMulticast()
-}
-
-// CheckURL applies the URL rules to raw: absolute https:// (http:// when
-// insecure is allowed), a host, no user info, and unless private hosts are
-// allowed, a host that is not, and does not resolve to, a forbidden address.
-// A name that does not resolve now is accepted: every delivery checks the
-// address it dials.
-func CheckURL(ctx context.Context, raw string, p Policy) error {
+// CheckURL applies the URL rules to raw and returns the URL to store, its
+// host normalised (ParseHost): absolute https:// (http:// when insecure is
+// allowed), a host, no user info, no fragment; a host that is a public
+// address (Public), or a name that resolves now, to public addresses only
+// (unless private hosts are allowed, when it need only resolve). Every
+// delivery checks again the address it dials.
+func CheckURL(ctx context.Context, raw string, p Policy) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("the URL does not parse: %v", err)
+		return "", fmt.Errorf("the URL does not parse: %v", err)
 	}
 	switch {
 	case u.Scheme == "https":
 	case u.Scheme == "http" && p.AllowInsecure:
 	case u.Scheme == "http":
-		return errors.New("the URL must be https:// (http:// only with WEBHOOK_ALLOW_INSECURE=true)")
+		return "", errors.New("the URL must be https:// (http:// only with WEBHOOK_ALLOW_INSECURE=true)")
 	default:
-		return errors.New("the URL must be absolute https://")
+		return "", errors.New("the URL must be absolute https://")
 	}
 	if u.Host == "" || u.Hostname() == "" {
-		return errors.New("the URL has no host")
+		return "", errors.New("the URL has no host")
 	}
 	if u.User != nil {
-		return errors.New("the URL may not carry user info")
+		return "", errors.New("the URL may not carry user info")
 	}
 	if u.Fragment != "" {
-		return errors.New("the URL may not carry a fragment")
+		return "", errors.New("the URL may not carry a fragment")
 	}
-	if p.AllowPrivate {
-		return nil
-	}
-	host := u.Hostname()
-	if a, err := netip.ParseAddr(host); err == nil {
-		if Forbidden(a) {
-			return fmt.Errorf("the host %s is a %w (allowed only with WEBHOOK_ALLOW_PRIVATE=true)", host, ErrForbiddenAddress)
-		}
-		return nil
-	}
-	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	h, err := ParseHost(u.Hostname())
 	if err != nil {
-		return nil
+		return "", err
 	}
-	for _, a := range addrs {
-		if Forbidden(a) {
-			return fmt.Errorf("the host %s resolves to %s, a %w (allowed only with WEBHOOK_ALLOW_PRIVATE=true)", host, a, ErrForbiddenAddress)
-		}
+	if err := p.checkHost(ctx, h); err != nil {
+		return "", err
 	}
-	return nil
+	host := h.String()
+	if port := u.Port(); port != "" {
+		host += ":" + port
+	}
+	u.Host = host
+	return u.String(), nil
 }
 
-// Control refuses a connection to a forbidden address unless p allows
-// private hosts. It runs after name resolution, on the very address dialled,
-// so a name that resolved to a public address at registration and to an
-// inside one now (DNS rebinding) is refused too.
+// Control refuses a connection to an address that is not Public unless p
+// allows private hosts. It runs on the very address dialled, after name
+// resolution, so a name that resolved to a public address at registration
+// and to an inside one now (DNS rebinding) is refused too.
 func (p Policy) Control(_, address string, _ syscall.RawConn) error {
 	if p.AllowPrivate {
 		return nil
@@ -136,21 +126,84 @@ func (p Policy) Control(_, address string, _ syscall.RawConn) error {
 		return fmt.Errorf("webhook: dialing %q: %w", address, err)
 	}
 	if Forbidden(ap.Addr()) {
-		return fmt.Errorf("webhook: refused to connect to %s: %w", ap.Addr(), ErrForbiddenAddress)
+		return fmt.Errorf("webhook: refused to connect to %s: an %w", ap.Addr(), ErrForbiddenAddress)
 	}
 	return nil
 }
 
+// minDialShare is the least time each address of a name gets to connect
+// when several share an attempt's deadline (as net.Dialer does).
+const minDialShare = 2 * time.Second
+
+// dialContext returns the delivery client's dial function: a name is looked
+// up with p's resolver, refused when any of its addresses is not Public
+// (unless p allows private hosts), and its addresses are dialled in turn,
+// each with a share of the time left; every dial goes through d, whose
+// Control checks the address once more.
+func (p Policy) dialContext(d *net.Dialer) func(ctx context.Context, network, address string) (net.Conn, error) {
+	return func(ctx context.Context, network, address string) (net.Conn, error) {
+		host, port, err := net.SplitHostPort(address)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := netip.ParseAddr(host); err == nil {
+			return d.DialContext(ctx, network, address)
+		}
+		ipNet := "ip"
+		switch network {
+		case "tcp4":
+			ipNet = "ip4"
+		case "tcp6":
+			ipNet = "ip6"
+		}
+		addrs, err := p.resolver().LookupNetIP(ctx, ipNet, host)
+		if err == nil && len(addrs) == 0 {
+			err = fmt.Errorf("webhook: %s has no address", host)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !p.AllowPrivate {
+			for _, a := range addrs {
+				if Forbidden(a) {
+					return nil, fmt.Errorf("webhook: refused to connect to %s (%s): an %w", host, a, ErrForbiddenAddress)
+				}
+			}
+		}
+		var firstErr error
+		for i, a := range addrs {
+			dctx, cancel := ctx, context.CancelFunc(func() {})
+			if deadline, ok := ctx.Deadline(); ok && i < len(addrs)-1 {
+				share := max(time.Until(deadline)/time.Duration(len(addrs)-i), minDialShare)
+				dctx, cancel = context.WithTimeout(ctx, share)
+			}
+			c, err := d.DialContext(dctx, network, net.JoinHostPort(a.String(), port))
+			cancel()
+			if err == nil {
+				return c, nil
+			}
+			if firstErr == nil {
+				firstErr = err
+			}
+			if ctx.Err() != nil {
+				break
+			}
+		}
+		return nil, firstErr
+	}
+}
+
 // NewClient returns the delivery client: timeout per attempt, no proxy (the
 // address checked is the receiver's), redirects not followed (a 3xx is the
-// answer, and a failure), and every dial checked by p.Control.
+// answer, and a failure), names looked up with p's resolver and every
+// address dialled checked by p.Control.
 func NewClient(timeout time.Duration, p Policy) *http.Client {
 	d := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second, Control: p.Control}
 	return &http.Client{
 		Timeout: timeout,
 		Transport: &http.Transport{
 			Proxy:                 nil,
-			DialContext:           d.DialContext,
+			DialContext:           p.dialContext(d),
 			TLSHandshakeTimeout:   timeout,
 			ResponseHeaderTimeout: timeout,
 			MaxIdleConnsPerHost:   4,

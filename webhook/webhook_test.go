@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -47,20 +48,110 @@ func TestNewSecret(t *testing.T) {
 	require.NotEqual(t, printed, again)
 }
 
-func TestForbidden(t *testing.T) {
+// fakeResolver answers from its map; any other name does not exist. No
+// test depends on real DNS.
+type fakeResolver map[string][]netip.Addr
+
+func (f fakeResolver) LookupNetIP(_ context.Context, network, host string) ([]netip.Addr, error) {
+	addrs, ok := f[host]
+	if !ok {
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		if network == "ip" || (network == "ip4") == a.Unmap().Is4() {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// notPublic is every address the policy must refuse, by the range it stands
+// for: each reaches, or may reach, inside.
+var notPublic = []string{
+	// IPv4: private, loopback, link-local and the rest of the
+	// special-purpose blocks that are not globally reachable.
+	"127.0.0.1", "127.8.9.10", "10.0.0.1", "172.16.5.4", "172.31.255.255", "192.168.1.1",
+	"169.254.169.254",
+	"100.64.0.1", "100.100.100.200", "100.127.255.255", // CGNAT, shared address space
+	"0.0.0.0", "0.1.2.3", // 0.0.0.0/8
+	"198.18.0.1", "198.19.255.255", // benchmarking 198.18.0.0/15
+	"192.0.0.1", "192.0.0.170", // IETF protocol assignments 192.0.0.0/24
+	"240.0.0.1", "250.1.2.3", "255.255.255.254", // reserved 240.0.0.0/4
+	"255.255.255.255",              // broadcast
+	"224.0.0.1", "239.255.255.250", // multicast
+	"192.0.2.1", "198.51.100.1", "203.0.113.1", // documentation
+	"192.88.99.1", // 6to4 relay anycast
+	// IPv6 outside 2000::/3.
+	"::1", "::", "fd00::1", "fc00::1", "fe80::1", "fec0::1", "fefe::1", "ff02::1", "ff0e::1", "100::1", "5f00::1",
+	"fe80::1%eth0",
+	// IPv4-mapped and IPv4-compatible forms.
+	"::ffff:127.0.0.1", "::ffff:192.168.0.1", "::ffff:169.254.169.254", "::ffff:100.100.100.200", "::ffff:0.0.0.0",
+	"::127.0.0.1", "::169.254.169.254", "::10.0.0.1", "::8.8.8.8",
+	// NAT64: the IPv4 address inside is checked; the local-use prefix is never public.
+	"64:ff9b::a9fe:a9fe", "64:ff9b::7f00:1", "64:ff9b::a00:1", "64:ff9b::6464:64c8", "64:ff9b::",
+	"64:ff9b:1::a9fe:a9fe", "64:ff9b:1::808:808",
+	// 6to4: the IPv4 address in bits 16-47.
+	"2002:7f00:1::", "2002:a9fe:a9fe::1", "2002:a00:1::1", "2002:6464:64c8::1", "2002::1",
+	// Teredo: server 65.54.227.120 with client 127.0.0.1 (inverted), and a private server.
+	"2001:0:4136:e378:8000:63bf:80ff:fffe", "2001:0:a00:1:8000:63bf:f7f7:f7f7",
+	// The rest of the IETF block, documentation.
+	"2001:2::1", "2001:10::1", "2001:db8::1", "3fff::1",
+}
+
+// public is a control of each kind: the policy lets these through.
+var public = []string{
+	"8.8.8.8", "93.184.216.34", "172.32.0.1", "100.63.255.255", "100.128.0.1", "198.17.255.255", "198.20.0.1",
+	"223.255.255.254", "1.1.1.1", "192.0.3.1",
+	"2606:4700::1111", "2a00:1450:4001::200e", "::ffff:1.1.1.1",
+	"64:ff9b::808:808",                     // NAT64 of 8.8.8.8
+	"2002:808:808::1",                      // 6to4 of 8.8.8.8
+	"2001:0:4136:e378:8000:63bf:f7f7:f7f7", // Teredo: server 65.54.227.120, client 8.8.8.8
+}
+
+func TestPublic(t *testing.T) {
 	t.Parallel()
-	for _, a := range []string{"127.0.0.1", "127.8.9.10", "::1", "10.0.0.1", "172.16.5.4", "192.168.1.1", "fd00::1",
-		"169.254.169.254", "fe80::1", "0.0.0.0", "::", "::ffff:127.0.0.1", "::ffff:192.168.0.1", "224.0.0.1", "ff02::1"} {
+	for _, a := range notPublic {
+		require.False(t, webhook.Public(netip.MustParseAddr(a)), a)
 		require.True(t, webhook.Forbidden(netip.MustParseAddr(a)), a)
 	}
-	for _, a := range []string{"8.8.8.8", "93.184.216.34", "172.32.0.1", "2606:4700::1111", "::ffff:1.1.1.1"} {
-		require.False(t, webhook.Forbidden(netip.MustParseAddr(a)), a)
+	for _, a := range public {
+		require.True(t, webhook.Public(netip.MustParseAddr(a)), a)
+	}
+	require.False(t, webhook.Public(netip.Addr{}))
+}
+
+// A host is read as a resolver or a browser reads it: every spelling of an
+// address is that address; names are folded to lower-case ASCII.
+func TestParseHost(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"127.0.0.1": "127.0.0.1", "127.1": "127.0.0.1", "127.0.1": "127.0.0.1", "2130706433": "127.0.0.1",
+		"0x7f000001": "127.0.0.1", "0X7F000001": "127.0.0.1", "0x7f.1": "127.0.0.1", "0177.0.0.1": "127.0.0.1",
+		"0177.0.0.01": "127.0.0.1", "017700000001": "127.0.0.1", "0": "0.0.0.0", "0x": "0.0.0.0",
+		"127.0.0.1.": "127.0.0.1", "2130706433.": "127.0.0.1", "169.254.43518": "169.254.169.254",
+		"１２７.０.０.１": "127.0.0.1", "１２７．０．０．１": "127.0.0.1", "１２７。０。０。１": "127.0.0.1",
+		"0xa9fea9fe": "169.254.169.254", "134744072": "8.8.8.8",
+		"::1": "[::1]", "0:0:0:0:0:0:0:1": "[::1]", "::ffff:127.0.0.1": "[::ffff:127.0.0.1]",
+		"localhost": "localhost", "localhost.": "localhost", "LOCALHOST": "localhost", "ｌｏｃａｌｈｏｓｔ": "localhost",
+		"localhost．": "localhost", "Hooks.Example.COM.": "hooks.example.com", "bücher.example": "xn--bcher-kva.example",
+		"hooks_1.example.com": "hooks_1.example.com",
+	} {
+		h, err := webhook.ParseHost(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, h.String(), in)
+	}
+	for _, bad := range []string{"1.2.3.4.5", "256.0.0.1", "1.2.3.256", "1.2.65536", "08.0.0.1", "4294967296",
+		"foo.123", "a..b", ".", "..", "example.com..", "::1::2"} {
+		_, err := webhook.ParseHost(bad)
+		require.Error(t, err, bad)
 	}
 }
 
-// The delivery client refuses a forbidden address when it dials, whatever
-// the URL named; with private hosts allowed it connects. It follows no
-// redirect.
+// The delivery client refuses, at every connection, an address that is not
+// public: a name that resolves to one (the resolver injected) and a literal
+// one; the receiver gets nothing. With private hosts allowed the same name
+// connects, through the same resolver. It follows no redirect.
 func TestClientChecksTheAddressDialled(t *testing.T) {
 	t.Parallel()
 	var hits atomic.Int32
@@ -73,31 +164,109 @@ func TestClientChecksTheAddressDialled(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(srv.Close)
-	byName := strings.Replace(srv.URL, "127.0.0.1", "localhost", 1)
+	_, port, err := net.SplitHostPort(srv.Listener.Addr().String())
+	require.NoError(t, err)
 
-	strict := webhook.NewClient(5*time.Second, webhook.Policy{AllowInsecure: true})
-	for _, u := range []string{srv.URL, byName} {
-		_, err := strict.Post(u, "application/json", nil)
-		require.Error(t, err, u)
-		require.True(t, errors.Is(err, webhook.ErrForbiddenAddress), "%s: %v", u, err)
+	for _, a := range append(notPublic, "127.0.0.1") {
+		addr := netip.MustParseAddr(a)
+		res := fakeResolver{"inside.test": {addr}, "mixed.test": {netip.MustParseAddr("93.184.216.34"), addr}}
+		strict := webhook.NewClient(5*time.Second, webhook.Policy{AllowInsecure: true, Resolver: res})
+		urls := []string{"http://inside.test:" + port + "/", "http://mixed.test:" + port + "/"}
+		if addr.Zone() == "" {
+			urls = append(urls, "http://"+net.JoinHostPort(a, port)+"/")
+		}
+		for _, u := range urls {
+			_, err := strict.Post(u, "application/json", nil)
+			require.Error(t, err, u)
+			require.True(t, errors.Is(err, webhook.ErrForbiddenAddress), "%s: %v", u, err)
+		}
 	}
 	require.Zero(t, hits.Load())
 
-	lenient := webhook.NewClient(5*time.Second, webhook.Policy{AllowInsecure: true, AllowPrivate: true})
-	resp, err := lenient.Post(byName+"/moved", "application/json", nil)
+	// The check of each address dialled, on its own.
+	strict := webhook.Policy{}
+	for _, a := range notPublic {
+		require.ErrorIs(t, strict.Control("tcp", net.JoinHostPort(a, "443"), nil), webhook.ErrForbiddenAddress, a)
+	}
+	for _, a := range public {
+		require.NoError(t, strict.Control("tcp", net.JoinHostPort(a, "443"), nil), a)
+	}
+
+	res := fakeResolver{"receiver.test": {netip.MustParseAddr("127.0.0.1")}}
+	lenient := webhook.NewClient(5*time.Second, webhook.Policy{AllowInsecure: true, AllowPrivate: true, Resolver: res})
+	resp, err := lenient.Post("http://receiver.test:"+port+"/moved", "application/json", nil)
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusFound, resp.StatusCode, "the redirect is the answer")
 	require.Equal(t, int32(1), hits.Load())
+	_, err = lenient.Post("http://nowhere.test:"+port+"/", "application/json", nil)
+	require.Error(t, err, "a name the resolver does not know")
+	require.Equal(t, int32(1), hits.Load())
 }
 
+// The URL rules at set time: every spelling of an inside address, every name
+// that resolves inside, and every name that does not resolve, are refused;
+// what is accepted comes back with its host normalised.
 func TestCheckURL(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	require.NoError(t, webhook.CheckURL(ctx, "https://93.184.216.34/hooks", webhook.Policy{}))
-	require.NoError(t, webhook.CheckURL(ctx, "https://hooks.invalid/hooks", webhook.Policy{}), "a name that does not resolve now is checked at delivery")
-	require.NoError(t, webhook.CheckURL(ctx, "http://127.0.0.1:8080/x", webhook.Policy{AllowInsecure: true, AllowPrivate: true}))
-	for _, u := range []string{"http://93.184.216.34/", "https://10.0.0.1/", "https://localhost/", "https://[::1]/", "/relative", "https://#frag", "https://93.184.216.34/#f"} {
-		require.Error(t, webhook.CheckURL(ctx, u, webhook.Policy{}), u)
+	res := fakeResolver{
+		"hooks.example.com": {netip.MustParseAddr("93.184.216.34"), netip.MustParseAddr("2606:2800:220:1:248:1893:25c8:1946")},
+		"metadata.test":     {netip.MustParseAddr("100.100.100.200")},
+		"nat64.test":        {netip.MustParseAddr("64:ff9b::a9fe:a9fe")},
+		"mixed.test":        {netip.MustParseAddr("93.184.216.34"), netip.MustParseAddr("10.0.0.1")},
+		"localhost":         {netip.MustParseAddr("93.184.216.34")}, // refused by name, whatever resolves
+		"empty.test":        {},
 	}
+	strict := webhook.Policy{Resolver: res}
+	for in, want := range map[string]string{
+		"https://93.184.216.34/hooks":            "https://93.184.216.34/hooks",
+		"https://134744072:8443/x?a=1":           "https://8.8.8.8:8443/x?a=1",
+		"https://Hooks.Example.COM./labels":      "https://hooks.example.com/labels",
+		"https://ｈｏｏｋｓ.example.com/labels":       "https://hooks.example.com/labels",
+		"https://[2606:4700::1111]:8443/x":       "https://[2606:4700::1111]:8443/x",
+		"https://[64:ff9b::808:808]/x":           "https://[64:ff9b::808:808]/x",
+		"https://hooks.example.com/a%2Fb?c=d#":   "https://hooks.example.com/a%2Fb?c=d",
+		"https://hooks.example.com:443/path/x/y": "https://hooks.example.com:443/path/x/y",
+	} {
+		got, err := webhook.CheckURL(ctx, in, strict)
+		require.NoError(t, err, in)
+		require.Equal(t, want, got, in)
+	}
+	var refused []string
+	for _, a := range notPublic {
+		h := a
+		if strings.Contains(a, ":") {
+			h = "[" + strings.ReplaceAll(a, "%", "%25") + "]"
+		}
+		refused = append(refused, "https://"+h+"/x")
+	}
+	refused = append(refused, "https://127.1/", "https://2130706433/", "https://0x7f000001/", "https://0177.0.0.1/",
+		"https://0/", "https://127.0.0.1./", "https://localhost./", "https://localhost/", "https://LocalHost/",
+		"https://api.localhost/", "https://１２７.０.０.１/", "https://%EF%BC%91%EF%BC%92%EF%BC%97.0.0.1/", "https://ｌｏｃａｌｈｏｓｔ/",
+		"https://0xa9fea9fe/latest/meta-data", "https://169.254.43518/", "https://100.100.100.200/", "https://metadata.test/",
+		"https://nat64.test/", "https://mixed.test/", "https://[::ffff:7f00:1]/")
+	for _, u := range refused {
+		_, err := webhook.CheckURL(ctx, u, strict)
+		require.ErrorIs(t, err, webhook.ErrForbiddenAddress, u)
+	}
+	for _, u := range []string{"https://hooks.invalid/x", "https://nowhere.test/x", "https://empty.test/x"} {
+		_, err := webhook.CheckURL(ctx, u, strict)
+		require.ErrorContains(t, err, "does not resolve", u)
+	}
+	for _, u := range []string{"http://93.184.216.34/", "/relative", "https://#frag", "https://93.184.216.34/#f",
+		"https://user@93.184.216.34/", "https://1.2.3.4.5/", "https://256.1.1.1/", "https://a..b/"} {
+		_, err := webhook.CheckURL(ctx, u, strict)
+		require.Error(t, err, u)
+	}
+
+	// Private hosts allowed: inside addresses pass; a name must still resolve.
+	lenient := webhook.Policy{AllowInsecure: true, AllowPrivate: true, Resolver: res}
+	got, err := webhook.CheckURL(ctx, "http://127.1:8080/x", lenient)
+	require.NoError(t, err)
+	require.Equal(t, "http://127.0.0.1:8080/x", got)
+	_, err = webhook.CheckURL(ctx, "http://metadata.test/x", lenient)
+	require.NoError(t, err)
+	_, err = webhook.CheckURL(ctx, "http://nowhere.test/x", lenient)
+	require.ErrorContains(t, err, "does not resolve")
 }

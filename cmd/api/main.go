@@ -1,6 +1,6 @@
 // Command api serves the label service's HTTP API, applies the migrations
 // (api migrate), manages callers (api caller add NAME) and their webhook
-// endpoints (api webhook set|rotate|delete|list). See
+// endpoints (api webhook set|rotate|delete|list|reseal). See
 // docs/operations.md for the configuration.
 package main
 
@@ -39,6 +39,10 @@ const usage = `Usage:
   api webhook delete CALLER
                           stop deliveries; undelivered events are dropped
   api webhook list        caller, URL, state, failures in a row (tab-separated)
+  api webhook reseal [--batch N]
+                          seal every stored signing secret with
+                          WEBHOOK_SECRET_KEY (those raw or sealed with
+                          WEBHOOK_SECRET_KEY_OLD); safe to repeat
 
 Flags (override the environment):
   --addr ADDR             listen address (API_ADDR, default :8080)
@@ -49,9 +53,11 @@ DATABASE_URL is a pooler: LISTEN and migrations), DATABASE_POOLED (default:
 true when DATABASE_DIRECT_URL is set), API_ADDR, KEY_RETENTION (24h), ACCEPT_BATCH (64:
 accepts per shared transaction; 0 = one transaction per accept), LOG_LEVEL
 (info), LOG_FORMAT (json|console); for api webhook: WEBHOOK_ALLOW_INSECURE
-(false: https:// only), WEBHOOK_ALLOW_PRIVATE (false: no loopback, private or
-link-local hosts), WEBHOOK_ROTATION_OVERLAP (24h), WEBHOOK_SECRET_KEY (unset:
-secrets stored raw; base64 of 32 bytes: stored encrypted).
+(false: https:// only), WEBHOOK_ALLOW_PRIVATE (false: public hosts only),
+WEBHOOK_ROTATION_OVERLAP (24h), WEBHOOK_SECRET_KEY (base64 of 32 bytes:
+secrets stored encrypted; unset: set and rotate refuse), WEBHOOK_SECRET_KEY_OLD
+(unset; the previous key, for reseal), WEBHOOK_ALLOW_UNSEALED (false; true:
+secrets stored raw without a key, development only).
 `
 
 // Config is the API's configuration, read once in run.
@@ -64,7 +70,7 @@ type Config struct {
 	WebhookAllowInsecure   bool
 	WebhookAllowPrivate    bool
 	WebhookRotationOverlap time.Duration
-	WebhookSecretKey       string // WEBHOOK_SECRET_KEY; parsed by Validate
+	WebhookSecretKeys      webhook.SecretKeys // WEBHOOK_SECRET_KEY, WEBHOOK_SECRET_KEY_OLD, WEBHOOK_ALLOW_UNSEALED; parsed by Validate
 	webhookSecretKey       webhook.SecretKey
 }
 
@@ -79,9 +85,9 @@ func (c *Config) Validate() error {
 	if c.WebhookRotationOverlap < 0 {
 		return fmt.Errorf("WEBHOOK_ROTATION_OVERLAP=%s: must not be negative", c.WebhookRotationOverlap)
 	}
-	k, err := webhook.ParseSecretKey(c.WebhookSecretKey)
+	k, err := c.WebhookSecretKeys.Parse()
 	if err != nil {
-		return fmt.Errorf("WEBHOOK_SECRET_KEY: %v", err)
+		return err
 	}
 	c.webhookSecretKey = k
 	return nil
@@ -98,7 +104,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		WebhookAllowInsecure:   env.Bool("WEBHOOK_ALLOW_INSECURE", false),
 		WebhookAllowPrivate:    env.Bool("WEBHOOK_ALLOW_PRIVATE", false),
 		WebhookRotationOverlap: env.Duration("WEBHOOK_ROTATION_OVERLAP", 24*time.Hour),
-		WebhookSecretKey:       env.String("WEBHOOK_SECRET_KEY", ""),
+		WebhookSecretKeys: webhook.SecretKeys{
+			Key:           env.String("WEBHOOK_SECRET_KEY", ""),
+			Old:           env.String("WEBHOOK_SECRET_KEY_OLD", ""),
+			AllowUnsealed: env.Bool("WEBHOOK_ALLOW_UNSEALED", false),
+		},
 	}
 	log := cli.Logger(env, stderr, "api")
 

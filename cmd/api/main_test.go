@@ -38,6 +38,9 @@ func TestHelpAndBadConfig(t *testing.T) {
 		{"WEBHOOK_ALLOW_PRIVATE": "2"},
 		{"WEBHOOK_ROTATION_OVERLAP": "-1h"},
 		{"WEBHOOK_SECRET_KEY": "c2hvcnQ="},
+		{"WEBHOOK_SECRET_KEY_OLD": "c2hvcnQ="},
+		{"WEBHOOK_SECRET_KEY_OLD": "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="},
+		{"WEBHOOK_ALLOW_UNSEALED": "perhaps"},
 	} {
 		errb.Reset()
 		require.Equal(t, 2, run(context.Background(), []string{"api"}, env(e), io.Discard, &errb), e)

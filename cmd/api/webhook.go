@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"net"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -12,24 +15,51 @@ import (
 	"github.com/labelkit/labels/webhook"
 )
 
-// webhookCmd runs `api webhook set|rotate|delete|list`. A secret is printed
-// once, as the last line of stdout, and never logged: the only copy besides
-// the database's is the operator's.
+// resolver looks up the host of `api webhook set` (tests replace it).
+var resolver webhook.Resolver = net.DefaultResolver
+
+// ResealBatch is the default of `api webhook reseal --batch`: secrets
+// re-sealed per statement.
+const ResealBatch = 500
+
+// webhookCmd runs `api webhook set|rotate|delete|list|reseal`. A secret is
+// printed once, as the last line of stdout, and never logged: the only copy
+// besides the database's is the operator's.
 func webhookCmd(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, args []string, stdout, stderr io.Writer) int {
 	fail := func(code int, format string, a ...any) int {
 		fmt.Fprintf(stderr, "api webhook: "+format+"\n", a...)
 		return code
 	}
-	usage := "want: webhook set CALLER URL | webhook rotate CALLER | webhook delete CALLER | webhook list; see api --help"
+	usage := "want: webhook set CALLER URL | webhook rotate CALLER | webhook delete CALLER | webhook list | webhook reseal [--batch N]; see api --help"
 	if len(args) == 0 {
 		return fail(2, "%s", usage)
 	}
+	batch := ResealBatch
 	switch {
 	case args[0] == "set" && len(args) == 3:
-		if err := webhook.CheckURL(ctx, args[2], cfg.webhookPolicy()); err != nil {
+		url, err := webhook.CheckURL(ctx, args[2], cfg.webhookPolicy())
+		if err != nil {
 			return fail(2, "%s", err)
 		}
-	case args[0] == "rotate" && len(args) == 2, args[0] == "delete" && len(args) == 2, args[0] == "list" && len(args) == 1:
+		args[2] = url
+		if err := cfg.webhookSecretKey.CanStore(); err != nil {
+			return fail(2, "%s", err)
+		}
+	case args[0] == "rotate" && len(args) == 2:
+		if err := cfg.webhookSecretKey.CanStore(); err != nil {
+			return fail(2, "%s", err)
+		}
+	case args[0] == "delete" && len(args) == 2, args[0] == "list" && len(args) == 1:
+	case args[0] == "reseal":
+		fs := flag.NewFlagSet("api webhook reseal", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		fs.IntVar(&batch, "batch", batch, "")
+		if err := fs.Parse(args[1:]); err != nil || fs.NArg() > 0 || batch < 1 || batch > 10000 {
+			return fail(2, "want: webhook reseal [--batch N], N from 1 to 10000")
+		}
+		if !cfg.webhookSecretKey.Set() {
+			return fail(2, "reseal seals with WEBHOOK_SECRET_KEY, which is not set")
+		}
 	default:
 		return fail(2, "%s", usage)
 	}
@@ -90,13 +120,43 @@ func webhookCmd(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, args [
 		for _, h := range hooks {
 			fmt.Fprintf(stdout, "%s\t%s\t%s\t%d\n", h.CallerID, h.URL, h.State, h.FailuresInRow)
 		}
+	case "reseal":
+		return reseal(ctx, cfg.webhookSecretKey, pool, batch, stdout, fail)
+	}
+	return 0
+}
+
+// reseal seals every stored secret with the current key: those raw, and
+// those sealed with the previous key. One that opens with neither is left
+// as it is and named; the others are still re-sealed, and the exit status is
+// 1. Running it again changes nothing.
+func reseal(ctx context.Context, key webhook.SecretKey, pool *pgxpool.Pool, batch int, stdout io.Writer, fail func(int, string, ...any) int) int {
+	current := 0
+	var stuck []string
+	rewritten, err := postgres.ResealWebhookSecrets(ctx, pool, batch, func(s postgres.StoredSecret) (postgres.Secret, bool, error) {
+		v, changed, err := key.Reseal(s.CallerID, s.Value, s.Sealed)
+		switch {
+		case err != nil:
+			stuck = append(stuck, fmt.Sprintf("%s (secret %d)", s.CallerID, s.ID))
+			return postgres.Secret{}, false, nil
+		case !changed:
+			current++
+		}
+		return postgres.Secret{Value: v, Sealed: true}, changed, nil
+	})
+	if err != nil {
+		return fail(1, "reseal: %v (%d secrets re-sealed before; run it again)", err, rewritten)
+	}
+	fmt.Fprintf(stdout, "webhook secrets: %d re-sealed with WEBHOOK_SECRET_KEY, %d already were\n", rewritten, current)
+	if len(stuck) > 0 {
+		return fail(1, "left as they are, secrets that open with neither WEBHOOK_SECRET_KEY nor WEBHOOK_SECRET_KEY_OLD: %s (delete and set those endpoints anew)", strings.Join(stuck, ", "))
 	}
 	return 0
 }
 
 // newSecret makes a signing secret for caller and returns it as printed once
-// to the operator and as stored: sealed with WEBHOOK_SECRET_KEY when it is
-// set, raw otherwise.
+// to the operator and as stored: sealed with WEBHOOK_SECRET_KEY, or raw with
+// WEBHOOK_ALLOW_UNSEALED and no key.
 func newSecret(cfg Config, caller string) (printed string, stored postgres.Secret, err error) {
 	printed, secret, err := webhook.NewSecret()
 	if err != nil {
@@ -107,5 +167,5 @@ func newSecret(cfg Config, caller string) (printed string, stored postgres.Secre
 }
 
 func (c *Config) webhookPolicy() webhook.Policy {
-	return webhook.Policy{AllowInsecure: c.WebhookAllowInsecure, AllowPrivate: c.WebhookAllowPrivate}
+	return webhook.Policy{AllowInsecure: c.WebhookAllowInsecure, AllowPrivate: c.WebhookAllowPrivate, Resolver: resolver}
 }

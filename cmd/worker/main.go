@@ -54,7 +54,9 @@ Webhook delivery: WEBHOOK_TIMEOUT (15s), WEBHOOK_RETRY_BASE (5s), WEBHOOK_RETRY_
 (10h), WEBHOOK_MAX_ATTEMPTS (12), WEBHOOK_DISABLE_AFTER (50), WEBHOOK_CONCURRENCY (20),
 WEBHOOK_ENDPOINT_CONCURRENCY (4: attempts in flight at one endpoint per process),
 WEBHOOK_ALLOW_INSECURE (false), WEBHOOK_ALLOW_PRIVATE (false), WEBHOOK_SECRET_KEY
-(unset; the api's, to open the secrets it sealed).
+(unset; the api's, to open the secrets it sealed: without it no delivery is
+signed), WEBHOOK_SECRET_KEY_OLD (unset; the previous key during a rotation),
+WEBHOOK_ALLOW_UNSEALED (false; true: raw secrets are used, development only).
 `
 
 // Config is the worker's configuration, read once in run.
@@ -88,7 +90,7 @@ type Config struct {
 	WebhookPerEndpoint   int // WEBHOOK_ENDPOINT_CONCURRENCY
 	WebhookAllowInsecure bool
 	WebhookAllowPrivate  bool
-	WebhookSecretKey     string // WEBHOOK_SECRET_KEY; parsed by Validate
+	WebhookSecretKeys    webhook.SecretKeys // WEBHOOK_SECRET_KEY, WEBHOOK_SECRET_KEY_OLD, WEBHOOK_ALLOW_UNSEALED; parsed by Validate
 	webhookSecretKey     webhook.SecretKey
 }
 
@@ -132,9 +134,9 @@ func (c *Config) Validate() error {
 	case c.WebhookPerEndpoint < 1 || c.WebhookPerEndpoint > 1000:
 		return fmt.Errorf("WEBHOOK_ENDPOINT_CONCURRENCY=%d: want 1 to 1000", c.WebhookPerEndpoint)
 	}
-	k, err := webhook.ParseSecretKey(c.WebhookSecretKey)
+	k, err := c.WebhookSecretKeys.Parse()
 	if err != nil {
-		return fmt.Errorf("WEBHOOK_SECRET_KEY: %v", err)
+		return err
 	}
 	c.webhookSecretKey = k
 	return validateAdmin(c.AdminAddr, c.AdminUser, c.AdminPassword)
@@ -172,7 +174,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		WebhookPerEndpoint:   env.Int("WEBHOOK_ENDPOINT_CONCURRENCY", jobs.DefaultWebhookEndpointConcurrency),
 		WebhookAllowInsecure: env.Bool("WEBHOOK_ALLOW_INSECURE", false),
 		WebhookAllowPrivate:  env.Bool("WEBHOOK_ALLOW_PRIVATE", false),
-		WebhookSecretKey:     env.String("WEBHOOK_SECRET_KEY", ""),
+		WebhookSecretKeys: webhook.SecretKeys{
+			Key:           env.String("WEBHOOK_SECRET_KEY", ""),
+			Old:           env.String("WEBHOOK_SECRET_KEY_OLD", ""),
+			AllowUnsealed: env.Bool("WEBHOOK_ALLOW_UNSEALED", false),
+		},
 	}
 	log := cli.Logger(env, stderr, "worker")
 
@@ -322,6 +328,9 @@ func work(ctx context.Context, cfg Config, db postgres.Endpoints, periodic []*ri
 		}
 	}
 	log.Info().Int("concurrency", cfg.Concurrency).Dur("lease", cfg.LeaseDuration).Dur("carrier_timeout", cfg.CarrierTimeout).Msg("worker started")
+	if err := cfg.webhookSecretKey.CanStore(); err != nil {
+		log.Warn().Err(err).Msg("no webhook delivery can be signed until WEBHOOK_SECRET_KEY is set")
+	}
 
 	<-ctx.Done()
 	log.Info().Msg("shutting down: no new jobs; waiting for carrier calls in flight")

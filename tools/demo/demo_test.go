@@ -55,7 +55,7 @@ func TestDemo(t *testing.T) {
 		require.Equal(t, 3, strings.Count(out, key), "%q once per POST", key)
 	}
 	// The webhook: delivered to the demo's receiver, verified, the secret masked.
-	require.Contains(t, out, "$ WEBHOOK_ALLOW_INSECURE=true WEBHOOK_ALLOW_PRIVATE=true api webhook set fulfilment http://127.0.0.1:")
+	require.Contains(t, out, "$ WEBHOOK_ALLOW_INSECURE=true WEBHOOK_ALLOW_PRIVATE=true WEBHOOK_ALLOW_UNSEALED=true api webhook set fulfilment http://127.0.0.1:")
 	require.Contains(t, out, "> webhook-id: msg_lr_")
 	require.Contains(t, out, "> webhook-signature: v1,")
 	require.Contains(t, out, "client.VerifyWebhook(secret, header, body, now): OK")

@@ -15,7 +15,9 @@ import (
 
 // receiver is the demo's webhook endpoint: a plain-HTTP server on loopback in
 // the demo's own process (hence WEBHOOK_ALLOW_INSECURE and
-// WEBHOOK_ALLOW_PRIVATE for the api and the worker), keeping what it gets.
+// WEBHOOK_ALLOW_PRIVATE for the api and the worker, and
+// WEBHOOK_ALLOW_UNSEALED: a development setup without WEBHOOK_SECRET_KEY),
+// keeping what it gets.
 type receiver struct {
 	srv *httptest.Server
 
@@ -68,15 +70,16 @@ func (rc *receiver) find(ctx context.Context, id string, timeout time.Duration) 
 	}
 }
 
-// webhookEnv lets the api and the worker use the demo's loopback receiver.
-var webhookEnv = []string{"WEBHOOK_ALLOW_INSECURE=true", "WEBHOOK_ALLOW_PRIVATE=true"}
+// webhookEnv lets the api and the worker use the demo's loopback receiver,
+// with the signing secret stored raw (a development setup).
+var webhookEnv = []string{"WEBHOOK_ALLOW_INSECURE=true", "WEBHOOK_ALLOW_PRIVATE=true", "WEBHOOK_ALLOW_UNSEALED=true"}
 
 // setWebhook registers the demo's receiver for the caller.
 func (d *demo) setWebhook(ctx context.Context) error {
 	d.hooks = newReceiver()
 	url := d.hooks.srv.URL + "/labelkit-webhooks"
 	d.say.Step("Webhook: tell the caller when its label request is final")
-	d.say.Say("$ WEBHOOK_ALLOW_INSECURE=true WEBHOOK_ALLOW_PRIVATE=true api webhook set %s %s", callerName, url)
+	d.say.Say("$ WEBHOOK_ALLOW_INSECURE=true WEBHOOK_ALLOW_PRIVATE=true WEBHOOK_ALLOW_UNSEALED=true api webhook set %s %s", callerName, url)
 	d.say.Say("  (a receiver on loopback in this demo; by default only public https:// endpoints are allowed)")
 	res, err := d.command(ctx, "api", "webhook", "set", callerName, url)
 	if err != nil {

@@ -55,6 +55,8 @@ Flags:
 Environment: DATABASE_URL (required; go tool task fleet sets it),
 ADMIN_PASSWORD (default: a random one, printed), and every other variable of
 docs/operations.md, passed on to the processes (CARRIER_TIMEOUT, SIM_*, ...).
+The API and the workers get WEBHOOK_ALLOW_UNSEALED=true: a development fleet
+signs webhooks with raw secrets when WEBHOOK_SECRET_KEY is not set.
 `
 
 // Config is the fleet's configuration, read once in run.
@@ -194,6 +196,7 @@ func (f *fleet) start(ctx context.Context) error {
 		return err
 	}
 
+	db = append(db, devWebhookSecrets)
 	api, err := f.startProc("api", nil, append(db, "API_ADDR="+f.cfg.APIAddr)...)
 	if err != nil {
 		return err
@@ -239,6 +242,9 @@ func (f *fleet) start(ctx context.Context) error {
 	f.token = res.LastLine()
 	return nil
 }
+
+// devWebhookSecrets is the development allowance for raw webhook secrets.
+const devWebhookSecrets = "WEBHOOK_ALLOW_UNSEALED=true"
 
 // opts passes the developer's environment on (CARRIER_TIMEOUT, SIM_*,
 // LOG_LEVEL...), with env on top.

@@ -49,7 +49,9 @@ type Opts struct {
 	// Pool, when set, is used instead of a fresh database (it must be migrated).
 	Pool *pgxpool.Pool
 	// Webhooks configures the webhook delivery (zero values: the defaults,
-	// but a retry base of 10ms).
+	// but a retry base of 10ms). A stack is a development setup: its
+	// SecretKey always has the allowance for raw secrets
+	// (WEBHOOK_ALLOW_UNSEALED).
 	Webhooks jobs.WebhookConfig
 }
 
@@ -74,6 +76,7 @@ func New(t testing.TB, o Opts) *Stack {
 	if o.Webhooks.RetryBase == 0 {
 		o.Webhooks.RetryBase = 10 * time.Millisecond
 	}
+	o.Webhooks.SecretKey = o.Webhooks.SecretKey.AllowingUnsealed()
 	pool := o.Pool
 	if pool == nil {
 		pool, _ = dbtest.New(t)
