@@ -15,7 +15,7 @@
 // reconcile_item_details, and the unlogged scratch table
 // reconcile_scratch_labels; and those of migration 008, the voids:
 // reconcile_voids (one row per carrier label asked to be voided, with its
-// outcome, and, since migration 012, the references and carrier keys of the
+// outcome, and, since migration 013, the references and carrier keys of the
 // lines billing it) and reconcile_void_items (the runs' items it was asked
 // for).
 //

@@ -1,4 +1,4 @@
--- 012: reconciliation never matches a line to another request's label by
+-- 013: reconciliation never matches a line to another request's label by
 -- carrier label id alone, and a void remembers every way an intent of ours
 -- may still receive the carrier label (package reconcile).
 
