@@ -28,11 +28,12 @@ import (
 // stays pending, retrying, for as long as the test needs.
 type gatedCarrier struct {
 	*carrier.Client
-	mu    sync.Mutex
-	calls int
-	held  chan struct{} // closed when a retry waits at the gate
-	open  chan struct{} // closed by Open
-	once  [2]sync.Once
+	mu       sync.Mutex
+	calls    int
+	held     chan struct{} // closed when a retry waits at the gate
+	open     chan struct{} // closed by Open
+	heldOnce sync.Once
+	openOnce sync.Once
 }
 
 func newGatedCarrier(url string) *gatedCarrier {
@@ -45,7 +46,7 @@ func (g *gatedCarrier) Buy(ctx context.Context, key string, req carrier.Purchase
 	n := g.calls
 	g.mu.Unlock()
 	if n > 1 {
-		g.once[0].Do(func() { close(g.held) })
+		g.heldOnce.Do(func() { close(g.held) })
 		select {
 		case <-g.open:
 		case <-ctx.Done():
@@ -56,7 +57,7 @@ func (g *gatedCarrier) Buy(ctx context.Context, key string, req carrier.Purchase
 }
 
 // Open lets every purchase call through.
-func (g *gatedCarrier) Open() { g.once[1].Do(func() { close(g.open) }) }
+func (g *gatedCarrier) Open() { g.openOnce.Do(func() { close(g.open) }) }
 
 // inFlightStack is a stack whose simulator drops the reply of its first
 // purchase, with a worker buying through g: the purchase is made under the
@@ -146,7 +147,7 @@ func TestVoidKeepsALabelAnIntentInFlightCanReceive(t *testing.T) {
 	bought := s.Sim.Purchases()
 	require.Len(t, bought, 1)
 	p := bought[0]
-	require.Equal(t, carrier.DeriveKey(dbtestCaller(t, s), key), p.IdempotencyKey, "bought under the intent's carrier key")
+	require.Equal(t, carrier.DeriveKey(callerID(t, s), key), p.IdempotencyKey, "bought under the intent's carrier key")
 	require.Equal(t, 1, s.Count(`SELECT count(*) FROM label_intents WHERE status = 'pending'`))
 
 	// The carrier bills it twice, with an empty reference.
@@ -231,8 +232,8 @@ func TestWorkerNeverRecordsAVoidedLabel(t *testing.T) {
 	require.Len(t, s.Sim.Purchases(), 1, "nothing bought again")
 }
 
-// dbtestCaller is the id of the stack's one caller.
-func dbtestCaller(t *testing.T, s *stacktest.SimStack) string {
+// callerID is the id of the stack's one caller.
+func callerID(t *testing.T, s *stacktest.SimStack) string {
 	t.Helper()
 	var id string
 	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT caller_id FROM callers`).Scan(&id))
