@@ -155,6 +155,13 @@ const (
 	CodeInternal              = "internal"
 )
 
+// CarrierCodeLabelVoided is the carrier_code of a saved carrier_rejected
+// problem when the carrier answered the purchase with a label it has voided
+// since it sold it (a void that reached it while the request retried): the
+// service never hands out a voided label, and the request's key only ever
+// names that label, so a new label needs a new key.
+const CarrierCodeLabelVoided = "label_voided"
+
 // FieldError names one invalid field of a request.
 type FieldError struct {
 	Field   string `json:"field"`

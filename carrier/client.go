@@ -54,6 +54,13 @@ type Label struct {
 	LabelURL         string `json:"label_url,omitempty"`
 	LabelContentType string `json:"label_content_type,omitempty"`
 	LabelSizeBytes   *int64 `json:"label_size_bytes,omitempty"`
+	// Status is what became of the label since it was sold: absent or
+	// [StatusActive] for a live label, [StatusVoided] (with VoidedAt) for
+	// one the carrier voided, which ships nothing. A purchase answer names a
+	// voided label only when it replays a key whose label was voided since;
+	// [Client.Buy] never returns one (see [CheckStatus]).
+	Status   string     `json:"status,omitempty"`
+	VoidedAt *time.Time `json:"voided_at,omitempty"`
 	// Replayed is true when the carrier answered 200: the key had bought this
 	// label before, on an attempt whose reply we may never have seen.
 	Replayed bool `json:"-"`
@@ -124,6 +131,10 @@ func defaultHTTPClient(inFlight int) *http.Client {
 // Buy buys one label under carrierKey (see [DeriveKey]). The error is a
 // [*RejectedError], an [*InProgressError] or an [*UnknownOutcomeError] as the
 // protocol's table says, or, before anything is sent, a wrapped [ErrInvalidKey].
+// A label the carrier says is voided (a replay of a key whose label was
+// voided since) is a [*RejectedError] with the code [CodeLabelVoided]: the
+// key will always name that dead label. A label with a status the protocol
+// does not name is an [*UnknownOutcomeError].
 func (c *Client) Buy(ctx context.Context, carrierKey string, req PurchaseRequest) (*Label, error) {
 	if err := ValidateKey(carrierKey); err != nil {
 		return nil, err
@@ -197,6 +208,9 @@ func readPurchase(resp *http.Response, now time.Time) (*Label, error) {
 			return nil, &UnknownOutcomeError{Status: status, Err: fmt.Errorf("label without %s", missing)}
 		}
 		label.Replayed = status == http.StatusOK
+		if err := CheckStatus(&label); err != nil {
+			return nil, err
+		}
 		return &label, nil
 
 	default:
@@ -230,6 +244,39 @@ func failure(status int, body []byte, retryAfter time.Duration, op string, final
 			Err:        fmt.Errorf("carrier answered %d %s: %s", status, http.StatusText(status), snippet(body)),
 			RetryAfter: retryAfter,
 		}
+	}
+}
+
+// StatusActive is the status of a live label; a label without a status is live too.
+const StatusActive = "active"
+
+// CodeLabelVoided is the code of the [*RejectedError] for a purchase
+// answered with a voided label.
+const CodeLabelVoided = "label_voided"
+
+// CheckStatus returns nil for a live label, and for a voided one the
+// [*RejectedError] (code [CodeLabelVoided], the status the carrier answered)
+// that [Client.Buy] returns instead of it: a voided label ships nothing, and
+// the key that bought it will always name it, so retrying cannot help. A
+// status the protocol does not name is an [*UnknownOutcomeError]: a label
+// we cannot tell live is not handed out.
+func CheckStatus(l *Label) error {
+	status := http.StatusCreated
+	if l.Replayed {
+		status = http.StatusOK
+	}
+	switch l.Status {
+	case "", StatusActive:
+		return nil
+	case StatusVoided:
+		when := "at a time it did not say"
+		if l.VoidedAt != nil {
+			when = "at " + l.VoidedAt.UTC().Format(time.RFC3339)
+		}
+		return &RejectedError{Status: status, Code: CodeLabelVoided,
+			Message: fmt.Sprintf("the carrier voided %s, the label this key bought, %s", l.CarrierLabelID, when)}
+	default:
+		return &UnknownOutcomeError{Status: status, Err: fmt.Errorf("label %s with status %q", l.CarrierLabelID, snippet([]byte(l.Status)))}
 	}
 }
 

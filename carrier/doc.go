@@ -23,7 +23,8 @@
 // the protocol's table:
 //
 //   - a [Label] (201 first purchase, 200 replay, [Label.Replayed] tells which);
-//   - a [*RejectedError] (400, 404, 422): permanent, the caller saves it;
+//   - a [*RejectedError] (400, 404, 422, or a label the carrier says it has
+//     voided, code [CodeLabelVoided]): permanent, the caller saves it;
 //   - an [*InProgressError] (409): the carrier is still working on the key;
 //   - an [*UnknownOutcomeError] (408, 429, 5xx, any other status, a timeout, a
 //     reset or refused connection, a truncated or undecodable success body, or

@@ -11,7 +11,8 @@ import (
 )
 
 // RejectedError is the carrier refusing a purchase for good (400, 404, 422): a
-// bad address, a service it does not offer. Retrying cannot help.
+// bad address, a service it does not offer; or answering it with a label it
+// has voided (code [CodeLabelVoided]). Retrying cannot help.
 type RejectedError struct {
 	// Status is the HTTP status the carrier answered.
 	Status int
@@ -115,4 +116,11 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 		}
 	}
 	return 0
+}
+
+// IsLabelVoided reports whether err is a purchase answered with a label the
+// carrier has voided (see [CheckStatus]).
+func IsLabelVoided(err error) bool {
+	rej, ok := IsRejected(err)
+	return ok && rej.Op == "" && rej.Code == CodeLabelVoided
 }

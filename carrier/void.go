@@ -33,7 +33,9 @@ func DeriveVoidKey(carrierLabelID string) string {
 	return VoidKeyPrefix + base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
-// VoidedLabel is the carrier's answer to a void: the label, now voided.
+// VoidedLabel is the carrier's answer to a void: the label, now voided. Its
+// Status and VoidedAt are required here, so they are its own (they shadow
+// the optional ones of [Label]).
 type VoidedLabel struct {
 	Label
 	// Status is "voided".

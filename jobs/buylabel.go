@@ -181,6 +181,11 @@ func (w *BuyLabelWorker) work(ctx context.Context, job *river.Job[BuyLabelArgs],
 	callStart := time.Now()
 	bought, cerr := cfg.Carrier.Buy(cctx, in.CarrierKey, purchaseRequest(in))
 	cancel()
+	if cerr == nil {
+		// Whatever carrier answered: a label it says is voided ships nothing
+		// and is never recorded (carrier.Client.Buy already refuses one).
+		cerr = carrier.CheckStatus(bought)
+	}
 	callOutcome := classify(bought, cerr)
 	cfg.Metrics.CarrierCalls.WithLabelValues(callOutcome).Inc()
 	cfg.Metrics.CarrierDuration.WithLabelValues(callOutcome).Observe(time.Since(callStart).Seconds())
@@ -196,6 +201,16 @@ func (w *BuyLabelWorker) work(ctx context.Context, job *river.Job[BuyLabelArgs],
 	switch {
 	case cerr == nil:
 		out.label = newLabel(in, bought)
+	case carrier.IsLabelVoided(cerr):
+		// The key bought a label the carrier has voided since (a void that
+		// reached it while this intent retried): the key will only ever
+		// name that label, so the intent fails for good, and the caller is
+		// told why instead of being handed a dead label.
+		rejected, _ = carrier.IsRejected(cerr)
+		p := labels.NewProblem(labels.CodeCarrierRejected,
+			"the carrier voided the label this request bought: it ships nothing, and this key only ever names it; ask again under a new key for a new label")
+		p.CarrierCode, p.CarrierMessage = labels.CarrierCodeLabelVoided, rejected.Message
+		out.problem = p
 	case errors.As(cerr, &rejected):
 		p := labels.NewProblem(labels.CodeCarrierRejected, "the carrier rejected the parcel for good")
 		p.CarrierCode, p.CarrierMessage = rejected.Code, rejected.Message

@@ -54,7 +54,8 @@ type Voider interface {
 
 // VoidLabelWorker voids one carrier label that `reconcile void` asked for:
 // it counts the attempt, checks once more that no label or completed key of
-// ours names the label and that its intent is not pending, calls the
+// ours names the label and that no intent that may still receive it is
+// pending (reconcile.GuardVoid), calls the
 // carrier with the label's void key (carrier.DeriveVoidKey), and records
 // the outcome. A job run again after a crash calls the carrier again with
 // the same key, which the carrier answers as a replay: the label is voided
@@ -105,7 +106,7 @@ func (w *VoidLabelWorker) work(ctx context.Context, cl string, log *zerolog.Logg
 	// Detached from the job's cancellation from here on: a void asked of the
 	// carrier is recorded whatever happens to the job.
 	dctx := context.WithoutCancel(ctx)
-	if reason, err := reconcile.GuardVoid(ctx, w.Pool, cl, a.Reference); err != nil {
+	if reason, err := reconcile.GuardVoid(ctx, w.Pool, a); err != nil {
 		return "error", err
 	} else if reason != "" {
 		log.Error().Str("reason", reason).Msg("refusing to void a carrier label of ours")

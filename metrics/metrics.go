@@ -30,7 +30,7 @@ var outcomes = []string{OutcomeNew, OutcomeReplayed, OutcomeKeyReused, OutcomeIn
 // DiscrepancyCategories are the reconciliation categories other than matched
 // (operations.md), the values of ReconcileDiscrepancies' category label.
 var DiscrepancyCategories = []string{"billed_without_label", "duplicate_charge", "amount_mismatch",
-	"label_not_billed", "key_without_label", "label_without_key", "stuck_intent"}
+	"label_not_billed", "key_without_label", "label_without_key", "stuck_intent", "carrier_id_conflict"}
 
 // Process names a binary that exports metrics.
 type Process string

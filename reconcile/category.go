@@ -19,6 +19,11 @@ const (
 	LabelWithoutKey = "label_without_key"
 	// StuckIntent is an accepted intent still not final after the stuck-after duration.
 	StuckIntent = "stuck_intent"
+	// CarrierIDConflict is an invoice line whose carrier label id (or
+	// tracking number) is that of a label of ours bought for another request
+	// than the one the line's reference or carrier key names: ids that
+	// collide (a carrier numbering again, or two accounts), never matched.
+	CarrierIDConflict = "carrier_id_conflict"
 	// Voided is a charge netted against the credit of its label's void, and
 	// that credit: money the carrier gave back, not a discrepancy. Reports
 	// show it only when a run has such items.
@@ -28,7 +33,7 @@ const (
 // Categories lists every category in report order.
 var Categories = []string{
 	Matched, BilledWithoutLabel, DuplicateCharge, AmountMismatch,
-	LabelNotBilled, KeyWithoutLabel, LabelWithoutKey, StuckIntent, Voided,
+	LabelNotBilled, KeyWithoutLabel, LabelWithoutKey, StuckIntent, CarrierIDConflict, Voided,
 }
 
 // IsDiscrepancy reports whether items of category c are discrepancies: every

@@ -15,16 +15,20 @@
 // reconcile_item_details, and the unlogged scratch table
 // reconcile_scratch_labels; and those of migration 008, the voids:
 // reconcile_voids (one row per carrier label asked to be voided, with its
-// outcome) and reconcile_void_items (the runs' items it was asked for).
+// outcome, and, since migration 013, the references and carrier keys of the
+// lines billing it) and reconcile_void_items (the runs' items it was asked
+// for).
 //
 // # Voids
 //
 // [Void] voids, at the carrier, the extra purchases a saved run found (the
 // duplicate charges, or the labels bought under our carrier keys that no
 // label of ours holds), never a carrier label a label or a completed key of
-// ours names: it records the requests and enqueues one job per label in one
-// transaction, and waits for the outcomes the job records ([TakeVoidAttempt],
-// [GuardVoid], [RecordVoid]). The next run nets each void's credit line
+// ours names, nor one an intent still pending may receive (the intent the
+// reference or carrier key of any line billing the label names): it records
+// the requests and enqueues one job per label in one transaction, and waits
+// for the outcomes the job records ([TakeVoidAttempt], [GuardVoid],
+// [RecordVoid]). The next run nets each void's credit line
 // against its charge: both are [Voided].
 //
 // # A run
@@ -45,7 +49,10 @@
 //     table: it does not depend on the lines, so both cores work.
 //  3. One hash join matches every line of the window to a label by carrier
 //     idempotency key. The few lines left are matched by carrier label id,
-//     then tracking number, then reference, through the labels' indexes.
+//     then tracking number, then reference, through the labels' indexes; an
+//     id never matches the label of another request than the one the line's
+//     reference or carrier key names ([CarrierIDConflict] when the line finds
+//     no label of its own request).
 //  4. Lines are grouped by label (lines with no label by what they share). In
 //     a group, each credit of −X reverses a charge of X; the first charge
 //     left is the label's own (billed under its carrier label id if one is);

@@ -95,7 +95,7 @@ SELECT invoice_no, line_no, billed_at, l_cost, l_cur, in_report,
        CASE WHEN invoice_no IS NULL THEN created_at END AS created_at,
        in_period, has_key, key_state, how, same_cl,
        CASE WHEN label_id IS NULL THEN g END AS g, maybe_more OR v_cl IS NOT NULL AS maybe_more,
-       false AS rev, NULL::text AS h_caller, NULL::text AS h_key, NULL::text AS h_detail,
+       false AS rev, NULL::text AS h_caller, NULL::text AS h_key, NULL::text AS h_detail, false AS clash,
        k_caller, k_key, k_request, k_body,
        coalesce(vc, false) AS vc, v_cl, NULL::text AS v_inv, NULL::int AS v_line
   FROM (SELECT u.invoice_no, u.line_no, u.billed_at, u.cost_cents AS l_cost, u.currency AS l_cur, u.in_report,
@@ -179,21 +179,46 @@ SELECT s.label_id, s.cost_cents, s.currency, s.created_at, true, s.has_key, s.ke
 	// reference billed twice is a duplicate even with no label; and say what
 	// the intent behind their reference became, so that the report names a
 	// caller and a key.
+	//
+	// An id is not a request: a carrier numbers its labels again, recycles
+	// them, or shares them across accounts. A label found by carrier label id
+	// or tracking number is another request's when the line names a request
+	// (its reference) or a carrier key that is not the label's: never matched
+	// (the line may still find its own request's label by reference), and a
+	// line left without a label for it is a carrier_id_conflict (clash, the
+	// detail naming both requests).
 	sqlUnmatched = `
 WITH um AS MATERIALIZED (
        SELECT invoice_no, line_no, in_report, NULLIF(l_cl, '') AS cl, NULLIF(l_tr, '') AS tr,
               NULLIF(l_key, '') AS k, NULLIF(l_ref, '') AS ref
          FROM rc_m WHERE label_id IS NULL AND invoice_no IS NOT NULL),
-     best AS MATERIALIZED (
-       SELECT DISTINCT ON (invoice_no, line_no) *
-         FROM (SELECT um.invoice_no, um.line_no, 2 AS how, l.label_id, l.carrier_label_id = um.cl AS same_cl
+     cand AS MATERIALIZED (
+       SELECT c.*, c.how < 4 AND (c.request_id <> c.ref OR c.carrier_key <> c.k) AS clash
+         FROM (SELECT um.invoice_no, um.line_no, 2 AS how, l.label_id, l.carrier_label_id = um.cl AS same_cl,
+                      l.request_id, l.carrier_key, um.ref, um.k, 'the carrier label of' AS what, um.cl AS id
                  FROM um JOIN labels l ON l.carrier_label_id = um.cl AND l.created_at >= $1 AND l.created_at < $2
                UNION ALL
-               SELECT um.invoice_no, um.line_no, 3, l.label_id, l.carrier_label_id = um.cl
+               SELECT um.invoice_no, um.line_no, 3, l.label_id, l.carrier_label_id = um.cl,
+                      l.request_id, l.carrier_key, um.ref, um.k, 'the tracking number of', um.tr
                  FROM um JOIN labels l ON l.tracking_no = um.tr AND l.created_at >= $1 AND l.created_at < $2
                UNION ALL
-               SELECT um.invoice_no, um.line_no, 4, l.label_id, l.carrier_label_id = um.cl
-                 FROM um JOIN labels l ON l.request_id = um.ref AND l.created_at >= $1 AND l.created_at < $2) c
+               SELECT um.invoice_no, um.line_no, 4, l.label_id, l.carrier_label_id = um.cl,
+                      l.request_id, l.carrier_key, um.ref, um.k, NULL, NULL
+                 FROM um JOIN labels l ON l.request_id = um.ref AND l.created_at >= $1 AND l.created_at < $2) c),
+     best AS MATERIALIZED (
+       SELECT DISTINCT ON (invoice_no, line_no) invoice_no, line_no, how, label_id, same_cl
+         FROM cand WHERE clash IS NOT TRUE
+        ORDER BY invoice_no, line_no, how, label_id),
+     -- The first clash of each line (by carrier label id, then tracking
+     -- number), said in words.
+     clash AS MATERIALIZED (
+       SELECT DISTINCT ON (invoice_no, line_no) invoice_no, line_no,
+              CASE WHEN request_id <> ref
+                   THEN format('%s is %s label %s (request %s), not of request %s that the line''s reference names: not matched',
+                               id, what, label_id, request_id, ref)
+                   ELSE format('%s is %s label %s (request %s), bought under another carrier key than the line''s: not matched',
+                               id, what, label_id, request_id) END AS detail
+         FROM cand WHERE clash
         ORDER BY invoice_no, line_no, how, label_id),
      -- What is known of those labels: their row in rc_m, or, for a label of
      -- a neighbouring day no line matched by key, the labels table.
@@ -210,25 +235,29 @@ WITH um AS MATERIALIZED (
        SELECT um.invoice_no, um.line_no,
               chr(2) || coalesce('k' || um.k, 'r' || um.ref, 'c' || um.cl, 't' || um.tr,
                                  'l' || um.invoice_no || ' ' || um.line_no) AS g,
-              i.caller_id, i.idem_key,
-              CASE WHEN i.status = 'succeeded' THEN 'the intent ' || i.request_id || ' has label ' || i.label_id || ', created outside the window'
-                   WHEN i.request_id IS NOT NULL THEN 'the intent ' || i.request_id || ' is ' || i.status END AS detail
+              i.caller_id, i.idem_key, x.detail IS NOT NULL AS clash,
+              concat_ws('; ', x.detail,
+                        CASE WHEN i.status = 'succeeded' THEN 'the intent ' || i.request_id || ' has label ' || i.label_id || ', created outside the window'
+                             WHEN i.request_id IS NOT NULL THEN 'the intent ' || i.request_id || ' is ' || i.status END) AS detail
          FROM um
+         LEFT JOIN clash x ON x.invoice_no = um.invoice_no AND x.line_no = um.line_no
          LEFT JOIN LATERAL (SELECT * FROM label_intents i WHERE um.in_report AND i.request_id = um.ref) i ON true
         WHERE NOT EXISTS (SELECT 1 FROM best b WHERE b.invoice_no = um.invoice_no AND b.line_no = um.line_no)),
      fix AS (
        SELECT b.invoice_no, b.line_no, b.how, b.label_id, i.lab_cost, i.lab_cur, i.created_at, i.in_period,
               i.has_key, i.key_state, b.same_cl, b.label_id AS g, NULL::text AS h_caller, NULL::text AS h_key,
-              NULL::text AS h_detail
+              NULL::text AS h_detail, false AS clash
          FROM best b JOIN info i USING (label_id)
        UNION ALL
-       SELECT invoice_no, line_no, NULL, NULL, NULL, NULL, NULL, false, NULL, NULL, NULL, g, caller_id, idem_key, detail
+       SELECT invoice_no, line_no, NULL, NULL, NULL, NULL, NULL, false, NULL, NULL, NULL, g, caller_id, idem_key,
+              NULLIF(detail, ''), clash
          FROM orphan),
      upd AS (
        UPDATE rc_m m
           SET g = f.g, how = f.how, label_id = f.label_id, lab_cost = f.lab_cost,
               lab_cur = f.lab_cur, created_at = f.created_at, in_period = f.in_period, has_key = f.has_key,
-              key_state = f.key_state, same_cl = f.same_cl, h_caller = f.h_caller, h_key = f.h_key, h_detail = f.h_detail
+              key_state = f.key_state, same_cl = f.same_cl, h_caller = f.h_caller, h_key = f.h_key, h_detail = f.h_detail,
+              clash = f.clash
          FROM fix f
         WHERE m.invoice_no = f.invoice_no AND m.line_no = f.line_no AND m.label_id IS NULL
        RETURNING f.label_id)
@@ -342,6 +371,7 @@ WITH multi AS MATERIALIZED (SELECT DISTINCT coalesce(g, label_id) AS g FROM rc_m
                    WHEN NOT x.line THEN CASE WHEN x.no_key THEN 'label_without_key'::reconcile_category
                                              WHEN x.invoice_no IS NULL THEN 'label_not_billed'::reconcile_category
                                              ELSE x.billing END
+                   WHEN x.clash THEN 'carrier_id_conflict'::reconcile_category
                    WHEN x.dup THEN 'duplicate_charge'::reconcile_category
                    WHEN x.label_id IS NULL THEN CASE WHEN x.rev THEN 'matched'::reconcile_category ELSE 'billed_without_label'::reconcile_category END
                    WHEN x.rk = 1 AND x.no_key THEN 'label_without_key'::reconcile_category
@@ -365,6 +395,7 @@ WITH multi AS MATERIALIZED (SELECT DISTINCT coalesce(g, label_id) AS g FROM rc_m
               CASE WHEN x.line THEN (ARRAY['idempotency_key', 'carrier_label_id', 'tracking_no', 'reference']::reconcile_match_key[])[x.how] END AS matched_by,
               CASE WHEN x.line AND x.v_inv IS NOT NULL AND x.vc THEN 'the credit of the void of ' || x.v_inv || ' line ' || x.v_line
                    WHEN x.line AND x.v_inv IS NOT NULL THEN 'voided: credited on ' || x.v_inv || ' line ' || x.v_line
+                   WHEN x.line AND x.clash THEN x.h_detail
                    WHEN x.line AND x.dup THEN 'duplicate of ' || x.p_inv || ' line ' || x.p_line
                    WHEN x.line AND x.label_id IS NULL AND x.rev THEN 'a charge and a credit that cancel out'
                    WHEN x.line AND x.label_id IS NULL THEN x.h_detail
@@ -398,7 +429,8 @@ WITH multi AS MATERIALIZED (SELECT DISTINCT coalesce(g, label_id) AS g FROM rc_m
        SELECT CASE WHEN NOT m.line THEN CASE WHEN m.no_key THEN 'label_without_key'::reconcile_category
                                              WHEN m.invoice_no IS NULL THEN 'label_not_billed'::reconcile_category
                                              WHEN m.same THEN 'matched'::reconcile_category ELSE 'amount_mismatch'::reconcile_category END
-                   WHEN m.label_id IS NULL THEN 'billed_without_label'::reconcile_category
+                   WHEN m.label_id IS NULL THEN CASE WHEN m.clash THEN 'carrier_id_conflict'::reconcile_category
+                                                     ELSE 'billed_without_label'::reconcile_category END
                    WHEN m.no_key THEN 'label_without_key'::reconcile_category
                    WHEN m.same THEN 'matched'::reconcile_category ELSE 'amount_mismatch'::reconcile_category END,
               CASE WHEN NOT m.line THEN 'label'::reconcile_subject WHEN m.in_period THEN 'line+label'::reconcile_subject ELSE 'line'::reconcile_subject END,

@@ -126,9 +126,12 @@ var ErrVoidCategory = errors.New("reconcile: void takes --category duplicate_cha
 //     label of ours holds.
 //
 // Never voided, and reported kept with the reason: a carrier label that a
-// labels row or a completed key's saved response names, one bought for an
-// intent still pending (its next attempt may record it), a line without a
-// carrier label, a credit. The carrier labels to void are recorded
+// labels row or a completed key's saved response names, one that an intent
+// still pending may receive on its next attempt (the intent named by the
+// reference or the carrier key of the line, or of another line billing the
+// same carrier label: see [GuardVoid]), a line without a carrier label, a
+// credit. A label kept for a pending intent is decided again by the next
+// Void, once the intent is final. The carrier labels to void are recorded
 // (reconcile_voids, reconcile_void_items) and their void jobs enqueued in one
 // transaction; a label asked for before is not asked again unless its void
 // failed. Then Void waits up to opts.Wait for their outcomes.
@@ -147,14 +150,16 @@ func Void(ctx context.Context, pool *pgxpool.Pool, opts VoidOpts) (*VoidReport, 
 		now = opts.NowFunc
 	}
 	rep := &VoidReport{RunID: opts.RunID, Category: opts.Category, DryRun: opts.DryRun}
-	err := pool.QueryRow(ctx, `SELECT source FROM reconcile_runs WHERE run_id = $1`, opts.RunID).Scan(&rep.Source)
+	var period []time.Time
+	err := pool.QueryRow(ctx, `SELECT source, period FROM reconcile_runs WHERE run_id = $1`, opts.RunID).Scan(&rep.Source, &period)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNoRun
 	}
 	if err != nil {
 		return nil, err
 	}
-	if rep.Items, err = planVoids(ctx, pool, opts.RunID, opts.Category); err != nil {
+	var claims map[string][]claim
+	if rep.Items, claims, err = planVoids(ctx, pool, opts.RunID, opts.Category, period); err != nil {
 		return nil, err
 	}
 	var targets []string
@@ -166,7 +171,7 @@ func Void(ctx context.Context, pool *pgxpool.Pool, opts VoidOpts) (*VoidReport, 
 		}
 	}
 	if !opts.DryRun && len(targets) > 0 {
-		if err := requestVoids(ctx, pool, opts, rep.Items, now().UTC()); err != nil {
+		if err := requestVoids(ctx, pool, opts, rep.Items, claims, now().UTC()); err != nil {
 			return nil, err
 		}
 	}
@@ -180,14 +185,17 @@ func Void(ctx context.Context, pool *pgxpool.Pool, opts VoidOpts) (*VoidReport, 
 
 // planSQL reads the run's items of one category with their invoice line and
 // label, and says why an item is kept whatever the guard says: what the
-// category itself rules out.
+// category itself rules out, before the guard (a credit, no carrier label)
+// and after it (for billed_without_label, a carrier key not of the intent the
+// reference names: the guard's reason, when there is one, says more).
 const planSQL = `
 SELECT i.invoice_no, i.line_no, il.billed_at, coalesce(i.label_id, ''),
        coalesce(i.caller_id, l.caller_id, ''), coalesce(i.idem_key, l.created_by_key, ''),
        il.idempotency_key, il.reference, il.carrier_label_id, il.tracking_no, il.cost_cents, il.currency,
        CASE WHEN il.cost_cents <= 0 THEN 'a credit, not a charge'
             WHEN il.carrier_label_id = '' THEN 'the line names no carrier label'
-            WHEN $2::text = 'billed_without_label' AND il.idempotency_key = '' THEN 'billed without a carrier key, so not bought under one of ours'
+       END,
+       CASE WHEN $2::text = 'billed_without_label' AND il.idempotency_key = '' THEN 'billed without a carrier key, so not bought under one of ours'
             WHEN $2::text = 'billed_without_label' AND (it.request_id IS NULL OR it.carrier_key <> il.idempotency_key)
                  THEN 'the carrier key is not the one of the intent its reference names: not bought under a key of ours'
        END
@@ -198,46 +206,98 @@ SELECT i.invoice_no, i.line_no, il.billed_at, coalesce(i.label_id, ''),
  WHERE i.run_id = $1 AND i.category = $2::text::reconcile_category AND i.invoice_no IS NOT NULL
  ORDER BY i.line_no, i.invoice_no`
 
-// guardSQL is the rule no void breaks, for carrier labels $1 bought for the
-// references $2: a label of ours holds it, a completed key's saved response
-// names it, or its intent is still pending (a retry may record it). It gives
-// the reason to keep each, or NULL. With $3 every completed key is read, once
-// for all the labels asked about (a plan); without, only the key of the
-// intent the reference names, by its primary key (the job's check before its
-// call: a label recorded since the plan commits with its labels row and its
-// key in one transaction, so the labels row alone would tell).
+// claimsSQL reads the references and carrier keys of every invoice line
+// billed in [$2, $3) (the run's window) that bills one of the carrier labels
+// $1: the requests and keys a carrier label was bought for, as the carrier
+// says, even when the line asked about names neither.
+const claimsSQL = `
+SELECT DISTINCT carrier_label_id, reference, idempotency_key
+  FROM invoice_lines
+ WHERE billed_at >= $2 AND billed_at < $3 AND carrier_label_id = ANY ($1::text[])
+   AND (reference <> '' OR idempotency_key <> '')`
+
+// claim is one way an intent of ours may receive a carrier label: the
+// reference or carrier key of an invoice line billing it. own is true for
+// the line the void is asked for, false for another line of the label.
+type claim struct {
+	own      bool
+	ref, key string
+}
+
+// guardSQL is the rule no void breaks, for the carrier labels $1 with their
+// claims ($2 the label's place in $1, from 1; $3 own; $4 reference; $5
+// carrier key): a label of ours holds it, a completed key's saved response
+// names it, or an intent a claim names is still pending (its next attempt
+// may record it: a pending intent is leased, retrying or waiting, never
+// final). It gives the reason to keep each, or NULL. An intent is found by
+// reference through its primary key, and by carrier key among the pending
+// intents (label_intents has no index on its carrier key; the pending ones
+// are few, and have an index of their own). With $6 every completed key is
+// read, once for all the labels asked about (a plan); without, only the keys
+// of the intents the references name, by their primary key (the job's check
+// before its call: a label recorded since the plan commits with its labels
+// row and its key in one transaction, so the labels row alone would tell).
 const guardSQL = `
-WITH named AS MATERIALIZED (
+WITH t AS (SELECT cl, n FROM unnest($1::text[]) WITH ORDINALITY AS t(cl, n)),
+     c AS MATERIALIZED (
+       SELECT DISTINCT n, own, NULLIF(ref, '') AS ref, NULLIF(ckey, '') AS ckey
+         FROM unnest($2::int[], $3::boolean[], $4::text[], $5::text[]) AS c(n, own, ref, ckey)),
+     named AS MATERIALIZED (
        SELECT k.response_body ->> 'carrier_label_id' AS cl, k.caller_id, k.idem_key
          FROM idempotency_keys k
-        WHERE $3::boolean AND k.state = 'completed' AND k.response_status = 201
-          AND k.response_body ->> 'carrier_label_id' = ANY ($1::text[]))
+        WHERE $6::boolean AND k.state = 'completed' AND k.response_status = 201
+          AND k.response_body ->> 'carrier_label_id' = ANY ($1::text[])),
+     by_ref AS MATERIALIZED (
+       SELECT c.n, c.own, i.request_id, i.caller_id, i.idem_key, i.status
+         FROM c JOIN label_intents i ON i.request_id = c.ref),
+     by_key AS MATERIALIZED (
+       SELECT c.n, c.own, i.request_id
+         FROM c JOIN (SELECT request_id, carrier_key FROM label_intents
+                       WHERE status = 'pending' AND carrier_key IN (SELECT ckey FROM c)) i ON i.carrier_key = c.ckey),
+     pending AS (
+       SELECT DISTINCT ON (n) n, request_id, via
+         FROM (SELECT n, request_id, own, 1 AS o, CASE WHEN own THEN 'the line''s reference' ELSE 'the reference of another line billing it' END AS via
+                 FROM by_ref WHERE status = 'pending'
+               UNION ALL
+               SELECT n, request_id, own, 2, CASE WHEN own THEN 'the line''s carrier key' ELSE 'the carrier key of another line billing it' END
+                 FROM by_key) x
+        ORDER BY n, own DESC, o, request_id)
 SELECT t.n,
        CASE WHEN l.label_id IS NOT NULL THEN 'label ' || l.label_id || ' holds ' || t.cl
             WHEN k.idem_key IS NOT NULL THEN 'the completed key ' || k.idem_key || ' of caller ' || k.caller_id || ' names ' || t.cl
-            WHEN i.status = 'pending' THEN 'the intent ' || i.request_id || ' is still pending: its next attempt may record ' || t.cl
+            WHEN p.request_id IS NOT NULL THEN 'the intent ' || p.request_id || ' (named by ' || p.via || ') is still pending: its next attempt may record '
+                                                || t.cl || '; decided again once it is final'
        END
-  FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(cl, ref, n)
+  FROM t
   LEFT JOIN LATERAL (SELECT label_id FROM labels WHERE carrier_label_id = t.cl ORDER BY label_id LIMIT 1) l ON true
-  LEFT JOIN label_intents i ON i.request_id = NULLIF(t.ref, '')
   LEFT JOIN LATERAL (
        SELECT caller_id, idem_key
          FROM (SELECT caller_id, idem_key FROM named WHERE named.cl = t.cl
                UNION ALL
-               SELECT ik.caller_id, ik.idem_key FROM idempotency_keys ik
-                WHERE ik.caller_id = i.caller_id AND ik.idem_key = i.idem_key AND ik.state = 'completed'
-                  AND ik.response_status = 201 AND ik.response_body ->> 'carrier_label_id' = t.cl) x
+               SELECT ik.caller_id, ik.idem_key FROM by_ref r
+                 JOIN idempotency_keys ik ON ik.caller_id = r.caller_id AND ik.idem_key = r.idem_key
+                WHERE r.n = t.n AND ik.state = 'completed' AND ik.response_status = 201
+                  AND ik.response_body ->> 'carrier_label_id' = t.cl) x
         ORDER BY caller_id, idem_key LIMIT 1) k ON true
+  LEFT JOIN pending p ON p.n = t.n
  ORDER BY t.n`
 
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// guard returns, for each carrier label and reference, the reason it must
+// guard returns, for each carrier label with its claims, the reason it must
 // not be voided, or "". allKeys reads every completed key (see guardSQL).
-func guard(ctx context.Context, db querier, cls, refs []string, allKeys bool) ([]string, error) {
-	rows, err := db.Query(ctx, guardSQL, cls, refs, allKeys)
+func guard(ctx context.Context, db querier, cls []string, claims [][]claim, allKeys bool) ([]string, error) {
+	var ns []int32
+	var owns []bool
+	var refs, keys []string
+	for i, cs := range claims {
+		for _, c := range cs {
+			ns, owns, refs, keys = append(ns, int32(i+1)), append(owns, c.own), append(refs, c.ref), append(keys, c.key)
+		}
+	}
+	rows, err := db.Query(ctx, guardSQL, cls, ns, owns, refs, keys, allKeys)
 	if err != nil {
 		return nil, fmt.Errorf("void guard: %w", err)
 	}
@@ -256,69 +316,137 @@ func guard(ctx context.Context, db querier, cls, refs []string, allKeys bool) ([
 	return out, rows.Err()
 }
 
+// readClaims returns, per carrier label of cls, the references and carrier
+// keys of the lines billing it around the run's period (its billing days,
+// and DefaultWindow either side, as a run looks).
+func readClaims(ctx context.Context, db querier, cls []string, period []time.Time) (map[string][]claim, error) {
+	out := map[string][]claim{}
+	if len(period) == 0 || len(cls) == 0 {
+		return out, nil
+	}
+	lo, hi := period[0], period[0]
+	for _, d := range period {
+		lo, hi = minTime(lo, d), maxTime(hi, d)
+	}
+	rows, err := db.Query(ctx, claimsSQL, cls, lo.Add(-DefaultWindow), hi.Add(24*time.Hour+DefaultWindow))
+	if err != nil {
+		return nil, fmt.Errorf("void: the lines billing the labels: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var cl string
+		var c claim
+		if err := rows.Scan(&cl, &c.ref, &c.key); err != nil {
+			return nil, err
+		}
+		out[cl] = append(out[cl], c)
+	}
+	return out, rows.Err()
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
 // planVoids lists the run's items of the category, each kept (with the
-// reason) or to be voided (Outcome "").
-func planVoids(ctx context.Context, pool *pgxpool.Pool, runID int64, category string) ([]VoidItem, error) {
+// reason) or to be voided (Outcome ""), and the claims on the carrier
+// labels of those to void.
+func planVoids(ctx context.Context, pool *pgxpool.Pool, runID int64, category string, period []time.Time) ([]VoidItem, map[string][]claim, error) {
 	rows, err := pool.Query(ctx, planSQL, runID, category)
 	if err != nil {
-		return nil, fmt.Errorf("void: read run %d: %w", runID, err)
+		return nil, nil, fmt.Errorf("void: read run %d: %w", runID, err)
 	}
 	var items []VoidItem
+	var after []*string
 	for rows.Next() {
 		var it VoidItem
-		var kept *string
+		var kept, keptAfter *string
 		dest := it.appendDest([]any{&it.InvoiceNo, &it.LineNo, &it.BilledAt})
-		if err := rows.Scan(append(dest, &it.AmountCents, &it.Currency, &kept)...); err != nil {
+		if err := rows.Scan(append(dest, &it.AmountCents, &it.Currency, &kept, &keptAfter)...); err != nil {
 			rows.Close()
-			return nil, err
+			return nil, nil, err
 		}
 		it.BilledAt = it.BilledAt.UTC()
 		if kept != nil {
 			it.Outcome, it.Detail = VoidKept, *kept
 		}
-		items = append(items, it)
+		items, after = append(items, it), append(after, keptAfter)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("void: read run %d: %w", runID, err)
+		return nil, nil, fmt.Errorf("void: read run %d: %w", runID, err)
 	}
-	var cls, refs []string
+	var cls []string
 	var idx []int
 	for i, it := range items {
 		if it.Outcome == "" {
-			cls, refs, idx = append(cls, it.CarrierLabelID), append(refs, it.Reference), append(idx, i)
+			cls, idx = append(cls, it.CarrierLabelID), append(idx, i)
 		}
 	}
 	if len(cls) == 0 {
-		return items, nil
+		return items, nil, nil
 	}
-	reasons, err := guard(ctx, pool, cls, refs, true)
+	others, err := readClaims(ctx, pool, cls, period)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	claims := make([][]claim, len(cls))
 	for j, i := range idx {
-		if reasons[j] != "" {
+		claims[j] = append([]claim{{own: true, ref: items[i].Reference, key: items[i].CarrierKey}}, others[cls[j]]...)
+	}
+	reasons, err := guard(ctx, pool, cls, claims, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	byLabel := map[string][]claim{}
+	for j, i := range idx {
+		switch {
+		case reasons[j] != "":
 			items[i].Outcome, items[i].Detail = VoidKept, reasons[j]
+		case after[i] != nil:
+			items[i].Outcome, items[i].Detail = VoidKept, *after[i]
+		default:
+			byLabel[cls[j]] = append(byLabel[cls[j]], claims[j]...)
 		}
 	}
-	return items, nil
+	return items, byLabel, nil
 }
 
 // requestSQL records the voids asked for, one statement for all: a label
 // never asked for is inserted (the first item of the call that names it
-// tells its charge), one whose void failed is asked again, the others are
-// left as they are; the run's items are linked to their label. It returns
-// the labels whose void is to be done (no outcome yet), for their jobs.
+// tells its charge) with the references and carrier keys of its claims ($10
+// to $12, for the job's guard), one whose void failed is asked again (with
+// the claims of this plan), the others are left as they are; the run's items
+// are linked to their label. It returns the labels whose void is to be done
+// (no outcome yet), for their jobs.
 const requestSQL = `
 WITH t AS (
        SELECT * FROM unnest($2::text[], $3::text[], $4::int[], $5::bigint[], $6::text[], $7::text[])
                   WITH ORDINALITY AS t(cl, inv, line, cents, cur, void_key, n)),
+     cc AS (
+       SELECT cl, coalesce(array_agg(DISTINCT ref ORDER BY ref) FILTER (WHERE ref <> ''), '{}') AS refs,
+              coalesce(array_agg(DISTINCT ckey ORDER BY ckey) FILTER (WHERE ckey <> ''), '{}') AS keys
+         FROM unnest($10::text[], $11::text[], $12::text[]) AS c(cl, ref, ckey)
+        GROUP BY cl),
      up AS (
        INSERT INTO reconcile_voids AS v (carrier_label_id, void_key, run_id, invoice_no, line_no, category,
-                                         charge_cents, currency, requested_at)
-       SELECT DISTINCT ON (cl) cl, void_key, $1, inv, line, $8, cents, cur, $9 FROM t ORDER BY cl, n
+                                         charge_cents, currency, requested_at, claim_refs, claim_keys)
+       SELECT DISTINCT ON (t.cl) t.cl, void_key, $1, inv, line, $8, cents, cur, $9,
+              coalesce(cc.refs, '{}'), coalesce(cc.keys, '{}')
+         FROM t LEFT JOIN cc ON cc.cl = t.cl ORDER BY t.cl, n
        ON CONFLICT (carrier_label_id) DO UPDATE
-          SET outcome = NULL, detail = NULL, attempts = 0, requested_at = EXCLUDED.requested_at, answered_at = NULL
+          SET outcome = NULL, detail = NULL, attempts = 0, requested_at = EXCLUDED.requested_at, answered_at = NULL,
+              claim_refs = EXCLUDED.claim_refs, claim_keys = EXCLUDED.claim_keys
         WHERE v.outcome = 'failed'
        RETURNING v.carrier_label_id),
      linked AS (
@@ -332,7 +460,7 @@ SELECT DISTINCT t.cl
 
 // requestVoids records the targets of items and enqueues their jobs, in one
 // transaction: a void recorded has its job, and a job has its record.
-func requestVoids(ctx context.Context, pool *pgxpool.Pool, opts VoidOpts, items []VoidItem, now time.Time) error {
+func requestVoids(ctx context.Context, pool *pgxpool.Pool, opts VoidOpts, items []VoidItem, claims map[string][]claim, now time.Time) error {
 	var cls, invs, curs, keys []string
 	var lines []int32
 	var cents []int64
@@ -344,8 +472,15 @@ func requestVoids(ctx context.Context, pool *pgxpool.Pool, opts VoidOpts, items 
 		cents, curs = append(cents, it.AmountCents), append(curs, it.Currency)
 		keys = append(keys, carrier.DeriveVoidKey(it.CarrierLabelID))
 	}
+	var claimCLs, claimRefs, claimKeys []string
+	for cl, cs := range claims {
+		for _, c := range cs {
+			claimCLs, claimRefs, claimKeys = append(claimCLs, cl), append(claimRefs, c.ref), append(claimKeys, c.key)
+		}
+	}
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, requestSQL, opts.RunID, cls, invs, lines, cents, curs, keys, opts.Category, now)
+		rows, err := tx.Query(ctx, requestSQL, opts.RunID, cls, invs, lines, cents, curs, keys, opts.Category, now,
+			claimCLs, claimRefs, claimKeys)
 		if err != nil {
 			return fmt.Errorf("void: record the requests: %w", err)
 		}
@@ -463,8 +598,15 @@ func (r *VoidReport) fill(states map[string]voidState) {
 type VoidAttempt struct {
 	CarrierLabelID string
 	VoidKey        string
-	// Reference is the reference of the invoice line the void was asked for.
-	Reference string
+	// Reference and CarrierKey are the reference and the carrier key
+	// (idempotency_key) of the invoice line the void was asked for.
+	Reference  string
+	CarrierKey string
+	// ClaimRefs and ClaimKeys are the references and carrier keys of the
+	// lines billing the label that the plan found (the line's own among
+	// them); empty for a void asked for before they were kept.
+	ClaimRefs []string
+	ClaimKeys []string
 	// ChargeCents and Currency are that line's charge.
 	ChargeCents int64
 	Currency    string
@@ -482,8 +624,10 @@ func TakeVoidAttempt(ctx context.Context, pool *pgxpool.Pool, carrierLabelID str
 		  FROM invoice_lines il
 		 WHERE v.carrier_label_id = $1 AND v.outcome IS NULL
 		   AND il.invoice_no = v.invoice_no AND il.line_no = v.line_no
-		RETURNING v.carrier_label_id, v.void_key, il.reference, v.charge_cents, v.currency, v.attempts`, carrierLabelID).
-		Scan(&a.CarrierLabelID, &a.VoidKey, &a.Reference, &a.ChargeCents, &a.Currency, &a.Attempts)
+		RETURNING v.carrier_label_id, v.void_key, il.reference, il.idempotency_key, v.claim_refs, v.claim_keys,
+		          v.charge_cents, v.currency, v.attempts`, carrierLabelID).
+		Scan(&a.CarrierLabelID, &a.VoidKey, &a.Reference, &a.CarrierKey, &a.ClaimRefs, &a.ClaimKeys,
+			&a.ChargeCents, &a.Currency, &a.Attempts)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return a, false, nil
 	}
@@ -494,11 +638,21 @@ func TakeVoidAttempt(ctx context.Context, pool *pgxpool.Pool, carrierLabelID str
 }
 
 // GuardVoid is the rule no void breaks, checked again just before the
-// carrier call: the reason carrierLabelID must not be voided, or "". It
-// reads the labels and the key of the intent reference names (the plan read
-// every completed key).
-func GuardVoid(ctx context.Context, pool *pgxpool.Pool, carrierLabelID, reference string) (string, error) {
-	reasons, err := guard(ctx, pool, []string{carrierLabelID}, []string{reference}, false)
+// carrier call: the reason the label of a must not be voided, or "". The
+// label is kept when a label of ours holds it, when the completed key of an
+// intent its lines' references name names it (the plan read every completed
+// key), or when an intent that may still receive it is pending: named by the
+// reference or the carrier key of a's line, or of another line billing the
+// label (a's claims).
+func GuardVoid(ctx context.Context, pool *pgxpool.Pool, a VoidAttempt) (string, error) {
+	cs := []claim{{own: true, ref: a.Reference, key: a.CarrierKey}}
+	for _, r := range a.ClaimRefs {
+		cs = append(cs, claim{ref: r})
+	}
+	for _, k := range a.ClaimKeys {
+		cs = append(cs, claim{key: k})
+	}
+	reasons, err := guard(ctx, pool, []string{a.CarrierLabelID}, [][]claim{cs}, false)
 	if err != nil {
 		return "", err
 	}

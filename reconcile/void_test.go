@@ -140,8 +140,9 @@ func TestVoidPlan(t *testing.T) {
 	a, ok, err := reconcile.TakeVoidAttempt(b.ctx, b.pool, "CL-9001")
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.Equal(t, reconcile.VoidAttempt{CarrierLabelID: "CL-9001", VoidKey: key, Reference: "lr_0001", ChargeCents: 612, Currency: "USD", Attempts: 1}, a)
-	reason, err := reconcile.GuardVoid(b.ctx, b.pool, "CL-9001", "lr_0001")
+	require.Equal(t, reconcile.VoidAttempt{CarrierLabelID: "CL-9001", VoidKey: key, Reference: "lr_0001",
+		ClaimRefs: []string{"lr_0001"}, ClaimKeys: []string{}, ChargeCents: 612, Currency: "USD", Attempts: 1}, a)
+	reason, err := reconcile.GuardVoid(b.ctx, b.pool, a)
 	require.NoError(t, err)
 	require.Empty(t, reason)
 	voidedAt := time.Date(2026, 12, 4, 7, 0, 0, 0, time.UTC)
@@ -179,7 +180,7 @@ func TestVoidPlan(t *testing.T) {
 		case 5:
 			require.Equal(t, "the completed key label:918003:1:v1 of caller fulfilment names CL-5503", it.Detail)
 		case 7:
-			require.Equal(t, "the intent lr_0004 is still pending: its next attempt may record CL-5504", it.Detail)
+			require.Equal(t, "the intent lr_0004 (named by the line's reference) is still pending: its next attempt may record CL-5504; decided again once it is final", it.Detail)
 		case 9:
 			require.Equal(t, "billed without a carrier key, so not bought under one of ours", it.Detail)
 		}
@@ -196,7 +197,7 @@ func TestVoidPlan(t *testing.T) {
 	_, err = reconcile.Void(b.ctx, b.pool, reconcile.VoidOpts{RunID: rep.RunID, Category: reconcile.BilledWithoutLabel, Enqueue: q.fn})
 	require.NoError(t, err)
 	require.Equal(t, []string{"CL-9001", "CL-5505", "CL-5505"}, q.got())
-	reason, err = reconcile.GuardVoid(b.ctx, b.pool, "CL-5501", "")
+	reason, err = reconcile.GuardVoid(b.ctx, b.pool, reconcile.VoidAttempt{CarrierLabelID: "CL-5501"})
 	require.NoError(t, err)
 	require.Equal(t, "label lbl_0001 holds CL-5501", reason)
 

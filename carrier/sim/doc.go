@@ -10,13 +10,17 @@
 // same label. A later call with the same key and a different body is a replay
 // too, the body is not compared: the key names the purchase, as with most real
 // carriers that accept one. While a key's first call is still purchasing (see
-// TimeoutRate) another call with it answers 409 in_progress.
+// TimeoutRate) another call with it answers 409 in_progress. A key whose
+// label was voided since (POST /v1/labels/{id}/void) replays the label with
+// "status": "voided" and "voided_at"; a live label has no status.
 //
 // What a label looks like, fixed so that tests can predict it:
 //
 //   - carrier_label_id is "CL-" + a sequence from 1, never reused by one
 //     simulator (not even after a reset, so a database that kept labels from
-//     before the reset never sees the same id for two labels);
+//     before the reset never sees the same id for two labels), nor across
+//     restarts on one state file; a simulator started without one numbers
+//     from CL-1 again, as a carrier recycling its ids would;
 //   - tracking_no is the service's prefix (GRD ground, EXP express, OVN
 //     overnight) + the order id zero-padded to 9 digits, e.g. GRD000918273; when
 //     that number is taken already (a second parcel of the order, a second

@@ -20,7 +20,9 @@ func documentPath(carrierLabelID string) string {
 
 // label renders the purchase as the protocol's answer. base is the URL the
 // client reached the simulator at ("http://host:port"); it names the label
-// document, and an empty base leaves the document out (the void answer).
+// document, and an empty base leaves the document out (the void answer). A
+// voided label says so: "status": "voided" and "voided_at" (a live one has
+// no status), so that a replay of its key is never taken for a live label.
 func (p Purchase) label(base string) carrier.Label {
 	l := carrier.Label{
 		CarrierLabelID: p.CarrierLabelID,
@@ -28,6 +30,10 @@ func (p Purchase) label(base string) carrier.Label {
 		CostCents:      p.CostCents,
 		Currency:       p.Currency,
 		PurchasedAt:    p.PurchasedAt,
+	}
+	if p.VoidedAt != nil {
+		at := *p.VoidedAt
+		l.Status, l.VoidedAt = carrier.StatusVoided, &at
 	}
 	if base != "" {
 		size := int64(len(p.document()))

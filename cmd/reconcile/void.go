@@ -43,7 +43,9 @@ Voids, at the carrier, the extra purchases a saved reconcile run found: for each
 duplicate_charge, every carrier label but the label's own; with --category
 billed_without_label, the labels bought under a carrier key of ours that no
 label of ours holds. It never voids a label that a label of ours or a completed
-key names, nor one bought for an intent still pending. Each void is a River job
+key names, nor one that an intent still pending may receive (named by the
+reference or carrier key of a line billing the label): that one is kept, and a
+later run of this command decides again once the intent is final. Each void is a River job
 (run by the workers), unique per carrier label and sent under the label's own
 void key, so a rerun, a crash or two operators at once void each label once.
 It waits for the outcomes and prints each item's: voided, window_closed,

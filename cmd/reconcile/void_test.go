@@ -134,7 +134,7 @@ func TestVoidCommand(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(next.stdout), &doc))
 	require.Equal(t, map[string]int{"matched": 1, "billed_without_label": 0, "duplicate_charge": 0, "amount_mismatch": 0,
-		"label_not_billed": 0, "key_without_label": 0, "label_without_key": 0, "stuck_intent": 0, "voided": 2}, doc.Counts)
+		"label_not_billed": 0, "key_without_label": 0, "label_without_key": 0, "stuck_intent": 0, "carrier_id_conflict": 0, "voided": 2}, doc.Counts)
 
 	missing := runCmd(env, "void", "--run", "999999")
 	require.Equal(t, 2, missing.code)

@@ -7,6 +7,12 @@
 //	go tool task fleet [N=5]   (DATABASE_URL from tools/devdb)
 //	go run ./tools/fleet [flags]
 //
+// The simulator keeps its labels and voids in a state file
+// (.task/fleet/carrier.jsonl by default), as the database keeps ours: a
+// restarted fleet goes on numbering carrier labels where it stopped, so that
+// an id never names two labels (reconcile would otherwise meet the ids of
+// older labels again, docs/reconcile.md).
+//
 // Each process's JSON log lines are copied to stderr prefixed with its name
 // (--quiet turns that off). Ctrl-C stops the workers first (they finish their
 // carrier calls), then the API, then the simulator; a second Ctrl-C exits at
@@ -22,6 +28,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -50,6 +58,11 @@ Flags:
                        DATABASE_URL goes through it, DATABASE_DIRECT_URL (LISTEN)
                        straight to PostgreSQL; needs the pgbouncer binary
   --pool-size N        PgBouncer's server connections (default 20)
+  --carrier-state FILE the simulator's state file (SIM_STATE_FILE): its labels and
+                       voids, kept across restarts so that its carrier label ids
+                       never repeat (default $SIM_STATE_FILE when set, else
+                       .task/fleet/carrier.jsonl; --carrier-state "" keeps them
+                       in memory only). Delete it when you drop the database
   --quiet              do not copy the processes' log lines to stderr
 
 Environment: DATABASE_URL (required; go tool task fleet sets it),
@@ -71,7 +84,12 @@ type Config struct {
 	Quiet         bool
 	Pooler        bool
 	PoolSize      int
+	CarrierState  string
 }
+
+// DefaultCarrierState is the simulator's state file when neither
+// --carrier-state nor SIM_STATE_FILE names one.
+const DefaultCarrierState = ".task/fleet/carrier.jsonl"
 
 // Validate checks what parsing alone cannot.
 func (c *Config) Validate() error {
@@ -101,6 +119,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		AdminAddr:     "127.0.0.1:9092",
 		AdminPassword: getenv("ADMIN_PASSWORD"),
 		PoolSize:      20,
+		CarrierState:  DefaultCarrierState,
+	}
+	if v := getenv("SIM_STATE_FILE"); v != "" {
+		cfg.CarrierState = v
 	}
 	fs := flag.NewFlagSet("fleet", flag.ContinueOnError)
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "")
@@ -111,6 +133,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.BoolVar(&cfg.Quiet, "quiet", cfg.Quiet, "")
 	fs.BoolVar(&cfg.Pooler, "pooler", cfg.Pooler, "")
 	fs.IntVar(&cfg.PoolSize, "pool-size", cfg.PoolSize, "")
+	fs.StringVar(&cfg.CarrierState, "carrier-state", cfg.CarrierState, "")
 	if code, ok := cli.ParseValid(fs, args[1:], usage, cfg.Validate, stdout, stderr); !ok {
 		return code
 	}
@@ -188,7 +211,12 @@ func (f *fleet) start(ctx context.Context) error {
 		return err
 	}
 
-	carrier, err := f.startProc("carrier", nil, "CARRIER_ADDR="+f.cfg.CarrierAddr)
+	if f.cfg.CarrierState != "" {
+		if err := os.MkdirAll(filepath.Dir(f.cfg.CarrierState), 0o755); err != nil {
+			return fmt.Errorf("the simulator's state file: %w", err)
+		}
+	}
+	carrier, err := f.startProc("carrier", nil, "CARRIER_ADDR="+f.cfg.CarrierAddr, "SIM_STATE_FILE="+f.cfg.CarrierState)
 	if err != nil {
 		return err
 	}
@@ -271,6 +299,11 @@ func (f *fleet) summary() {
 	fmt.Fprintf(w, "\nThe fleet runs (%d workers). Ctrl-C stops it.\n\n", f.cfg.Workers)
 	fmt.Fprintf(w, "  API          http://%s   (/metrics, /healthz, /readyz)\n", f.apiAddr)
 	fmt.Fprintf(w, "  carrier      http://%s   (/sim/stats, /sim/purchases, /sim/config)\n", f.carrierAddr)
+	if f.cfg.CarrierState != "" {
+		fmt.Fprintf(w, "  carrier state %s   (kept across restarts: carrier label ids never repeat)\n", f.cfg.CarrierState)
+	} else {
+		fmt.Fprintf(w, "  carrier state in memory only: a restart numbers carrier labels from CL-1 again\n")
+	}
 	if f.bouncer != nil {
 		fmt.Fprintf(w, "  PgBouncer    %s   (transaction mode, %d server connections; DATABASE_URL of the API and workers)\n", f.bouncer.URL(f.cfg.DatabaseURL), f.cfg.PoolSize)
 	}
