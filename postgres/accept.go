@@ -87,7 +87,10 @@ const (
 // claims are tried, never waited for. What can still make the statement
 // wait, up to the lock timeout, is a key or an intent committed after it
 // began and held by another session since, or an insert by a session that
-// takes no claims.
+// takes no claims. The snapshot's look-ups are scalar subqueries with LIMIT
+// 1, not EXISTS: PostgreSQL may plan an EXISTS as a hashed subplan, which
+// reads the whole table on every run of a generic plan made while it was
+// small.
 const sqlAccept = `
 WITH inp AS (
        SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int2[], $5::text[], $6::timestamptz[],
@@ -100,11 +103,11 @@ WITH inp AS (
                    WHEN pg_try_advisory_xact_lock(` + keyClaim + `) THEN pg_try_advisory_xact_lock(` + parcelClaim + `)
                    ELSE false END AS claimed
          FROM (SELECT inp.*,
-                      EXISTS (SELECT 1 FROM idempotency_keys k
-                               WHERE k.caller_id = inp.caller_id AND k.idem_key = inp.idem_key) AS key_seen,
-                      EXISTS (SELECT 1 FROM label_intents i
-                               WHERE i.caller_id = inp.caller_id AND i.order_id = inp.order_id AND i.parcel_no = inp.parcel_no
-                                 AND i.label_version = inp.label_version AND i.status IN ('pending', 'succeeded')) AS parcel_seen
+                      (SELECT true FROM idempotency_keys k
+                        WHERE k.caller_id = inp.caller_id AND k.idem_key = inp.idem_key LIMIT 1) IS NOT NULL AS key_seen,
+                      (SELECT true FROM label_intents i
+                        WHERE i.caller_id = inp.caller_id AND i.order_id = inp.order_id AND i.parcel_no = inp.parcel_no
+                          AND i.label_version = inp.label_version AND i.status IN ('pending', 'succeeded') LIMIT 1) IS NOT NULL AS parcel_seen
                  FROM inp OFFSET 0) x),
      k AS (
        INSERT INTO idempotency_keys
