@@ -241,7 +241,8 @@ func (a *Accepter) store(ctx context.Context, row postgres.AcceptRow) (postgres.
 // acceptMany is the shared transaction. It waits for no other session: a
 // busy row is handed back to its caller to be tried again alone. Should the
 // statement meet a lock anyway (a row committed after it began and held
-// since), it fails after the claim wait, and every row is handed back.
+// since, an insert by a session that takes no claims), it fails after the
+// claim wait, and every row is handed back.
 func (a *Accepter) acceptMany(ctx context.Context, rows []postgres.AcceptRow) ([]rowResult, error) {
 	res := make([]rowResult, len(rows))
 	outs, err := postgres.Accept(ctx, a.opts.Pool, rows, postgres.AcceptOpts{LockTimeout: a.opts.ClaimWait})
