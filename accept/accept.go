@@ -6,7 +6,11 @@
 // of a key this process took lately is answered from a read before any
 // write (recent.go). Accepts
 // that arrive together share that transaction (group commit); each gets the
-// decision it would have had alone.
+// decision it would have had alone. The shared transaction waits for no
+// other session: a row it cannot store without waiting (another accept of
+// its key or parcel has not committed) is tried again alone in its own
+// request, which waits up to the claim wait while the shared transactions
+// go on.
 //
 // It decides; it does not render. Package httpapi maps a [Decision] to a
 // status and a body.
@@ -71,9 +75,10 @@ func (d *Decision) Completed() bool {
 	return d.Key != nil && d.Key.State == postgres.StateCompleted && d.Outcome == Replayed
 }
 
-// ErrInProgress says a concurrent request with the same key held its claim
-// longer than the claim wait, or the parcel's intent changed under the
-// request: the caller should retry with the same key (409 request_in_progress).
+// ErrInProgress says a concurrent request with the same key (or, under
+// another key, for the same parcel) held its claim longer than the claim
+// wait, or the parcel's intent changed under the request: the caller should
+// retry with the same key (409 request_in_progress).
 var ErrInProgress = errors.New("accept: a concurrent request with the same key holds its claim")
 
 // Opts configures an [Accepter].
@@ -85,7 +90,10 @@ type Opts struct {
 	// completion sets it again.
 	KeyRetention time.Duration
 	// ClaimWait bounds the wait for a concurrent request with the same key
-	// to commit its claim (default 2s).
+	// or parcel to commit its claim (default 2s). Only a request tried alone
+	// waits for a claim; a shared transaction meets this bound only in the
+	// rare case that it waits for a lock anyway, and then hands its rows
+	// back to be tried alone.
 	ClaimWait time.Duration
 	// Batch bounds how many accepts share one transaction (default 64); 1
 	// gives each accept a transaction of its own.
@@ -204,43 +212,48 @@ func (a *Accepter) row(callerID, key string, parcel labels.Parcel, hash []byte) 
 	}
 }
 
-// rowResult is one row's outcome of a shared transaction, or the error that
-// row alone met.
+// rowResult is one row's outcome of a shared transaction, or that the row is
+// to be tried again alone.
 type rowResult struct {
-	out postgres.AcceptOutcome
-	err error
+	out   postgres.AcceptOutcome
+	alone bool
 }
 
-// store writes one accept, shared with the accepts waiting with it.
+// store writes one accept, shared with the accepts waiting with it. A row
+// the shared transaction could not store without waiting (busy: another
+// accept of its key or parcel has not committed) is tried again alone, here,
+// in its caller's goroutine: its wait, up to the claim wait, delays only its
+// own request, and the shared transactions go on meanwhile.
 func (a *Accepter) store(ctx context.Context, row postgres.AcceptRow) (postgres.AcceptOutcome, error) {
 	if a.shared == nil {
-		outs, err := a.acceptAlone(ctx, row)
-		if err != nil {
-			return postgres.AcceptOutcome{}, err
-		}
-		return outs, nil
+		return a.acceptAlone(ctx, row)
 	}
 	r, err := a.shared.Do(ctx, row)
-	if err == nil {
-		err = r.err
+	if err != nil {
+		return postgres.AcceptOutcome{}, err
 	}
-	return r.out, err
+	if r.alone {
+		return a.acceptAlone(ctx, row)
+	}
+	return r.out, nil
 }
 
-// acceptMany is the shared transaction. A concurrent request that holds one
-// row's key past the claim wait fails the whole statement; the rows are then
-// stored one by one, so that only that row answers 409.
+// acceptMany is the shared transaction. It waits for no other session: a
+// busy row is handed back to its caller to be tried again alone. Should the
+// statement meet a lock anyway (a row committed after it began and held
+// since, an insert by a session that takes no claims), it fails after the
+// claim wait, and every row is handed back.
 func (a *Accepter) acceptMany(ctx context.Context, rows []postgres.AcceptRow) ([]rowResult, error) {
 	res := make([]rowResult, len(rows))
 	outs, err := postgres.Accept(ctx, a.opts.Pool, rows, postgres.AcceptOpts{LockTimeout: a.opts.ClaimWait})
 	switch {
 	case err == nil:
 		for i, o := range outs {
-			res[i].out = o
+			res[i] = rowResult{out: o, alone: o.Result == postgres.AcceptBusy}
 		}
 	case postgres.IsLockTimeout(err) && len(rows) > 1:
-		for i, row := range rows {
-			res[i].out, res[i].err = a.acceptAlone(ctx, row)
+		for i := range res {
+			res[i].alone = true
 		}
 	default:
 		return nil, claimBusy(err)
@@ -248,9 +261,11 @@ func (a *Accepter) acceptMany(ctx context.Context, rows []postgres.AcceptRow) ([
 	return res, nil
 }
 
+// acceptAlone stores one row in a transaction of its own, waiting up to the
+// claim wait for a concurrent accept of its key or parcel.
 func (a *Accepter) acceptAlone(ctx context.Context, row postgres.AcceptRow) (postgres.AcceptOutcome, error) {
 	outs, err := postgres.Accept(ctx, a.opts.Pool, []postgres.AcceptRow{row},
-		postgres.AcceptOpts{LockTimeout: a.opts.ClaimWait, BeforeCommitFunc: a.opts.BeforeCommitFunc})
+		postgres.AcceptOpts{LockTimeout: a.opts.ClaimWait, Wait: true, BeforeCommitFunc: a.opts.BeforeCommitFunc})
 	if err != nil {
 		return postgres.AcceptOutcome{}, claimBusy(err)
 	}

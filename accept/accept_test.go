@@ -14,9 +14,10 @@ import (
 	"github.com/labelkit/labels/postgres"
 )
 
-// A concurrent request that holds one key of a shared transaction past the
-// claim wait costs only that accept its answer (409 request_in_progress): the
-// rows are then stored one by one, and the others are stored.
+// A shared transaction that meets a lock anyway (here a key inserted by a
+// session that claims nothing and never commits) fails after the claim wait
+// and hands every row back to its caller; tried alone, only the held row
+// answers 409 request_in_progress, and the others are stored.
 func TestSharedAcceptSplitsOnAHeldKey(t *testing.T) {
 	t.Parallel()
 	pool := fixture.DB(t, "c1")
@@ -24,11 +25,15 @@ func TestSharedAcceptSplitsOnAHeldKey(t *testing.T) {
 	fixture.HoldKey(t, pool, "c1", "k1")
 
 	a := New(Opts{Pool: pool, ClaimWait: 100 * time.Millisecond})
-	res, err := a.acceptMany(ctx, []postgres.AcceptRow{fixture.Accept("c1", "k1", "lr_1", 1), fixture.Accept("c1", "k2", "lr_2", 2)})
+	rows := []postgres.AcceptRow{fixture.Accept("c1", "k1", "lr_1", 1), fixture.Accept("c1", "k2", "lr_2", 2)}
+	res, err := a.acceptMany(ctx, rows)
 	require.NoError(t, err)
-	require.ErrorIs(t, res[0].err, ErrInProgress)
-	require.NoError(t, res[1].err)
-	require.Equal(t, postgres.AcceptStored, res[1].out.Result)
+	require.Equal(t, []rowResult{{alone: true}, {alone: true}}, res)
+	_, err = a.acceptAlone(ctx, rows[0])
+	require.ErrorIs(t, err, ErrInProgress)
+	out, err := a.acceptAlone(ctx, rows[1])
+	require.NoError(t, err)
+	require.Equal(t, postgres.AcceptStored, out.Result)
 }
 
 // The same request under one key, accepted again, is a replay of the first

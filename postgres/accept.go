@@ -27,6 +27,11 @@ const (
 	// AcceptParcelTaken: the key was new but the parcel and version already
 	// have a pending or succeeded intent; nothing was stored.
 	AcceptParcelTaken
+	// AcceptBusy: another accept of the key, or of the parcel and version,
+	// has not committed yet (its claim is held); nothing was stored and
+	// nothing waited for it. The row may be tried again with
+	// [AcceptOpts.Wait]. Never an outcome of a call with Wait.
+	AcceptBusy
 )
 
 // AcceptOutcome is the outcome of one row.
@@ -39,31 +44,77 @@ type AcceptOutcome struct {
 
 // AcceptOpts tunes [Accept].
 type AcceptOpts struct {
-	// LockTimeout bounds the wait for a concurrent accept of the same key
-	// that has not committed yet; the statement then fails with
-	// lock_timeout (see [IsLockTimeout]).
+	// LockTimeout bounds any wait for a lock; the statement then fails
+	// with lock_timeout (see [IsLockTimeout]).
 	LockTimeout time.Duration
+	// Wait has the rows wait for the claims of concurrent accepts of their
+	// keys and parcels (at most LockTimeout) instead of answering
+	// [AcceptBusy]: for a row tried again alone. The claims are taken in
+	// one order, so two calls that wait never wait for each other in a
+	// cycle.
+	Wait bool
 	// BeforeCommitFunc, when set, runs after the rows are written and before
 	// the commit; an error rolls everything back. For fault-injection tests.
 	BeforeCommitFunc func(ctx context.Context) error
 }
 
+// The claims of an accept, in the transaction-level advisory locks of
+// PostgreSQL: one on the key, one on the parcel and version, each a hash of
+// its columns of the row x. An accept holds both from before its inserts to
+// its commit, so a row whose claims another accept holds is one whose insert
+// would wait for that accept's commit. A collision of two hashes only makes
+// a row busy, never wrong.
+const (
+	keyClaim    = `hashtextextended(x.caller_id || '/' || x.idem_key, 1)`
+	parcelClaim = `hashtextextended(x.caller_id || '/' || x.order_id || '/' || x.parcel_no || '/' || x.label_version, 2)`
+)
+
 // sqlAccept inserts the keys, then the intents of the keys it inserted with
-// their rows of the relay's queue (label_intent_outbox), and says for each row whether both were stored, whether the key existed, and
-// whether a tombstone matches. Rows of one call that share a key or a parcel
-// are told apart by the unique indexes themselves: the first stores, the
-// others find the key existing or the parcel taken.
+// their rows of the relay's queue (label_intent_outbox), and says for each
+// row whether both were stored, whether the key existed or the parcel was
+// taken, whether the row was busy, and whether a tombstone matches. Rows of
+// one call that share a key or a parcel are told apart by the unique indexes
+// themselves: the first stores, the others find the key existing or the
+// parcel taken.
+//
+// It waits for no other session (design.md, Locks and stuck sessions). A
+// key, or a pending or succeeded intent of the parcel, that the statement's
+// snapshot holds answers its row from there, and the row inserts nothing: an
+// insert would wait for whatever session holds that row (a worker frozen
+// inside its transaction, the sweeper's purge in flight), and the accept
+// answers a stored key or parcel from a read of the record anyway. A row
+// whose claims another accept holds (it has not committed) is busy: the
+// claims are tried, never waited for. What can still make the statement
+// wait, up to the lock timeout, is a key or an intent committed after it
+// began and held by another session since, or an insert by a session that
+// takes no claims. The snapshot's look-ups are scalar subqueries with LIMIT
+// 1, not EXISTS: PostgreSQL may plan an EXISTS as a hashed subplan, which
+// reads the whole table on every run of a generic plan made while it was
+// small.
 const sqlAccept = `
 WITH inp AS (
        SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int2[], $5::text[], $6::timestamptz[],
                             $7::timestamptz[], $8::bigint[], $9::int[], $10::int[], $11::jsonb[], $12::text[])
          AS t(caller_id, idem_key, request_hash, fingerprint_version, request_id, created_at,
               expires_at, order_id, parcel_no, label_version, payload, carrier_key)),
+     claim AS MATERIALIZED (
+       SELECT x.request_id, x.key_seen, x.parcel_seen,
+              CASE WHEN x.key_seen OR x.parcel_seen THEN false
+                   WHEN pg_try_advisory_xact_lock(` + keyClaim + `) THEN pg_try_advisory_xact_lock(` + parcelClaim + `)
+                   ELSE false END AS claimed
+         FROM (SELECT inp.*,
+                      (SELECT true FROM idempotency_keys k
+                        WHERE k.caller_id = inp.caller_id AND k.idem_key = inp.idem_key LIMIT 1) IS NOT NULL AS key_seen,
+                      (SELECT true FROM label_intents i
+                        WHERE i.caller_id = inp.caller_id AND i.order_id = inp.order_id AND i.parcel_no = inp.parcel_no
+                          AND i.label_version = inp.label_version AND i.status IN ('pending', 'succeeded') LIMIT 1) IS NOT NULL AS parcel_seen
+                 FROM inp OFFSET 0) x),
      k AS (
        INSERT INTO idempotency_keys
               (caller_id, idem_key, request_hash, fingerprint_version, request_id, state, created_at, expires_at)
        SELECT caller_id, idem_key, request_hash, fingerprint_version, request_id, 'started', created_at, expires_at
          FROM inp
+        WHERE request_id IN (SELECT request_id FROM claim WHERE claimed)
        ON CONFLICT (caller_id, idem_key) DO NOTHING
        RETURNING request_id),
      i AS (
@@ -79,10 +130,28 @@ WITH inp AS (
      o AS (
        INSERT INTO label_intent_outbox (created_at, request_id)
        SELECT created_at, request_id FROM i)
-SELECT inp.request_id, i.request_id IS NOT NULL, k.request_id IS NULL,
+SELECT inp.request_id,
+       CASE WHEN i.request_id IS NOT NULL THEN 1
+            WHEN c.key_seen THEN 2
+            WHEN c.parcel_seen THEN 3
+            WHEN NOT c.claimed THEN 4
+            WHEN k.request_id IS NULL THEN 2
+            ELSE 3 END,
        EXISTS (SELECT 1 FROM idempotency_tombstones t
                 WHERE t.caller_id = inp.caller_id AND t.key_hash = sha256(convert_to(inp.idem_key, 'UTF8')))
-  FROM inp LEFT JOIN k ON k.request_id = inp.request_id LEFT JOIN i ON i.request_id = inp.request_id`
+  FROM inp JOIN claim c ON c.request_id = inp.request_id
+  LEFT JOIN k ON k.request_id = inp.request_id LEFT JOIN i ON i.request_id = inp.request_id`
+
+// sqlAwaitClaims takes the claims of the rows (keyClaim, parcelClaim),
+// waiting for the accepts that hold them to end, in the order of the
+// claims: the calls with [AcceptOpts.Wait].
+const sqlAwaitClaims = `
+SELECT count(pg_advisory_xact_lock(c))
+  FROM (SELECT DISTINCT c
+          FROM unnest($1::text[], $2::text[], $3::bigint[], $4::int[], $5::int[])
+            AS x(caller_id, idem_key, order_id, parcel_no, label_version)
+         CROSS JOIN LATERAL (VALUES (` + keyClaim + `), (` + parcelClaim + `)) v(c)
+         ORDER BY c OFFSET 0) s`
 
 // sqlUnclaimParcelTaken removes, in the same transaction, the keys inserted
 // for a parcel that turned out to be taken: their accepts store nothing. The
@@ -122,18 +191,14 @@ func Accept(ctx context.Context, pool *pgxpool.Pool, rows []AcceptRow, opts Acce
 	}
 	outs := make([]AcceptOutcome, n)
 	err := sendShared(ctx, pool, opts.LockTimeout, func(b *pgx.Batch) {
+		if opts.Wait {
+			b.Queue(sqlAwaitClaims, callers, keys, orders, parcels, labelVersions)
+		}
 		b.Queue(sqlAccept, callers, keys, hashes, versions, ids, created, expires, orders, parcels, labelVersions, payloads, carrierKeys).
 			Query(func(rs pgx.Rows) error {
 				var id string
-				var stored, keyExisted, purged bool
-				_, err := pgx.ForEachRow(rs, []any{&id, &stored, &keyExisted, &purged}, func() error {
-					o := AcceptOutcome{Result: AcceptParcelTaken, PurgedBefore: purged}
-					switch {
-					case stored:
-						o.Result = AcceptStored
-					case keyExisted:
-						o.Result = AcceptKeyExists
-					}
+				var o AcceptOutcome
+				_, err := pgx.ForEachRow(rs, []any{&id, &o.Result, &o.PurgedBefore}, func() error {
 					outs[at[id]] = o
 					return nil
 				})

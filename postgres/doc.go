@@ -9,7 +9,7 @@
 // A state change is one statement over arrays (unnest) that returns an
 // outcome per row:
 //
-//	[Accept]    key record + pending intent, or why not (key exists, parcel taken)
+//	[Accept]    key record + pending intent, or why not (key exists, parcel taken, busy)
 //	[TakeLeases] the key's lease for one attempt, or why not (final, held, busy, gone)
 //	[Complete]  label + completed key + final intent (+ webhook event), only under the attempt's lease
 //	[Release]   the lease given back after an unknown carrier outcome
@@ -19,6 +19,8 @@
 // commit of package accept and of the buy-label worker) pass them all, and
 // each row gets the outcome it would have had alone. The statements that can
 // meet a row another session holds either skip it (SKIP LOCKED: the row's
-// outcome says busy) or wait at most a lock_timeout, so one stuck session
+// outcome says busy), do without it ([Accept] answers a stored key or parcel
+// from its snapshot, and a key or parcel another accept has claimed and not
+// committed is busy), or wait at most a lock_timeout, so one stuck session
 // delays only the rows it holds.
 package postgres

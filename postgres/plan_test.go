@@ -27,7 +27,7 @@ func TestPlansProbe(t *testing.T) {
 		dbtest.RequireProbes(t, conn, postgres.PlanSettings, lock, postgres.SQLAccept,
 			[]string{"text[]", "text[]", "bytea[]", "int2[]", "text[]", "timestamptz[]", "timestamptz[]", "bigint[]", "int[]", "int[]", "jsonb[]", "text[]"},
 			[]string{a, a, `'{"\\x00"}'`, "'{1}'", a, ts, ts, "'{1}'", "'{1}'", "'{1}'", `'{"{}"}'`, a},
-			"idempotency_tombstones")
+			"idempotency_tombstones", "idempotency_keys", "label_intents")
 	})
 	t.Run("parcel taken", func(t *testing.T) {
 		dbtest.RequireProbes(t, conn, postgres.PlanSettings, lock, postgres.SQLUnclaimParcelTaken,

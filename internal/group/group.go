@@ -22,6 +22,12 @@ import (
 // once, whether the call is still queued (it is then never run) or in a
 // batch that is running (the batch goes on for the others, and what it
 // stores stays stored).
+//
+// A run holds its flusher until it returns, and every call queued meanwhile
+// waits for it: Run should wait for nothing but its own statement. Work of
+// one call that may wait for another session belongs after [Group.Do], in
+// that call's goroutine: Run hands the call back in its output, and the
+// caller does it alone (package accept does so for a busy row).
 type Group[In, Out any] struct {
 	// Max bounds the calls of one batch; Flushers is how many batches may run
 	// at once; Timeout bounds one run (and no run outlives the latest

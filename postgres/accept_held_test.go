@@ -1,0 +1,148 @@
+package postgres_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/labelkit/labels/internal/testutil/dbtest"
+	"github.com/labelkit/labels/internal/testutil/fixture"
+	"github.com/labelkit/labels/postgres"
+)
+
+// Stored rows that another session holds (a worker frozen inside its lease
+// or completion, the sweeper's purge in flight) are waited for by no row of
+// an accept: the repeat of a held key finds it existing, a new key for a
+// parcel whose intent is held finds the parcel taken, a key being deleted
+// still exists, and a new row beside them is stored. The lock timeout is
+// longer than the test: a statement that waited for the holder would not
+// return while it holds the rows.
+func TestAcceptWaitsForNoHeldRow(t *testing.T) {
+	t.Parallel()
+	pool := fixture.DB(t, "c1")
+	ctx := context.Background()
+	_, err := postgres.Accept(ctx, pool, []postgres.AcceptRow{
+		fixture.Accept("c1", "k1", "lr_1", 1), fixture.Accept("c1", "k2", "lr_2", 2), fixture.Accept("c1", "k3", "lr_3", 3),
+	}, postgres.AcceptOpts{})
+	require.NoError(t, err)
+
+	holder := holdingSession(t, pool)
+	for _, sql := range []string{
+		`UPDATE idempotency_keys SET locked_until = now() + interval '1 hour', lease_token = gen_random_uuid() WHERE idem_key = 'k1'`,
+		`DELETE FROM idempotency_keys WHERE idem_key = 'k2'`,
+		`UPDATE label_intents SET status = 'failed', error = '{}', completed_at = now() WHERE idem_key = 'k3'`,
+	} {
+		_, err := holder.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+
+	outs, err := postgres.Accept(beforeDeadline(t), pool, []postgres.AcceptRow{
+		fixture.Accept("c1", "k1", "lr_k1_again", 1), // its key row is held
+		fixture.Accept("c1", "k2", "lr_k2_again", 2), // its key row is being deleted
+		fixture.Accept("c1", "k4", "lr_4", 3),        // k3's parcel, whose intent row is held
+		fixture.Accept("c1", "k5", "lr_5", 5),        // new
+	}, postgres.AcceptOpts{LockTimeout: time.Hour})
+	require.NoError(t, err, "the statement waited for a held row until the test's deadline")
+	require.Equal(t, []postgres.AcceptOutcome{
+		{Result: postgres.AcceptKeyExists}, {Result: postgres.AcceptKeyExists}, {Result: postgres.AcceptParcelTaken}, {Result: postgres.AcceptStored},
+	}, outs)
+	require.Zero(t, dbtest.Scalar[int](t, pool, `SELECT count(*) FROM idempotency_keys WHERE idem_key = 'k4'`), "nothing stored for a taken parcel")
+	require.Equal(t, "idle in transaction", dbtest.Scalar[string](t, pool, `SELECT state FROM pg_stat_activity WHERE pid = $1`, holder.PgConn().PID()),
+		"the rows were held throughout")
+}
+
+// An accept of a key or of a parcel that has not committed (its claims held)
+// makes the rows of another accept with that key or parcel busy, at once,
+// while a row beside them is stored. Tried again with Wait, such a row waits
+// for the claim: it fails after the lock timeout while the claim is held, and
+// finds the key existing once the first accept has committed.
+func TestAcceptInFlightIsBusy(t *testing.T) {
+	t.Parallel()
+	pool := fixture.DB(t, "c1")
+	ctx := context.Background()
+	gate, inFlight := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(open)
+	firstDone := make(chan error, 1)
+	go func() {
+		_, err := postgres.Accept(ctx, pool, []postgres.AcceptRow{fixture.Accept("c1", "k1", "lr_1", 1)}, postgres.AcceptOpts{
+			BeforeCommitFunc: func(context.Context) error { close(inFlight); <-gate; return nil }})
+		firstDone <- err
+	}()
+	<-inFlight
+
+	outs, err := postgres.Accept(ctx, pool, []postgres.AcceptRow{
+		fixture.Accept("c1", "k1", "lr_k1_again", 1), // the key in flight
+		fixture.Accept("c1", "k2", "lr_2", 1),        // another key for the parcel in flight
+		fixture.Accept("c1", "k3", "lr_3", 3),        // new
+	}, postgres.AcceptOpts{LockTimeout: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, []postgres.AcceptOutcome{{Result: postgres.AcceptBusy}, {Result: postgres.AcceptBusy}, {Result: postgres.AcceptStored}}, outs)
+
+	_, err = postgres.Accept(ctx, pool, []postgres.AcceptRow{fixture.Accept("c1", "k2", "lr_2", 1)},
+		postgres.AcceptOpts{LockTimeout: 10 * time.Millisecond, Wait: true})
+	require.True(t, postgres.IsLockTimeout(err), "the claim is held past the lock timeout: %v", err)
+
+	waited := make(chan []postgres.AcceptOutcome, 1)
+	go func() {
+		outs, err := postgres.Accept(ctx, pool, []postgres.AcceptRow{fixture.Accept("c1", "k1", "lr_k1_again", 1)},
+			postgres.AcceptOpts{LockTimeout: time.Hour, Wait: true})
+		assertNoError(t, err)
+		waited <- outs
+	}()
+	waitUntil(t, pool, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'advisory')`)
+	open()
+	require.NoError(t, <-firstDone)
+	require.Equal(t, []postgres.AcceptOutcome{{Result: postgres.AcceptKeyExists}}, <-waited)
+}
+
+// holdingSession returns a connection of its own with an open transaction,
+// rolled back when t ends; it waits for nothing and is never timed out.
+func holdingSession(t *testing.T, pool *pgxpool.Pool) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	for _, sql := range []string{
+		"SET idle_in_transaction_session_timeout = 0", "SET statement_timeout = 0", "SET lock_timeout = 0", "BEGIN",
+	} {
+		_, err := conn.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+	return conn
+}
+
+// beforeDeadline returns a context that ends a little before the test
+// binary's deadline (-timeout), so that a test whose work never ends fails
+// with its own message instead of the binary's panic.
+func beforeDeadline(t *testing.T) context.Context {
+	deadline, ok := t.Deadline()
+	if !ok {
+		deadline = time.Now().Add(10 * time.Minute)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(-20*time.Second))
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitUntil polls a query of one boolean until it is true.
+func waitUntil(t *testing.T, pool *pgxpool.Pool, sql string) {
+	t.Helper()
+	for !dbtest.Scalar[bool](t, pool, sql) {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// assertNoError fails t from any goroutine.
+func assertNoError(t *testing.T, err error) {
+	if err != nil {
+		t.Error(err)
+	}
+}
