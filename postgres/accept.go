@@ -87,7 +87,7 @@ const (
 // claims are tried, never waited for. What can still make the statement
 // wait, up to the lock timeout, is a key or an intent committed after it
 // began and held by another session since, or an insert by a session that
-// takes no claims. The snapshot's look-ups are scalar subqueries with LIMIT
+// takes no claims. The look-ups (the tombstone's too) are scalar subqueries with LIMIT
 // 1, not EXISTS: PostgreSQL may plan an EXISTS as a hashed subplan, which
 // reads the whole table on every run of a generic plan made while it was
 // small.
@@ -137,8 +137,8 @@ SELECT inp.request_id,
             WHEN NOT c.claimed THEN 4
             WHEN k.request_id IS NULL THEN 2
             ELSE 3 END,
-       EXISTS (SELECT 1 FROM idempotency_tombstones t
-                WHERE t.caller_id = inp.caller_id AND t.key_hash = sha256(convert_to(inp.idem_key, 'UTF8')))
+       (SELECT true FROM idempotency_tombstones t
+         WHERE t.caller_id = inp.caller_id AND t.key_hash = sha256(convert_to(inp.idem_key, 'UTF8')) LIMIT 1) IS NOT NULL
   FROM inp JOIN claim c ON c.request_id = inp.request_id
   LEFT JOIN k ON k.request_id = inp.request_id LEFT JOIN i ON i.request_id = inp.request_id`
 
