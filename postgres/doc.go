@@ -21,4 +21,8 @@
 // meet a row another session holds either skip it (SKIP LOCKED: the row's
 // outcome says busy) or wait at most a lock_timeout, so one stuck session
 // delays only the rows it holds.
+//
+// [DispatchIntents] is the relay's take off label_intent_outbox: the callers
+// in turns, and no more than keeps River's queue of purchases (it reads
+// river_job, River's table, for that count only) at a bound.
 package postgres

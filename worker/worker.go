@@ -1,6 +1,8 @@
 // Package worker puts together what a worker process runs: the River client
 // with the buy-label, webhook delivery, sweep and void-label workers, and the
-// outbox relays (intents, webhook events) that feed it.
+// outbox relays (intents, webhook events) that feed it; a River hook tells
+// the relay of intents when purchases start, which frees room in the bounded
+// backlog it keeps in River.
 // cmd/worker, the test stacks and the tools build it with [New], so what is
 // tested and measured is what is deployed.
 package worker

@@ -38,6 +38,9 @@ func TestHelpAndBadConfig(t *testing.T) {
 		{"WEBHOOK_ALLOW_PRIVATE": "2"},
 		{"WEBHOOK_ROTATION_OVERLAP": "-1h"},
 		{"WEBHOOK_SECRET_KEY": "c2hvcnQ="},
+		{"RATE_LIMIT": "-1"},
+		{"RATE_LIMIT": "fast"},
+		{"RATE_LIMIT_BURST": "-3"},
 	} {
 		errb.Reset()
 		require.Equal(t, 2, run(context.Background(), []string{"api"}, env(e), io.Discard, &errb), e)
