@@ -152,6 +152,7 @@ const (
 	CodeCarrierUnavailable    = "carrier_unavailable"
 	CodeMethodNotAllowed      = "method_not_allowed"
 	CodeUnsupportedMediaType  = "unsupported_media_type"
+	CodeRateLimited           = "rate_limited"
 	CodeInternal              = "internal"
 )
 
@@ -230,5 +231,6 @@ var codes = map[string]struct {
 	CodeCarrierUnavailable:    {502, "Carrier unavailable"},
 	CodeMethodNotAllowed:      {405, "Method not allowed"},
 	CodeUnsupportedMediaType:  {415, "Unsupported media type"},
+	CodeRateLimited:           {429, "Rate limited"},
 	CodeInternal:              {500, "Internal error"},
 }

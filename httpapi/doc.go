@@ -5,5 +5,6 @@
 // POST /v1/labels is the accept: it validates and fingerprints the request and,
 // in one transaction, writes the key record (package idempotency) and the
 // label-intent outbox row (package outbox), or answers from what is already
-// there. It never calls the carrier; the worker does.
+// there. It never calls the carrier; the worker does. With a [RateLimit], a
+// caller's creates past its rate are answered 429 before anything is read.
 package httpapi

@@ -194,6 +194,15 @@ func TestOpenAPI(t *testing.T) {
 	}
 	require.Equal(t, http.StatusServiceUnavailable, doc.fetch(t, down.URL, http.MethodPost, "/v1/labels", tok, body, "Idempotency-Key", "k").Status)
 
+	// 429 rate_limited: an API with a limit of one create a second per
+	// caller, its clock stopped.
+	stopped := time.Now()
+	limited := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Pool: s.Pool,
+		RateLimit: httpapi.RateLimit{PerSecond: 1, Now: func() time.Time { return stopped }}}))
+	t.Cleanup(limited.Close)
+	require.Equal(t, http.StatusAccepted, doc.fetch(t, limited.URL, http.MethodPost, "/v1/labels", tok, stacktest.ParcelBody(3, 1, 100), "Idempotency-Key", "k-limited-1").Status)
+	require.Equal(t, http.StatusTooManyRequests, doc.fetch(t, limited.URL, http.MethodPost, "/v1/labels", tok, stacktest.ParcelBody(3, 2, 100), "Idempotency-Key", "k-limited-2").Status)
+
 	doc.requireCovered(t, map[string]string{
 		"GET /v1/label-requests/{id} 500": "only on a database error that is not a connection error",
 		"GET /v1/label-requests 500":      "only on a database error that is not a connection error",

@@ -11,7 +11,7 @@ import (
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("POST /v1/labels", s.observe("create_label", s.authenticate(s.handleCreateLabel)))
+	mux.Handle("POST /v1/labels", s.observe("create_label", s.authenticate(s.limit(s.handleCreateLabel))))
 	mux.Handle("GET /v1/label-requests/{id}", s.observe("get_label_request", s.authenticate(s.handleGetLabelRequest)))
 	mux.Handle("GET /v1/label-requests", s.observe("find_label_request", s.authenticate(s.handleFindLabelRequest)))
 	mux.Handle("GET /v1/labels/{label_id}", s.observe("get_label", s.authenticate(s.handleGetLabel)))

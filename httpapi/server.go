@@ -49,6 +49,9 @@ type Deps struct {
 	// accept a transaction of its own. Each accept has its own when
 	// AfterKeyInsertFunc is set.
 	AcceptBatch int
+	// RateLimit limits each caller's creates in this process (the zero
+	// value: no limit, [DefaultRateLimit]).
+	RateLimit RateLimit
 }
 
 // Server is the HTTP API.
@@ -56,6 +59,7 @@ type Server struct {
 	deps     Deps
 	tokens   *tokenCache
 	accepter *accept.Accepter
+	limiter  *limiter // nil: no rate limit
 }
 
 // NewServer returns the API as an http.Handler.
@@ -76,7 +80,7 @@ func NewServer(deps Deps) http.Handler {
 	case batch < 0:
 		batch = 1
 	}
-	s := &Server{deps: deps, tokens: &tokenCache{ttl: time.Minute, m: map[string]tokenEntry{}}}
+	s := &Server{deps: deps, tokens: &tokenCache{ttl: time.Minute, m: map[string]tokenEntry{}}, limiter: newLimiter(deps.RateLimit)}
 	s.accepter = accept.New(accept.Opts{Pool: deps.Pool, Notifier: deps.Notifier, KeyRetention: deps.KeyRetention,
 		ClaimWait: deps.ClaimWait, Batch: batch, Timeout: deps.StoreTimeout, BeforeCommitFunc: deps.AfterKeyInsertFunc})
 	return s.routes()

@@ -169,3 +169,33 @@ func TestIntentOutboxMove(t *testing.T) {
 		     + (SELECT count(*) FROM pg_indexes WHERE indexname = 'label_intents_undispatched')`).Scan(&gone))
 	require.Zero(t, gone)
 }
+
+// 012 gives the rows already in the relay's queue their callers, and the
+// queue its caller index.
+func TestOutboxCallerMove(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// label_intents and the queue as 012 finds them: 001-004, then 011.
+	pool, m012 := migratedUpTo(t, "labels_migtest012", "012_outbox_caller.sql", 4)
+	all, err := migrations.All()
+	require.NoError(t, err)
+	at := slices.IndexFunc(all, func(m migrations.Migration) bool { return m.Name == "011_intent_outbox.sql" })
+	require.GreaterOrEqual(t, at, 0)
+	_, err = pool.Exec(ctx, all[at].SQL)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `
+		INSERT INTO label_intents (request_id, caller_id, idem_key, request_hash, fingerprint_version, order_id, parcel_no,
+		                           label_version, payload, carrier_key, created_at)
+		VALUES ('lr_a', 'c1', 'a', sha256('a'), 1, 1, 1, 1, '{}', 'ck1', '2026-12-01T10:00:00Z'),
+		       ('lr_b', 'c2', 'b', sha256('b'), 1, 2, 1, 1, '{}', 'ck2', '2026-12-01T09:00:00Z');
+		INSERT INTO label_intent_outbox (created_at, request_id) SELECT created_at, request_id FROM label_intents`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, m012.SQL)
+	require.NoError(t, err)
+	var callers string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT string_agg(request_id || '=' || caller_id, ',' ORDER BY request_id) FROM label_intent_outbox`).Scan(&callers))
+	require.Equal(t, "lr_a=c1,lr_b=c2", callers)
+	var indexed bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT to_regclass('label_intent_outbox_caller') IS NOT NULL`).Scan(&indexed))
+	require.True(t, indexed)
+}

@@ -2,6 +2,8 @@ package outbox
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -11,10 +13,23 @@ import (
 	"github.com/labelkit/labels/postgres"
 )
 
+// DefaultBatchSize is the most rows a relay dispatches in one transaction.
+const DefaultBatchSize = 500
+
 // RelayOpts tunes a [Relay].
 type RelayOpts struct {
-	// BatchSize is the most intents dispatched in one transaction (default 500).
+	// BatchSize is the most intents dispatched in one transaction (default
+	// [DefaultBatchSize]).
 	BatchSize int
+	// Backlog bounds River's backlog for the relay of intents: it moves no
+	// more intents into River than keep the jobs of Queue that are waiting to
+	// run (available, not yet running; every worker's together) at Backlog,
+	// and the rest of a burst waits in the outbox, where the callers take
+	// turns. 0: no bound (River runs whatever is queued in order). The relay
+	// of webhook events ignores it.
+	Backlog int
+	// Queue is River's queue the dispatched jobs go to (for Backlog).
+	Queue string
 	// PollInterval is the fallback when no notification arrives (default 1s).
 	PollInterval time.Duration
 	// Listener wakes the relay when an intent is accepted; nil means poll only.
@@ -28,14 +43,27 @@ type RelayOpts struct {
 // rows of the queue (FOR UPDATE SKIP LOCKED) and deletes them in the
 // transaction that inserts their jobs, and the jobs are unique by request id
 // besides.
+//
+// The callers take turns (postgres.DispatchIntents), and with a Backlog the
+// relay keeps River's queue short: River runs its queue in order, so what is
+// in it is what another caller's next intent waits behind. While River's
+// backlog is at its bound the relay waits for jobs to start ([Relay.JobStarted])
+// or for its poll, not for new intents.
 type Relay struct {
-	pool     *pgxpool.Pool
-	dispatch postgres.DispatchFunc
-	opts     RelayOpts
-	log      zerolog.Logger
-	take     func(context.Context, *pgxpool.Pool, int, postgres.DispatchFunc) (int, error)
-	channel  string // the notification that wakes it
-	what     string // for its log lines
+	opts    RelayOpts
+	log     zerolog.Logger
+	take    func(context.Context) (postgres.Dispatched, error)
+	channel string // the notification that wakes it
+	what    string // for its log lines
+
+	// Jobs started since the last room signal, and the signal: every
+	// startsPerRoom starts, room has a value.
+	started       atomic.Int64
+	startsPerRoom int64
+	room          chan struct{}
+
+	mu    sync.Mutex
+	after string // the caller served last, where the next batch's round robin starts after
 }
 
 // NewRelay returns a relay; call Run to start it.
@@ -45,13 +73,29 @@ func NewRelay(pool *pgxpool.Pool, dispatch postgres.DispatchFunc, log zerolog.Lo
 		o = *opts
 	}
 	if o.BatchSize <= 0 {
-		o.BatchSize = 500
+		o.BatchSize = DefaultBatchSize
 	}
 	if o.PollInterval <= 0 {
 		o.PollInterval = time.Second
 	}
-	return &Relay{pool: pool, dispatch: dispatch, opts: o, log: log,
-		take: postgres.DispatchIntents, channel: notify.ChannelIntents, what: "relay"}
+	if o.Backlog < 0 {
+		o.Backlog = 0
+	}
+	r := &Relay{opts: o, log: log, channel: notify.ChannelIntents, what: "relay",
+		// Room is looked for after a quarter of the backlog has started: a
+		// refill is a quarter of it at least, and River's queue never runs dry.
+		startsPerRoom: int64(max(1, o.Backlog/4)), room: make(chan struct{}, 1)}
+	r.take = func(ctx context.Context) (postgres.Dispatched, error) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		d, err := postgres.DispatchIntents(ctx, pool, postgres.DispatchOpts{
+			Batch: o.BatchSize, Backlog: o.Backlog, Queue: o.Queue, After: r.after}, dispatch)
+		if err == nil {
+			r.after = d.Last
+		}
+		return d, err
+	}
+	return r
 }
 
 // NewEventRelay returns the relay of webhook events (table webhook_events,
@@ -60,8 +104,27 @@ func NewRelay(pool *pgxpool.Pool, dispatch postgres.DispatchFunc, log zerolog.Lo
 // notify.ChannelFinal to wake it.
 func NewEventRelay(pool *pgxpool.Pool, dispatch postgres.DispatchFunc, log zerolog.Logger, opts *RelayOpts) *Relay {
 	r := NewRelay(pool, dispatch, log, opts)
-	r.take, r.channel, r.what = postgres.DispatchWebhookEvents, notify.ChannelFinal, "webhook relay"
+	batch := r.opts.BatchSize
+	r.take = func(ctx context.Context) (postgres.Dispatched, error) {
+		n, err := postgres.DispatchWebhookEvents(ctx, pool, batch, dispatch)
+		return postgres.Dispatched{Taken: n, Room: batch, Left: n == batch}, err
+	}
+	r.opts.Backlog, r.channel, r.what = 0, notify.ChannelFinal, "webhook relay"
 	return r
+}
+
+// JobStarted tells the relay that one of its jobs started to run: one less
+// waits in River's queue. Every quarter of the backlog, it wakes a relay
+// that waits for room. Cheap; call it from any goroutine.
+func (r *Relay) JobStarted() {
+	if r.opts.Backlog <= 0 || r.started.Add(1) < r.startsPerRoom {
+		return
+	}
+	r.started.Store(0)
+	select {
+	case r.room <- struct{}{}:
+	default:
+	}
 }
 
 // Run dispatches until ctx ends.
@@ -74,9 +137,8 @@ func (r *Relay) Run(ctx context.Context) {
 	}
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		n, err := r.DispatchBatch(ctx)
-		switch {
-		case err != nil:
+		d, err := r.dispatch(ctx)
+		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -84,28 +146,46 @@ func (r *Relay) Run(ctx context.Context) {
 			sleep(ctx, backoff)
 			backoff = min(backoff*2, 5*time.Second)
 			continue
-		case n == r.opts.BatchSize:
-			continue // more may be waiting
 		}
 		backoff = 100 * time.Millisecond
+		full := false
+		switch {
+		case d.Left && d.Taken > 0 && (d.Taken < d.Room || d.Room == r.opts.BatchSize):
+			continue // more may be taken now: a caller past its share, or a full batch
+		case d.Left && d.Room < r.opts.BatchSize:
+			// River's backlog is at its bound: what frees room is a job
+			// starting, not a new intent.
+			full = true
+		}
+		intents, room := wake, (<-chan struct{})(nil)
+		if full {
+			intents, room = nil, r.room
+		}
 		timer := time.NewTimer(r.opts.PollInterval)
 		select {
 		case <-ctx.Done():
-		case <-wake:
+		case <-intents:
+		case <-room:
 		case <-timer.C:
 		}
 		timer.Stop()
 	}
 }
 
-// DispatchBatch dispatches up to one batch of the oldest undispatched rows
-// and returns how many it dispatched.
+// DispatchBatch dispatches up to one batch of the undispatched rows (the
+// callers in turns, within the backlog's bound) and returns how many it
+// dispatched.
 func (r *Relay) DispatchBatch(ctx context.Context) (int, error) {
-	n, err := r.take(ctx, r.pool, r.opts.BatchSize, r.dispatch)
-	if err == nil && n > 0 && r.opts.OnDispatchFunc != nil {
-		r.opts.OnDispatchFunc(n)
+	d, err := r.dispatch(ctx)
+	return d.Taken, err
+}
+
+func (r *Relay) dispatch(ctx context.Context) (postgres.Dispatched, error) {
+	d, err := r.take(ctx)
+	if err == nil && d.Taken > 0 && r.opts.OnDispatchFunc != nil {
+		r.opts.OnDispatchFunc(d.Taken)
 	}
-	return n, err
+	return d, err
 }
 
 func sleep(ctx context.Context, d time.Duration) {

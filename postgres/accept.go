@@ -70,12 +70,12 @@ const (
 )
 
 // sqlAccept inserts the keys, then the intents of the keys it inserted with
-// their rows of the relay's queue (label_intent_outbox), and says for each
-// row whether both were stored, whether the key existed or the parcel was
-// taken, whether the row was busy, and whether a tombstone matches. Rows of
-// one call that share a key or a parcel are told apart by the unique indexes
-// themselves: the first stores, the others find the key existing or the
-// parcel taken.
+// their rows of the relay's queue (label_intent_outbox, with the caller the
+// relay takes turns by), and says for each row whether both were stored,
+// whether the key existed or the parcel was taken, whether the row was busy,
+// and whether a tombstone matches. Rows of one call that share a key or a
+// parcel are told apart by the unique indexes themselves: the first stores,
+// the others find the key existing or the parcel taken.
 //
 // It waits for no other session (design.md, Locks and stuck sessions). A
 // key, or a pending or succeeded intent of the parcel, that the statement's
@@ -126,10 +126,10 @@ WITH inp AS (
          FROM inp JOIN k ON k.request_id = inp.request_id
        ON CONFLICT (caller_id, order_id, parcel_no, label_version)
           WHERE status IN ('pending', 'succeeded') DO NOTHING
-       RETURNING request_id, created_at),
+       RETURNING request_id, caller_id, created_at),
      o AS (
-       INSERT INTO label_intent_outbox (created_at, request_id)
-       SELECT created_at, request_id FROM i)
+       INSERT INTO label_intent_outbox (created_at, request_id, caller_id)
+       SELECT created_at, request_id, caller_id FROM i)
 SELECT inp.request_id,
        CASE WHEN i.request_id IS NOT NULL THEN 1
             WHEN c.key_seen THEN 2

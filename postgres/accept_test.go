@@ -138,7 +138,7 @@ func TestIntentQueueDispatchesEachAcceptOnce(t *testing.T) {
 	// A dispatch that fails after the rows were taken commits nothing: the
 	// rows are back for the next relay.
 	var taken []string
-	_, err = postgres.DispatchIntents(ctx, pool, 5, func(_ context.Context, _ pgx.Tx, ids []string) error {
+	_, err = postgres.DispatchIntents(ctx, pool, postgres.DispatchOpts{Batch: 5}, func(_ context.Context, _ pgx.Tx, ids []string) error {
 		taken = ids
 		return crash
 	})
@@ -153,7 +153,7 @@ func TestIntentQueueDispatchesEachAcceptOnce(t *testing.T) {
 	for range 3 {
 		wg.Go(func() {
 			for {
-				k, err := postgres.DispatchIntents(ctx, pool, 4, func(_ context.Context, _ pgx.Tx, ids []string) error {
+				d, err := postgres.DispatchIntents(ctx, pool, postgres.DispatchOpts{Batch: 4}, func(_ context.Context, _ pgx.Tx, ids []string) error {
 					mu.Lock()
 					defer mu.Unlock()
 					got = append(got, ids...)
@@ -162,7 +162,7 @@ func TestIntentQueueDispatchesEachAcceptOnce(t *testing.T) {
 				if err != nil {
 					t.Error(err)
 				}
-				if err != nil || k == 0 {
+				if err != nil || d.Taken == 0 {
 					return
 				}
 			}
@@ -172,10 +172,11 @@ func TestIntentQueueDispatchesEachAcceptOnce(t *testing.T) {
 	slices.Sort(got)
 	require.Equal(t, want, got, "every intent dispatched exactly once")
 	require.Zero(t, queued())
-	k, err := postgres.DispatchIntents(ctx, pool, 4, func(context.Context, pgx.Tx, []string) error {
+	d, err := postgres.DispatchIntents(ctx, pool, postgres.DispatchOpts{Batch: 4}, func(context.Context, pgx.Tx, []string) error {
 		t.Error("nothing is left to dispatch")
 		return nil
 	})
 	require.NoError(t, err)
-	require.Zero(t, k)
+	require.Zero(t, d.Taken)
+	require.False(t, d.Left)
 }

@@ -23,4 +23,8 @@
 // from its snapshot, and a key or parcel another accept has claimed and not
 // committed is busy), or wait at most a lock_timeout, so one stuck session
 // delays only the rows it holds.
+//
+// [DispatchIntents] is the relay's take off label_intent_outbox: the callers
+// in turns, and no more than keeps River's queue of purchases (it reads
+// river_job, River's table, for that count only) at a bound.
 package postgres

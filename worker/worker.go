@@ -1,6 +1,8 @@
 // Package worker puts together what a worker process runs: the River client
 // with the buy-label, webhook delivery, sweep and void-label workers, and the
-// outbox relays (intents, webhook events) that feed it.
+// outbox relays (intents, webhook events) that feed it; a River hook tells
+// the relay of intents when purchases start, which frees room in the bounded
+// backlog it keeps in River.
 // cmd/worker, the test stacks and the tools build it with [New], so what is
 // tested and measured is what is deployed.
 package worker
@@ -11,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,6 +21,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/rs/zerolog"
 
 	"github.com/labelkit/labels/jobs"
@@ -37,6 +41,12 @@ type Config struct {
 	LeaseDuration  time.Duration
 	KeyRetention   time.Duration // default 24h
 	Concurrency    int           // carrier calls in flight (default 100)
+	// RelayBacklog bounds the purchases waiting to run in River's queue
+	// (every worker's together): the relay moves no more intents into River,
+	// and the rest wait in the outbox, where the callers take turns
+	// (outbox.RelayOpts.Backlog). 0: [RelayBacklogPerSlot] × Concurrency;
+	// negative: no bound.
+	RelayBacklog int
 	// Batch bounds the jobs that share a lease or completion statement: 0
 	// means 64, a negative value one statement per job.
 	Batch       int
@@ -89,6 +99,12 @@ type Config struct {
 	WebhookConcurrency int
 }
 
+// RelayBacklogPerSlot is the default RelayBacklog per carrier call in flight:
+// River's queue holds enough for the slots to refill twice before the relay
+// must have refilled it, and a new caller's intent waits behind no more than
+// that.
+const RelayBacklogPerSlot = 2
+
 func (c *Config) defaults() {
 	or := func(d *time.Duration, def time.Duration) {
 		if *d == 0 {
@@ -106,6 +122,12 @@ func (c *Config) defaults() {
 	or(&c.Webhooks.Timeout, 15*time.Second)
 	if c.Concurrency <= 0 {
 		c.Concurrency = 100
+	}
+	switch {
+	case c.RelayBacklog == 0:
+		c.RelayBacklog = RelayBacklogPerSlot * c.Concurrency
+	case c.RelayBacklog < 0:
+		c.RelayBacklog = 0
 	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 20
@@ -188,6 +210,8 @@ func New(cfg Config) (*Worker, error) {
 	// A delivery's job runs longer than a lease when WEBHOOK_TIMEOUT is long:
 	// it is not rescued while it may still run.
 	rescueAfter = max(rescueAfter, jobs.WebhookJobTimeout(cfg.Webhooks.Timeout)+15*time.Second)
+	// A purchase that starts frees room in River's backlog: it tells the relay.
+	started := &startHook{}
 	var driver riverdriver.Driver[pgx.Tx] = riverpgxv5.New(cfg.Pool)
 	if cfg.RiverListen != nil && !cfg.PollOnly {
 		driver = listenDriver{Driver: riverpgxv5.New(cfg.Pool), listen: riverpgxv5.New(cfg.RiverListen)}
@@ -209,15 +233,19 @@ func New(cfg Config) (*Worker, error) {
 		CompletedJobRetentionPeriod: cfg.KeyRetention,
 		Logger:                      slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		TestOnly:                    cfg.TestOnly,
+		Hooks:                       []rivertype.Hook{started},
 	})
 	if err != nil {
 		return nil, err
 	}
 	relay := outbox.NewRelay(cfg.Pool, jobs.DispatchBuyLabels(client), cfg.Log, &outbox.RelayOpts{
+		Backlog:        cfg.RelayBacklog,
+		Queue:          jobs.QueueLabels,
 		Listener:       cfg.Listener,
 		PollInterval:   cfg.RelayPollInterval,
 		OnDispatchFunc: func(n int) { cfg.Metrics.RelayDispatched.Add(float64(n)) },
 	})
+	started.relay.Store(relay)
 	events := outbox.NewEventRelay(cfg.Pool, jobs.DispatchWebhooks(client), cfg.Log, &outbox.RelayOpts{
 		Listener:     cfg.Listener,
 		PollInterval: cfg.RelayPollInterval,
@@ -253,6 +281,21 @@ func (w *Worker) Stop(ctx context.Context) error {
 		defer cancel()
 	}
 	return w.River.Stop(ctx)
+}
+
+// startHook tells the relay of every purchase that starts to run.
+type startHook struct {
+	river.HookDefaults
+	relay atomic.Pointer[outbox.Relay]
+}
+
+var _ rivertype.HookWorkBegin = (*startHook)(nil)
+
+func (h *startHook) WorkBegin(_ context.Context, job *rivertype.JobRow) error {
+	if r := h.relay.Load(); r != nil && job.Kind == (jobs.BuyLabelArgs{}).Kind() {
+		r.JobStarted()
+	}
+	return nil
 }
 
 // listenDriver is River's pgx driver on a pool, but for its listener, which

@@ -51,7 +51,9 @@ Flags (override the environment):
 Environment: DATABASE_URL, DATABASE_DIRECT_URL (a direct connection when
 DATABASE_URL is a pooler: LISTEN and migrations), DATABASE_POOLED (default:
 true when DATABASE_DIRECT_URL is set), API_ADDR, KEY_RETENTION (24h), ACCEPT_BATCH (64:
-accepts per shared transaction; 0 = one transaction per accept), LOG_LEVEL
+accepts per shared transaction; 0 = one transaction per accept),
+RATE_LIMIT (0: off; creates a second per caller in this process, past which
+429 rate_limited), RATE_LIMIT_BURST (0: RATE_LIMIT), LOG_LEVEL
 (info), LOG_FORMAT (json|console); for api webhook: WEBHOOK_ALLOW_INSECURE
 (false: https:// only), WEBHOOK_ALLOW_PRIVATE (false: public hosts only),
 WEBHOOK_ROTATION_OVERLAP (24h), WEBHOOK_SECRET_KEY (base64 of 32 bytes:
@@ -66,6 +68,8 @@ type Config struct {
 	Addr         string
 	KeyRetention time.Duration
 	AcceptBatch  int // ACCEPT_BATCH; 0: off
+	RateLimit    int // RATE_LIMIT: creates a second per caller; 0: off
+	RateBurst    int // RATE_LIMIT_BURST; 0: RATE_LIMIT
 
 	WebhookAllowInsecure   bool
 	WebhookAllowPrivate    bool
@@ -81,6 +85,12 @@ func (c *Config) Validate() error {
 	}
 	if c.AcceptBatch < 0 || c.AcceptBatch > 1000 {
 		return fmt.Errorf("ACCEPT_BATCH=%d: want 0 to 1000", c.AcceptBatch)
+	}
+	if c.RateLimit < 0 || c.RateLimit > 1_000_000 {
+		return fmt.Errorf("RATE_LIMIT=%d: want 0 (off) to 1000000 creates a second per caller", c.RateLimit)
+	}
+	if c.RateBurst < 0 || c.RateBurst > 1_000_000 {
+		return fmt.Errorf("RATE_LIMIT_BURST=%d: want 0 (RATE_LIMIT) to 1000000", c.RateBurst)
 	}
 	if c.WebhookRotationOverlap < 0 {
 		return fmt.Errorf("WEBHOOK_ROTATION_OVERLAP=%s: must not be negative", c.WebhookRotationOverlap)
@@ -100,6 +110,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Addr:         env.String("API_ADDR", ":8080"),
 		KeyRetention: env.Duration("KEY_RETENTION", 24*time.Hour),
 		AcceptBatch:  env.Int("ACCEPT_BATCH", 64),
+		RateLimit:    env.Int("RATE_LIMIT", httpapi.DefaultRateLimit),
+		RateBurst:    env.Int("RATE_LIMIT_BURST", 0),
 
 		WebhookAllowInsecure:   env.Bool("WEBHOOK_ALLOW_INSECURE", false),
 		WebhookAllowPrivate:    env.Bool("WEBHOOK_ALLOW_PRIVATE", false),
@@ -143,7 +155,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 func serve(ctx context.Context, cfg Config, db postgres.Endpoints, log zerolog.Logger) int {
-	svc, err := apiserve.Start(ctx, db, apiserve.Options{KeyRetention: cfg.KeyRetention, AcceptBatch: cli.Batch(cfg.AcceptBatch)}, log)
+	svc, err := apiserve.Start(ctx, db, apiserve.Options{KeyRetention: cfg.KeyRetention, AcceptBatch: cli.Batch(cfg.AcceptBatch),
+		RateLimit: httpapi.RateLimit{PerSecond: float64(cfg.RateLimit), Burst: cfg.RateBurst}}, log)
 	if err != nil {
 		log.Error().Err(err).Msg("database pool")
 		return 1

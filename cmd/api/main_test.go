@@ -41,6 +41,9 @@ func TestHelpAndBadConfig(t *testing.T) {
 		{"WEBHOOK_SECRET_KEY_OLD": "c2hvcnQ="},
 		{"WEBHOOK_SECRET_KEY_OLD": "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="},
 		{"WEBHOOK_ALLOW_UNSEALED": "perhaps"},
+		{"RATE_LIMIT": "-1"},
+		{"RATE_LIMIT": "fast"},
+		{"RATE_LIMIT_BURST": "-3"},
 	} {
 		errb.Reset()
 		require.Equal(t, 2, run(context.Background(), []string{"api"}, env(e), io.Discard, &errb), e)

@@ -45,7 +45,8 @@ Environment (defaults): DATABASE_URL, DATABASE_DIRECT_URL (a direct
 connection for LISTEN when DATABASE_URL is a pooler; without it the relay
 and River poll), DATABASE_POOLED (true when DATABASE_DIRECT_URL is set), CARRIER_URL (http://127.0.0.1:8090),
 CARRIER_TOKEN, CARRIER_TIMEOUT (20s), LEASE_DURATION (30s), WORKER_CONCURRENCY
-(100), MAX_ATTEMPTS (20), RETRY_BASE (1s), RETRY_MAX (1h), KEY_RETENTION (24h),
+(100), RELAY_BACKLOG (0: 2 x WORKER_CONCURRENCY purchases waiting in River;
+-1: no bound), MAX_ATTEMPTS (20), RETRY_BASE (1s), RETRY_MAX (1h), KEY_RETENTION (24h),
 SWEEP_INTERVAL (1m), SWEEP_BATCH (1000), TOMBSTONE_RETENTION (720h), METRICS_ADDR (127.0.0.1:9091),
 WORKER_BATCH (64: jobs per shared lease or completion statement; 0 = one
 transaction per job), RECONCILE_SCHEDULE (off), ADMIN_ADDR (off; River UI at /riverui/, needs
@@ -67,6 +68,7 @@ type Config struct {
 	CarrierTimeout     time.Duration
 	LeaseDuration      time.Duration
 	Concurrency        int
+	RelayBacklog       int // RELAY_BACKLOG; 0: worker.RelayBacklogPerSlot × Concurrency, -1: no bound
 	Batch              int // WORKER_BATCH
 	MaxAttempts        int
 	RetryBase          time.Duration
@@ -107,6 +109,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("CARRIER_TIMEOUT=%s must be below LEASE_DURATION=%s, or a slow carrier call outlives its lease", c.CarrierTimeout, c.LeaseDuration)
 	case c.Concurrency < 1 || c.Concurrency > 10000:
 		return fmt.Errorf("WORKER_CONCURRENCY=%d: want 1 to 10000", c.Concurrency)
+	case c.RelayBacklog < -1 || c.RelayBacklog > 1_000_000:
+		return fmt.Errorf("RELAY_BACKLOG=%d: want -1 (no bound), 0 (%d x WORKER_CONCURRENCY) or up to 1000000", c.RelayBacklog, worker.RelayBacklogPerSlot)
 	case c.Batch < 0 || c.Batch > 1000:
 		return fmt.Errorf("WORKER_BATCH=%d: want 0 to 1000", c.Batch)
 	case c.MaxAttempts < 1 || c.MaxAttempts > 1000:
@@ -151,6 +155,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		CarrierTimeout:     env.Duration("CARRIER_TIMEOUT", 20*time.Second),
 		LeaseDuration:      env.Duration("LEASE_DURATION", 30*time.Second),
 		Concurrency:        env.Int("WORKER_CONCURRENCY", 100),
+		RelayBacklog:       env.Int("RELAY_BACKLOG", 0),
 		Batch:              env.Int("WORKER_BATCH", 64),
 		MaxAttempts:        env.Int("MAX_ATTEMPTS", 20),
 		RetryBase:          env.Duration("RETRY_BASE", time.Second),
@@ -246,6 +251,7 @@ func work(ctx context.Context, cfg Config, db postgres.Endpoints, periodic []*ri
 		LeaseDuration:      cfg.LeaseDuration,
 		KeyRetention:       cfg.KeyRetention,
 		Concurrency:        cfg.Concurrency,
+		RelayBacklog:       cfg.RelayBacklog,
 		Batch:              cli.Batch(cfg.Batch),
 		MaxAttempts:        cfg.MaxAttempts,
 		RetryBase:          cfg.RetryBase,

@@ -33,6 +33,8 @@ func TestHelpAndBadConfig(t *testing.T) {
 		{map[string]string{"CARRIER_TIMEOUT": "40s", "LEASE_DURATION": "30s"}, "must be below LEASE_DURATION"},
 		{map[string]string{"LEASE_DURATION": "a while"}, "LEASE_DURATION"},
 		{map[string]string{"WORKER_CONCURRENCY": "0"}, "WORKER_CONCURRENCY"},
+		{map[string]string{"RELAY_BACKLOG": "-2"}, "RELAY_BACKLOG"},
+		{map[string]string{"RELAY_BACKLOG": "some"}, "RELAY_BACKLOG"},
 		{map[string]string{"MAX_ATTEMPTS": "many"}, "MAX_ATTEMPTS"},
 		{map[string]string{"RETRY_BASE": "2h"}, "RETRY_BASE"},
 		{map[string]string{"RETRY_MAX": "500ms"}, "RETRY_MAX"},

@@ -22,6 +22,7 @@ import (
 type Options struct {
 	KeyRetention time.Duration // KEY_RETENTION
 	AcceptBatch  int           // ACCEPT_BATCH, as cli.Batch returns it
+	RateLimit    httpapi.RateLimit
 }
 
 // Service is the API's handler with its pool, its LISTEN connection and its
@@ -63,6 +64,7 @@ func Start(ctx context.Context, db postgres.Endpoints, o Options, log zerolog.Lo
 		KeyRetention: o.KeyRetention,
 		OpenAPI:      api.OpenAPI,
 		AcceptBatch:  o.AcceptBatch,
+		RateLimit:    o.RateLimit,
 	})
 	return &Service{Handler: handler, pool: pool, cancel: cancel}, nil
 }
