@@ -47,7 +47,8 @@ Flags (override the environment):
 Environment: DATABASE_URL, DATABASE_DIRECT_URL (a direct connection when
 DATABASE_URL is a pooler: LISTEN and migrations), DATABASE_POOLED (default:
 true when DATABASE_DIRECT_URL is set), API_ADDR, KEY_RETENTION (24h), ACCEPT_BATCH (64:
-accepts per shared transaction; 0 = one transaction per accept), LOG_LEVEL
+accepts per shared transaction; 0 = one transaction per accept), PREFER_WAIT_MAX
+(1000: Prefer: wait requests held at once; past it answered at once), LOG_LEVEL
 (info), LOG_FORMAT (json|console); for api webhook: WEBHOOK_ALLOW_INSECURE
 (false: https:// only), WEBHOOK_ALLOW_PRIVATE (false: no loopback, private or
 link-local hosts), WEBHOOK_ROTATION_OVERLAP (24h), WEBHOOK_SECRET_KEY (unset:
@@ -60,6 +61,7 @@ type Config struct {
 	Addr         string
 	KeyRetention time.Duration
 	AcceptBatch  int // ACCEPT_BATCH; 0: off
+	MaxWaiters   int // PREFER_WAIT_MAX; 0: Prefer: wait is never held
 
 	WebhookAllowInsecure   bool
 	WebhookAllowPrivate    bool
@@ -75,6 +77,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AcceptBatch < 0 || c.AcceptBatch > 1000 {
 		return fmt.Errorf("ACCEPT_BATCH=%d: want 0 to 1000", c.AcceptBatch)
+	}
+	if c.MaxWaiters < 0 || c.MaxWaiters > 100_000 {
+		return fmt.Errorf("PREFER_WAIT_MAX=%d: want 0 to 100000", c.MaxWaiters)
 	}
 	if c.WebhookRotationOverlap < 0 {
 		return fmt.Errorf("WEBHOOK_ROTATION_OVERLAP=%s: must not be negative", c.WebhookRotationOverlap)
@@ -94,6 +99,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Addr:         env.String("API_ADDR", ":8080"),
 		KeyRetention: env.Duration("KEY_RETENTION", 24*time.Hour),
 		AcceptBatch:  env.Int("ACCEPT_BATCH", 64),
+		MaxWaiters:   env.Int("PREFER_WAIT_MAX", httpapi.DefaultMaxWaiters),
 
 		WebhookAllowInsecure:   env.Bool("WEBHOOK_ALLOW_INSECURE", false),
 		WebhookAllowPrivate:    env.Bool("WEBHOOK_ALLOW_PRIVATE", false),
@@ -133,7 +139,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 func serve(ctx context.Context, cfg Config, db postgres.Endpoints, log zerolog.Logger) int {
-	svc, err := apiserve.Start(ctx, db, apiserve.Options{KeyRetention: cfg.KeyRetention, AcceptBatch: cli.Batch(cfg.AcceptBatch)}, log)
+	maxWaiters := cfg.MaxWaiters
+	if maxWaiters == 0 {
+		maxWaiters = -1 // httpapi.Deps: none held
+	}
+	svc, err := apiserve.Start(ctx, db, apiserve.Options{KeyRetention: cfg.KeyRetention, AcceptBatch: cli.Batch(cfg.AcceptBatch),
+		MaxWaiters: maxWaiters}, log)
 	if err != nil {
 		log.Error().Err(err).Msg("database pool")
 		return 1
