@@ -38,6 +38,9 @@ func TestHelpAndBadConfig(t *testing.T) {
 		{"WEBHOOK_ALLOW_PRIVATE": "2"},
 		{"WEBHOOK_ROTATION_OVERLAP": "-1h"},
 		{"WEBHOOK_SECRET_KEY": "c2hvcnQ="},
+		{"PREFER_WAIT_MAX": "-1"},
+		{"PREFER_WAIT_MAX": "100001"},
+		{"PREFER_WAIT_MAX": "many"},
 	} {
 		errb.Reset()
 		require.Equal(t, 2, run(context.Background(), []string{"api"}, env(e), io.Discard, &errb), e)
