@@ -28,7 +28,7 @@ import (
 // BenchmarkPreferWaitFlood is issue 33's Prefer: wait flood at a scale that
 // runs here in about a minute: the real API binary (its defaults, no worker,
 // so every intent stays pending), one caller holding BENCH_WAIT_FLOOD (default
-// 2,000) Prefer: wait=30 requests on its pending keys at once, and another
+// 5,000) Prefer: wait=30 requests on its pending keys at once, and another
 // caller's creates (new keys, no preference, 100/s for 5 s, each on its own)
 // timed with the flood held (from 3 s after the last flood request was sent)
 // and, before it, without (the control). A flood
@@ -45,7 +45,7 @@ import (
 // most of them), and flood_answered_at_once: flood requests
 // answered within the window without being held. It never fails on a figure.
 func BenchmarkPreferWaitFlood(b *testing.B) {
-	flood := 2000
+	flood := 5000
 	if v := os.Getenv("BENCH_WAIT_FLOOD"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
