@@ -47,8 +47,10 @@
 // purchase runs on a worker. Every POST asks to wait for the outcome with
 // RFC 7240's "Prefer: wait=N" ([WithWait], 10 s by default, shortened to fit the
 // context's deadline), which usually returns the label in the same round trip.
-// If the answer is still 202, the client polls GET /v1/label-requests/{id},
-// no more often than its Retry-After says, for at most [WithMaxWait]. An
+// If the answer is still 202 (the wait ran out, or the API held as many
+// waiting requests as it may and answered at once, with Retry-After the wait
+// asked), the client polls GET /v1/label-requests/{id}, no more often than
+// its Retry-After says, for at most [WithMaxWait]. An
 // intent still pending then is returned as a [*PendingError]: it will be
 // carried out, and calling CreateLabel again with the same parcel (the same
 // key) picks up its outcome.

@@ -1,6 +1,8 @@
 // Package httpapi serves the label service's HTTP API (api.md): routes.go
 // lists every route, each handler is a small maker that asks for what it needs,
-// and problem.go maps every error to one problem+json answer.
+// problem.go maps every error to one problem+json answer, and wait.go holds
+// the requests that wait for their outcome (Prefer: wait), at most
+// Deps.MaxWaiters, woken by the completion's notification.
 //
 // POST /v1/labels is the accept: it validates and fingerprints the request and,
 // in one transaction, writes the key record (package idempotency) and the

@@ -15,7 +15,6 @@ import (
 	"github.com/labelkit/labels/accept"
 	"github.com/labelkit/labels/idempotency"
 	"github.com/labelkit/labels/metrics"
-	"github.com/labelkit/labels/notify"
 	"github.com/labelkit/labels/postgres"
 )
 
@@ -112,21 +111,30 @@ func (s *Server) handleCreateLabel(w http.ResponseWriter, r *http.Request, calle
 		return
 	}
 	in := d.Intent
+	retryAfter := 1 // seconds, of a 202
 	if in.Status == labels.StatusPending && waitOK && wait > 0 {
-		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
-		final, err := s.waitFinal(r.Context(), callerID, in.RequestID, wait)
-		if err != nil {
-			writeError(w, r, err)
-			return
+		if held, ok := s.waiters.add(in.RequestID); ok {
+			w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
+			final, err := s.waitFinal(r.Context(), held, callerID, in, wait)
+			if err != nil {
+				writeError(w, r, err)
+				return
+			}
+			in = final
+		} else {
+			// As many requests are held as this process may: answered at
+			// once, as without the preference, and to come back no sooner
+			// than the wait asked would have answered.
+			s.deps.Metrics.WaitOutcomes.WithLabelValues("capped").Inc()
+			retryAfter = int(wait / time.Second)
 		}
-		in = final
 	}
 	if in.Status == labels.StatusPending {
 		if ownKey {
 			// Not final yet: when the record would expire if it completed now.
 			setKeyExpires(w, time.Now().Add(s.deps.KeyRetention))
 		}
-		s.writePending(w, r, in, replayed)
+		s.writePending(w, in, replayed, retryAfter)
 		return
 	}
 	status, body, err := s.finalAnswer(r.Context(), in)
@@ -154,12 +162,13 @@ func setKeyExpires(w http.ResponseWriter, t time.Time) {
 	w.Header().Set("Idempotency-Key-Expires", t.UTC().Format(http.TimeFormat))
 }
 
-// writePending answers 202 with the label request to poll.
-func (s *Server) writePending(w http.ResponseWriter, r *http.Request, in *postgres.Intent, replayed bool) {
+// writePending answers 202 with the label request to poll no sooner than
+// retryAfter seconds.
+func (s *Server) writePending(w http.ResponseWriter, in *postgres.Intent, replayed bool, retryAfter int) {
 	lr := labels.LabelRequest{ID: in.RequestID, IdempotencyKey: in.Key, Status: labels.StatusPending, CreatedAt: in.CreatedAt.UTC()}
 	body, _ := json.Marshal(lr)
 	w.Header().Set("Location", "/v1/label-requests/"+in.RequestID)
-	w.Header().Set("Retry-After", "1")
+	w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
 	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
@@ -201,62 +210,6 @@ func (s *Server) finalAnswer(ctx context.Context, in *postgres.Intent) (int, []b
 		return 0, nil, errors.New("intent has no readable saved problem")
 	}
 	return p.Status, in.Error, nil
-}
-
-// waitFinal waits up to d for the intent to become final, without holding a
-// database connection: it sleeps on the notification listener and reads the
-// intent again when woken, or once a second as a fallback.
-func (s *Server) waitFinal(ctx context.Context, callerID, requestID string, d time.Duration) (*postgres.Intent, error) {
-	var wake <-chan struct{}
-	if s.deps.Listener != nil {
-		ch, cancel := s.deps.Listener.Subscribe(notify.ChannelFinal, requestID)
-		defer cancel()
-		wake = ch
-	}
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		qctx, cancel := context.WithTimeout(ctx, s.deps.StoreTimeout)
-		in, err := postgres.GetIntent(qctx, s.deps.Pool, callerID, requestID)
-		cancel()
-		if err != nil {
-			return nil, err
-		}
-		if in.Status != labels.StatusPending {
-			s.deps.Metrics.WaitOutcomes.WithLabelValues("final").Inc()
-			return in, nil
-		}
-		select {
-		case <-ctx.Done():
-			return in, nil
-		case <-deadline.C:
-			s.deps.Metrics.WaitOutcomes.WithLabelValues("timeout").Inc()
-			return in, nil
-		case <-wake:
-		case <-tick.C:
-		}
-	}
-}
-
-// parsePreferWait reads RFC 7240's wait preference. Values outside 1..30 are
-// not honoured (the preference is ignored, as RFC 7240 lets a server do).
-func parsePreferWait(values []string) (time.Duration, bool) {
-	for _, v := range values {
-		for _, pref := range strings.Split(v, ",") {
-			name, val, found := strings.Cut(strings.TrimSpace(strings.Split(pref, ";")[0]), "=")
-			if !found || !strings.EqualFold(strings.TrimSpace(name), "wait") {
-				continue
-			}
-			n, err := strconv.Atoi(strings.Trim(strings.TrimSpace(val), `"`))
-			if err != nil || n < 1 || n > 30 {
-				return 0, false
-			}
-			return time.Duration(n) * time.Second, true
-		}
-	}
-	return 0, false
 }
 
 // jsonContentType accepts one Content-Type, application/json, with an

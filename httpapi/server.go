@@ -25,7 +25,7 @@ import (
 // Deps are what the API needs.
 type Deps struct {
 	Pool     *pgxpool.Pool
-	Listener *notify.Listener // wakes Prefer: wait; nil means poll only
+	Listener *notify.Listener // wakes Prefer: wait; nil means the sweep alone (WaitSweep)
 	Notifier *notify.Notifier // wakes the relays after an accept; nil means they poll
 	Metrics  *metrics.Metrics
 	Log      zerolog.Logger
@@ -52,6 +52,19 @@ type Deps struct {
 	// RateLimit limits each caller's creates in this process (the zero
 	// value: no limit, [DefaultRateLimit]).
 	RateLimit RateLimit
+	// MaxWaiters bounds the Prefer: wait requests held at once
+	// (PREFER_WAIT_MAX, wait.go); past it a request is answered at once, as
+	// without the preference, with Retry-After the wait it asked for. 0
+	// means DefaultMaxWaiters; a negative value holds none.
+	MaxWaiters int
+	// WaitSweep is how often the intents of all held requests are read
+	// again, in one query, for a completion whose notification was missed
+	// (the only wake-up without a Listener); 0 means DefaultWaitSweep.
+	WaitSweep time.Duration
+	// WaitSweepTicks, when set, replaces WaitSweep's ticker, and WaitAfter
+	// time.After as a held request's deadline: for tests, which drive both.
+	WaitSweepTicks <-chan time.Time
+	WaitAfter      func(time.Duration) <-chan time.Time
 }
 
 // Server is the HTTP API.
@@ -60,6 +73,7 @@ type Server struct {
 	tokens   *tokenCache
 	accepter *accept.Accepter
 	limiter  *limiter // nil: no rate limit
+	waiters  *waiters
 }
 
 // NewServer returns the API as an http.Handler.
@@ -80,7 +94,10 @@ func NewServer(deps Deps) http.Handler {
 	case batch < 0:
 		batch = 1
 	}
-	s := &Server{deps: deps, tokens: &tokenCache{ttl: time.Minute, m: map[string]tokenEntry{}}, limiter: newLimiter(deps.RateLimit)}
+	s := &Server{deps: deps, tokens: &tokenCache{ttl: time.Minute, m: map[string]tokenEntry{}}, limiter: newLimiter(deps.RateLimit), waiters: newWaiters(deps)}
+	if deps.Listener != nil {
+		deps.Listener.Watch(notify.ChannelFinal, s.waiters.notified)
+	}
 	s.accepter = accept.New(accept.Opts{Pool: deps.Pool, Notifier: deps.Notifier, KeyRetention: deps.KeyRetention,
 		ClaimWait: deps.ClaimWait, Batch: batch, Timeout: deps.StoreTimeout, BeforeCommitFunc: deps.AfterKeyInsertFunc})
 	return s.routes()

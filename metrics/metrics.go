@@ -50,7 +50,10 @@ type Metrics struct {
 	HTTPRequests        *prometheus.CounterVec   // route, method, status
 	HTTPDuration        *prometheus.HistogramVec // route
 	IdempotencyOutcomes *prometheus.CounterVec   // outcome
-	WaitOutcomes        *prometheus.CounterVec   // final|timeout
+	WaitOutcomes        *prometheus.CounterVec   // result: WaitResults
+	// Waiters is how many Prefer: wait requests the API holds now (at most
+	// its PREFER_WAIT_MAX).
+	Waiters prometheus.Gauge
 
 	RelayDispatched   prometheus.Counter
 	CarrierCalls      *prometheus.CounterVec   // outcome
@@ -70,6 +73,11 @@ type Metrics struct {
 	VoidOutcomes       *prometheus.CounterVec // outcome
 	VoidRecoveredCents *prometheus.CounterVec // currency
 }
+
+// WaitResults are the values of WaitOutcomes' result label: final (the
+// outcome became final in time), timeout (it did not), capped (the API held
+// as many waiting requests as it may and answered at once, without waiting).
+var WaitResults = []string{"final", "timeout", "capped"}
 
 // VoidOutcomes are the values of VoidOutcomes' outcome label.
 var VoidOutcomes = []string{"voided", "window_closed", "not_found", "failed"}
@@ -93,8 +101,11 @@ func New(processes ...Process) *Metrics {
 			Name: "labels_idempotency_outcomes_total", Help: "POST /v1/labels outcomes: new, replayed, key_reused, in_progress, duplicate_intent (a new key for a parcel that has an intent), parcel_already_labelled; purged_key_reused (a key that arrived again after its record was purged) is counted besides the outcome.",
 		}, []string{"outcome"}),
 		WaitOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "labels_prefer_wait_total", Help: "Prefer: wait requests, by whether the outcome became final in time.",
+			Name: "labels_prefer_wait_total", Help: "Prefer: wait requests, by result: final (the outcome became final in time), timeout, capped (not held: the API held its most waiting requests).",
 		}, []string{"result"}),
+		Waiters: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "labels_prefer_wait_waiters", Help: "Prefer: wait requests held now, waiting for their outcome (at most PREFER_WAIT_MAX).",
+		}),
 		RelayDispatched: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "labels_outbox_dispatched_total", Help: "Intents the relay turned into River jobs.",
 		}),
@@ -136,6 +147,9 @@ func New(processes ...Process) *Metrics {
 	for _, o := range VoidOutcomes {
 		m.VoidOutcomes.WithLabelValues(o)
 	}
+	for _, r := range WaitResults {
+		m.WaitOutcomes.WithLabelValues(r)
+	}
 	for _, e := range m.exports() {
 		for _, p := range processes {
 			if e.by == p {
@@ -163,6 +177,7 @@ func (m *Metrics) exports() []export {
 		{m.HTTPDuration, API},
 		{m.IdempotencyOutcomes, API},
 		{m.WaitOutcomes, API},
+		{m.Waiters, API},
 
 		{m.RelayDispatched, Worker},
 		{m.CarrierCalls, Worker},

@@ -1,11 +1,14 @@
 // Package notify fans PostgreSQL notifications (LISTEN/NOTIFY) out to the
 // goroutines of one process over a single dedicated connection.
 //
-// The relay uses it to wake up when an intent is accepted, and the API uses it
-// to answer Prefer: wait without holding a pooled connection per waiting
-// request. Notifications are hints, never the only path: after a reconnect
-// every subscriber is woken (some notifications may have been missed), and
-// every user polls as a fallback.
+// The relay uses it to wake up when an intent is accepted ([Listener.Subscribe]),
+// and the API uses it to answer Prefer: wait without holding a pooled
+// connection per waiting request: one [Listener.Watch] hands it the request id
+// of every completion, which it routes to the requests waiting on that id.
+// Notifications are hints, never the only path: after a reconnect every
+// subscriber is woken and every watcher told (some notifications may have
+// been missed), and every user polls as a fallback (the API in one query for
+// all its waiting requests).
 //
 // The listening connection is a session held for the life of the process, so
 // it cannot go through a pooler in transaction mode: the binaries give it
@@ -38,13 +41,43 @@ type Listener struct {
 	channels   []string
 	log        zerolog.Logger
 
-	mu   sync.Mutex
-	subs map[string]map[string]map[chan struct{}]struct{} // channel → payload ("" = any) → subscribers
+	mu       sync.Mutex
+	subs     map[string]map[string]map[chan struct{}]struct{} // channel → payload ("" = any) → subscribers
+	watchers map[string]map[*watcher]struct{}                 // channel → watchers
+}
+
+// watcher is one [Listener.Watch].
+type watcher struct {
+	fn func(payload string, reconnected bool)
 }
 
 // NewListener returns a listener on channels; call Run to start it.
 func NewListener(connConfig *pgx.ConnConfig, log zerolog.Logger, channels ...string) *Listener {
-	return &Listener{connConfig: connConfig, channels: channels, log: log, subs: map[string]map[string]map[chan struct{}]struct{}{}}
+	return &Listener{connConfig: connConfig, channels: channels, log: log,
+		subs: map[string]map[string]map[chan struct{}]struct{}{}, watchers: map[string]map[*watcher]struct{}{}}
+}
+
+// Watch calls fn with every value notified on channel (one call per value of
+// a payload that joins several, as the [Notifier] sends them), and with
+// reconnected true and an empty payload whenever the listener has connected
+// again, when notifications may have been missed. fn runs on the listener's
+// goroutine, one call at a time: it must return quickly and must not call the
+// listener. Call cancel when done; fn is not called after cancel returns.
+func (l *Listener) Watch(channel string, fn func(payload string, reconnected bool)) (cancel func()) {
+	w := &watcher{fn: fn}
+	l.mu.Lock()
+	set := l.watchers[channel]
+	if set == nil {
+		set = map[*watcher]struct{}{}
+		l.watchers[channel] = set
+	}
+	set[w] = struct{}{}
+	l.mu.Unlock()
+	return func() {
+		l.mu.Lock()
+		delete(set, w)
+		l.mu.Unlock()
+	}
 }
 
 // Subscribe returns a channel that receives a value (coalesced: one pending
@@ -78,6 +111,10 @@ func (l *Listener) Subscribe(channel, payload string) (<-chan struct{}, func()) 
 func (l *Listener) dispatch(channel, payload string, all bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	// Under the lock, so that no watcher is called after its cancel returned.
+	for w := range l.watchers[channel] {
+		w.fn(payload, all)
+	}
 	for p, set := range l.subs[channel] {
 		if all || p == "" || p == payload {
 			for ch := range set {

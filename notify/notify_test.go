@@ -69,3 +69,43 @@ func TestNilNotifier(t *testing.T) {
 	var n *notify.Notifier
 	n.Notify(notify.ChannelIntents, "")
 }
+
+// A watcher is told every value of every notification on its channel, one
+// call each, and that the listener connected (again) when it did: after the
+// listening session is ended, it reconnects and says so.
+func TestWatchSeesValuesAndReconnects(t *testing.T) {
+	t.Parallel()
+	pool, _ := dbtest.New(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l := notify.NewListener(pool.Config().ConnConfig.Copy(), zerolog.Nop(), notify.ChannelFinal)
+	type call struct {
+		payload     string
+		reconnected bool
+	}
+	calls := make(chan call, 100)
+	stop := l.Watch(notify.ChannelFinal, func(p string, r bool) { calls <- call{p, r} })
+	defer stop()
+	go l.Run(ctx)
+	next := func() call {
+		select {
+		case c := <-calls:
+			return c
+		case <-time.After(time.Minute):
+			t.Fatal("the watcher was not called")
+			return call{}
+		}
+	}
+	require.Equal(t, call{"", true}, next(), "connected")
+
+	_, err := pool.Exec(ctx, `SELECT pg_notify($1, 'lr_a,lr_b')`, notify.ChannelFinal)
+	require.NoError(t, err)
+	got := []call{next(), next()}
+	require.ElementsMatch(t, []call{{"lr_a", false}, {"lr_b", false}}, got)
+
+	var ended int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE 'LISTEN%'`).Scan(&ended))
+	require.Equal(t, 1, ended)
+	require.Equal(t, call{"", true}, next(), "connected again")
+}

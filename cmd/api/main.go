@@ -53,7 +53,8 @@ DATABASE_URL is a pooler: LISTEN and migrations), DATABASE_POOLED (default:
 true when DATABASE_DIRECT_URL is set), API_ADDR, KEY_RETENTION (24h), ACCEPT_BATCH (64:
 accepts per shared transaction; 0 = one transaction per accept),
 RATE_LIMIT (0: off; creates a second per caller in this process, past which
-429 rate_limited), RATE_LIMIT_BURST (0: RATE_LIMIT), LOG_LEVEL
+429 rate_limited), RATE_LIMIT_BURST (0: RATE_LIMIT), PREFER_WAIT_MAX (1000:
+Prefer: wait requests held at once; past it answered at once), LOG_LEVEL
 (info), LOG_FORMAT (json|console); for api webhook: WEBHOOK_ALLOW_INSECURE
 (false: https:// only), WEBHOOK_ALLOW_PRIVATE (false: public hosts only),
 WEBHOOK_ROTATION_OVERLAP (24h), WEBHOOK_SECRET_KEY (base64 of 32 bytes:
@@ -70,6 +71,7 @@ type Config struct {
 	AcceptBatch  int // ACCEPT_BATCH; 0: off
 	RateLimit    int // RATE_LIMIT: creates a second per caller; 0: off
 	RateBurst    int // RATE_LIMIT_BURST; 0: RATE_LIMIT
+	MaxWaiters   int // PREFER_WAIT_MAX; 0: Prefer: wait is never held
 
 	WebhookAllowInsecure   bool
 	WebhookAllowPrivate    bool
@@ -92,6 +94,9 @@ func (c *Config) Validate() error {
 	if c.RateBurst < 0 || c.RateBurst > 1_000_000 {
 		return fmt.Errorf("RATE_LIMIT_BURST=%d: want 0 (RATE_LIMIT) to 1000000", c.RateBurst)
 	}
+	if c.MaxWaiters < 0 || c.MaxWaiters > 100_000 {
+		return fmt.Errorf("PREFER_WAIT_MAX=%d: want 0 to 100000", c.MaxWaiters)
+	}
 	if c.WebhookRotationOverlap < 0 {
 		return fmt.Errorf("WEBHOOK_ROTATION_OVERLAP=%s: must not be negative", c.WebhookRotationOverlap)
 	}
@@ -112,6 +117,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		AcceptBatch:  env.Int("ACCEPT_BATCH", 64),
 		RateLimit:    env.Int("RATE_LIMIT", httpapi.DefaultRateLimit),
 		RateBurst:    env.Int("RATE_LIMIT_BURST", 0),
+		MaxWaiters:   env.Int("PREFER_WAIT_MAX", httpapi.DefaultMaxWaiters),
 
 		WebhookAllowInsecure:   env.Bool("WEBHOOK_ALLOW_INSECURE", false),
 		WebhookAllowPrivate:    env.Bool("WEBHOOK_ALLOW_PRIVATE", false),
@@ -155,8 +161,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 func serve(ctx context.Context, cfg Config, db postgres.Endpoints, log zerolog.Logger) int {
+	maxWaiters := cfg.MaxWaiters
+	if maxWaiters == 0 {
+		maxWaiters = -1 // httpapi.Deps: none held
+	}
 	svc, err := apiserve.Start(ctx, db, apiserve.Options{KeyRetention: cfg.KeyRetention, AcceptBatch: cli.Batch(cfg.AcceptBatch),
-		RateLimit: httpapi.RateLimit{PerSecond: float64(cfg.RateLimit), Burst: cfg.RateBurst}}, log)
+		RateLimit: httpapi.RateLimit{PerSecond: float64(cfg.RateLimit), Burst: cfg.RateBurst}, MaxWaiters: maxWaiters}, log)
 	if err != nil {
 		log.Error().Err(err).Msg("database pool")
 		return 1

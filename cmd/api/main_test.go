@@ -44,6 +44,9 @@ func TestHelpAndBadConfig(t *testing.T) {
 		{"RATE_LIMIT": "-1"},
 		{"RATE_LIMIT": "fast"},
 		{"RATE_LIMIT_BURST": "-3"},
+		{"PREFER_WAIT_MAX": "-1"},
+		{"PREFER_WAIT_MAX": "100001"},
+		{"PREFER_WAIT_MAX": "many"},
 	} {
 		errb.Reset()
 		require.Equal(t, 2, run(context.Background(), []string{"api"}, env(e), io.Discard, &errb), e)

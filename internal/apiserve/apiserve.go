@@ -23,6 +23,7 @@ type Options struct {
 	KeyRetention time.Duration // KEY_RETENTION
 	AcceptBatch  int           // ACCEPT_BATCH, as cli.Batch returns it
 	RateLimit    httpapi.RateLimit
+	MaxWaiters   int // httpapi.Deps.MaxWaiters: 0 its default, negative none held (PREFER_WAIT_MAX=0)
 }
 
 // Service is the API's handler with its pool, its LISTEN connection and its
@@ -36,7 +37,7 @@ type Service struct {
 // Start makes a pool of at least 20 connections from db.Pool (connecting
 // lazily: the API starts, and answers 503, while the database is away),
 // starts the listener (on db.Listen; none through a pooler without a direct
-// URL, and Prefer: wait polls) and the notifier, and builds the handler.
+// URL, and Prefer: wait has only its sweep) and the notifier, and builds the handler.
 // Close ends them.
 func Start(ctx context.Context, db postgres.Endpoints, o Options, log zerolog.Logger) (*Service, error) {
 	poolCfg := db.Pool.Copy()
@@ -65,6 +66,7 @@ func Start(ctx context.Context, db postgres.Endpoints, o Options, log zerolog.Lo
 		OpenAPI:      api.OpenAPI,
 		AcceptBatch:  o.AcceptBatch,
 		RateLimit:    o.RateLimit,
+		MaxWaiters:   o.MaxWaiters,
 	})
 	return &Service{Handler: handler, pool: pool, cancel: cancel}, nil
 }
