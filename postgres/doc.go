@@ -21,4 +21,15 @@
 // meet a row another session holds either skip it (SKIP LOCKED: the row's
 // outcome says busy) or wait at most a lock_timeout, so one stuck session
 // delays only the rows it holds.
+//
+// Every time written to or compared with these rows is the database's:
+// the statements use now() (the transaction's start), never a time a process
+// sends: created_at of keys, intents, the outbox and labels, completed_at,
+// expires_at, locked_until, purged_at and the webhook tables' times, and the
+// purges, the leases and the secrets' expiry compare with now(). [ClockSkew]
+// measures how far a process clock, which still schedules River's retries,
+// is from it.
+//
+// [Unavailable] classifies this package's errors: the database cannot be
+// reached or is overloaded (retry the same request), or the statement failed.
 package postgres
