@@ -267,10 +267,12 @@ func status(t *testing.T, body []byte) string {
 }
 
 // A stalled attempt loses its lease: the next attempt counts a takeover, and
-// the stalled one, when it resumes, a fencing rejection.
+// the stalled one, when it resumes, a fencing rejection. The stall ends when
+// the test releases it, never by the carrier timeout (which would end it as
+// an unknown outcome instead).
 func TestLeaseTakeoverAndFencingRejection(t *testing.T) {
 	t.Parallel()
-	s := stacktest.New(t, stacktest.Opts{})
+	s := stacktest.New(t, stacktest.Opts{LeaseDuration: 2 * time.Minute, CarrierTimeout: time.Minute})
 	stalled := s.Carrier.StallFirst(1)
 	tok := s.Token("fulfilment")
 	g := s.Metrics.Registry
