@@ -86,8 +86,8 @@ type Opts struct {
 	Pool *pgxpool.Pool
 	// Notifier wakes the relays after a commit; nil means they poll.
 	Notifier *notify.Notifier
-	// KeyRetention sets expires_at of a started record (default 24h); the
-	// completion sets it again.
+	// KeyRetention sets expires_at of a started record (default 24h), from
+	// the database's clock; the completion sets it again.
 	KeyRetention time.Duration
 	// ClaimWait bounds the wait for a concurrent request with the same key
 	// or parcel to commit its claim (default 2s). Only a request tried alone
@@ -180,6 +180,7 @@ func (a *Accepter) Accept(ctx context.Context, callerID, key string, parcel labe
 		var d *Decision
 		switch out.Result {
 		case postgres.AcceptStored:
+			stored(row, out.At)
 			a.opts.Notifier.Notify(notify.ChannelIntents, "")
 			d = &Decision{Outcome: Accepted, Intent: row.Intent}
 		case postgres.AcceptKeyExists:
@@ -199,17 +200,24 @@ func (a *Accepter) Accept(ctx context.Context, callerID, key string, parcel labe
 	return nil, ErrInProgress
 }
 
-// row is what an accept stores.
+// row is what an accept stores. Its times are the database's: the
+// statement sets them, and [stored] copies them in.
 func (a *Accepter) row(callerID, key string, parcel labels.Parcel, hash []byte) postgres.AcceptRow {
-	now := time.Now().UTC().Truncate(time.Microsecond)
 	id := "lr_" + ulid.Make().String()
 	return postgres.AcceptRow{
 		Key: &postgres.Key{CallerID: callerID, Key: key, RequestHash: hash, FingerprintVersion: idempotency.FingerprintVersion,
-			RequestID: id, State: postgres.StateStarted, CreatedAt: now, ExpiresAt: now.Add(a.opts.KeyRetention)},
+			RequestID: id, State: postgres.StateStarted},
 		Intent: &postgres.Intent{RequestID: id, CallerID: callerID, Key: key, RequestHash: hash,
 			FingerprintVersion: idempotency.FingerprintVersion, Parcel: parcel,
-			CarrierKey: carrier.DeriveKey(callerID, key), Status: labels.StatusPending, CreatedAt: now},
+			CarrierKey: carrier.DeriveKey(callerID, key), Status: labels.StatusPending},
+		KeyRetention: a.opts.KeyRetention,
 	}
+}
+
+// stored gives row the times its transaction wrote (at: the database's now()).
+func stored(row postgres.AcceptRow, at time.Time) {
+	at = at.UTC()
+	row.Key.CreatedAt, row.Key.ExpiresAt, row.Intent.CreatedAt = at, at.Add(row.KeyRetention), at
 }
 
 // rowResult is one row's outcome of a shared transaction, or that the row is

@@ -336,7 +336,7 @@ func TestPreferWait(t *testing.T) {
 		{opts: []Option{WithWait(0)}, want: ""},
 		{opts: []Option{WithWait(45 * time.Second)}, want: "wait=30"},
 		{opts: []Option{WithWait(2500 * time.Millisecond)}, want: "wait=2"},
-		{deadline: 3500 * time.Millisecond, want: "wait=2"},
+		{deadline: 3999 * time.Millisecond, want: "wait=2"}, // holds while the call starts within 999 ms
 		{deadline: 1500 * time.Millisecond, want: ""},
 	}
 	for _, tc := range cases {

@@ -29,7 +29,10 @@ import (
 // that follows writes both, with the label bought once. The crash is a
 // trigger that fails the completion transaction at one of its steps for as
 // long as a switch is on; a sequence counts the crashes, since a rolled-back
-// transaction leaves nothing else behind.
+// transaction leaves nothing else behind. A crashed attempt keeps its lease;
+// the test plays that lease running out (ExpireLease) rather than waiting for
+// a short one, and no deadline is short enough to race the work: the lease
+// and the carrier timeout are far longer than any attempt on a busy machine.
 func TestEffectAndRecordCommitTogether(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -43,8 +46,7 @@ func TestEffectAndRecordCommitTogether(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			// A short lease: a crashed attempt keeps it, and the next one takes it over when it expires.
-			s := stacktest.New(t, stacktest.Opts{LeaseDuration: time.Second, CarrierTimeout: 500 * time.Millisecond})
+			s := stacktest.New(t, stacktest.Opts{LeaseDuration: 2 * time.Minute, CarrierTimeout: time.Minute})
 			ctx := context.Background()
 			for _, sql := range []string{
 				`CREATE TABLE crash_switch (crashing boolean NOT NULL)`,
@@ -73,8 +75,11 @@ func TestEffectAndRecordCommitTogether(t *testing.T) {
 
 			// Two attempts bought the label (the second under the same carrier key
 			// gets it back) and died before their commit, each crashing once in
-			// its completion.
-			require.Eventually(t, func() bool { return s.Carrier.Calls() >= 2 && crashes() >= 3 }, time.Minute, 10*time.Millisecond)
+			// its completion. Each crash leaves the lease behind; it runs out.
+			require.Eventually(t, func() bool {
+				s.ExpireLease(id)
+				return s.Carrier.Calls() >= 2 && crashes() >= 3
+			}, time.Minute, 20*time.Millisecond)
 			require.Equal(t, 0, s.Count(`SELECT count(*) FROM labels`), "no label without its completed key")
 			require.Equal(t, "started", dbtest.Scalar[string](t, s.Pool, `SELECT state::text FROM idempotency_keys`), "no completed key without its label")
 			require.Equal(t, 0, s.Count(`SELECT count(*) FROM idempotency_keys WHERE response_body IS NOT NULL`))
@@ -86,6 +91,10 @@ func TestEffectAndRecordCommitTogether(t *testing.T) {
 
 			_, err := s.Pool.Exec(ctx, `UPDATE crash_switch SET crashing = false`)
 			require.NoError(t, err)
+			require.Eventually(t, func() bool {
+				s.ExpireLease(id) // the last crash's lease runs out
+				return dbtest.Scalar[string](t, s.Pool, `SELECT status FROM label_intents WHERE request_id = $1`, id) != "pending"
+			}, time.Minute, 20*time.Millisecond)
 			final := s.WaitFinal(tok, id)
 			require.Contains(t, string(final.Body), `"status":"succeeded"`)
 

@@ -92,12 +92,13 @@ func handleHealthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
 }
 
-// handleReadyz is 200 when the database answers, 503 otherwise.
+// handleReadyz is 200 when the database answers, 503 store_unavailable (with
+// Retry-After, as every request answers it then) otherwise: a failed ping of
+// any kind means the requests cannot be served.
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	if err := s.deps.Pool.Ping(ctx); err != nil {
-		w.Header().Set("Retry-After", "1")
 		writeProblem(w, r, labels.CodeStoreUnavailable, "the database does not answer")
 		return
 	}

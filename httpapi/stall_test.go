@@ -24,11 +24,13 @@ import (
 // A stalled database (every byte held, every socket open) delays each create
 // by its own store timeout, not by the queue of creates before it: every one
 // of many concurrent new creates answers 503 store_unavailable with
-// Retry-After. The bound is the store timeout with room for a loaded
-// machine's scheduling (3 s): a queue that waited batch after batch (120
-// creates in batches of 4, each batch a store timeout) would answer the last
-// ones after 30 s. Once the database answers again, nothing accepted is lost: each
-// retry under the same key is answered, and every stored key has its intent.
+// Retry-After. The bound tells the two designs apart, not the machine's
+// speed: a queue that waited batch after batch (120 creates in batches of 4,
+// each batch a store timeout) would answer the last ones after 30 s; each
+// create must answer within half that (an answer takes about the store
+// timeout, 1 s, even beside a CPU hog). Once the database answers again,
+// nothing accepted is lost: each retry under the same key is answered, and
+// every stored key has its intent.
 func TestStalledStoreAnswersEachCreateInTime(t *testing.T) {
 	t.Parallel()
 	direct, url := dbtest.New(t)
@@ -75,7 +77,7 @@ func TestStalledStoreAnswersEachCreateInTime(t *testing.T) {
 	for i := range n {
 		require.Equal(t, http.StatusServiceUnavailable, statuses[i], "create %d", i)
 		require.NotEmpty(t, retryAfter[i], "create %d", i)
-		require.Less(t, took[i], storeTimeout+3*time.Second, "create %d answered within its store timeout", i)
+		require.Less(t, took[i], n/4*storeTimeout/2, "create %d answered long before a queue of batches would have", i)
 	}
 
 	proxy.Thaw()

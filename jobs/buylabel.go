@@ -312,7 +312,7 @@ func newLabel(in *postgres.Intent, bought *carrier.Label) *postgres.Label {
 			CarrierLabelID: bought.CarrierLabelID,
 			CostCents:      bought.CostCents,
 			Currency:       bought.Currency,
-			CreatedAt:      time.Now().UTC().Truncate(time.Microsecond),
+			// CreatedAt is the database's: the completion writes it.
 		},
 		CallerID:     in.CallerID,
 		RequestID:    in.RequestID,
@@ -332,7 +332,7 @@ func newLabel(in *postgres.Intent, bought *carrier.Label) *postgres.Label {
 func completionOf(in *postgres.Intent, token uuid.UUID, out outcome) postgres.Completion {
 	c := postgres.Completion{RequestID: in.RequestID, CallerID: in.CallerID, Key: in.Key, Token: token, Label: out.label}
 	if out.label != nil {
-		c.Status, c.Body = 201, out.label.Label.Body()
+		c.Status = 201 // the completion renders the label, with the database's time
 	} else {
 		c.Status, c.Body = out.problem.Status, out.problem.Body()
 	}

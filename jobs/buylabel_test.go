@@ -90,9 +90,11 @@ func TestCarrierUnavailableAfterMaxAttempts(t *testing.T) {
 
 // Fencing: attempt 1 stalls inside the carrier call and loses its lease;
 // attempt 2 takes over and completes; when attempt 1 resumes it writes nothing.
+// The stall ends when the test releases it, never by the carrier timeout: a
+// timed-out call would end as an unknown outcome, not a fenced completion.
 func TestFencingStalledAttemptWritesNothing(t *testing.T) {
 	t.Parallel()
-	s := stacktest.New(t, stacktest.Opts{})
+	s := stacktest.New(t, stacktest.Opts{LeaseDuration: 2 * time.Minute, CarrierTimeout: time.Minute})
 	stalled := s.Carrier.StallFirst(1)
 	tok := s.Token("fulfilment")
 	lr := s.Accept(tok, "k-fence", stacktest.ParcelBody(9, 1, 100))
@@ -118,13 +120,14 @@ func TestFencingStalledAttemptWritesNothing(t *testing.T) {
 
 // A crash between the carrier call and transaction 2 (the lease is left
 // behind) is finished by another attempt once the lease expires, with the
-// same label.
+// same label. The lease runs out when the test says so (ExpireLease), not on
+// a short timer racing the attempts.
 func TestCrashAfterCarrierCallIsFinishedByAnotherAttempt(t *testing.T) {
 	t.Parallel()
 	var crashed atomic.Bool
 	s := stacktest.New(t, stacktest.Opts{
-		LeaseDuration:  time.Second,
-		CarrierTimeout: 500 * time.Millisecond,
+		LeaseDuration:  2 * time.Minute,
+		CarrierTimeout: time.Minute,
 		AfterCarrierFunc: func(context.Context, string) error {
 			if crashed.CompareAndSwap(false, true) {
 				return errors.New("injected crash after the carrier call")
@@ -134,6 +137,12 @@ func TestCrashAfterCarrierCallIsFinishedByAnotherAttempt(t *testing.T) {
 	})
 	tok := s.Token("fulfilment")
 	lr := s.Accept(tok, "k-crash", stacktest.ParcelBody(10, 1, 100))
+	require.Eventually(t, func() bool {
+		if crashed.Load() {
+			s.ExpireLease(lr.ID)
+		}
+		return dbtest.Scalar[string](t, s.Pool, `SELECT status FROM label_intents WHERE request_id = $1`, lr.ID) != "pending"
+	}, time.Minute, 20*time.Millisecond)
 	final := s.Final(tok, lr.ID)
 	require.Equal(t, "succeeded", final.Status)
 	require.True(t, crashed.Load())
@@ -198,10 +207,19 @@ func TestLeaseTakeoverAndFencing(t *testing.T) {
 }
 
 // Shutdown never abandons a started carrier call: even a hard stop that
-// cancels the job's context lets the call finish and saves its outcome.
+// cancels the job's context lets the call finish and saves its outcome. The
+// attempt goes on to its completion only once the stop has cancelled its
+// context (a latch after the carrier call), so the save always follows the
+// cancellation, however the machine schedules them.
 func TestShutdownFinishesTheCarrierCall(t *testing.T) {
 	t.Parallel()
-	s := stacktest.New(t, stacktest.Opts{})
+	var cancelled atomic.Bool
+	s := stacktest.New(t, stacktest.Opts{LeaseDuration: 2 * time.Minute, CarrierTimeout: time.Minute,
+		AfterCarrierFunc: func(ctx context.Context, _ string) error {
+			<-ctx.Done() // the job's own context: cancelled by the stop
+			cancelled.Store(true)
+			return nil
+		}})
 	var inFlight atomic.Bool
 	s.Carrier.Script = func(int, string) string {
 		inFlight.Store(true)
@@ -213,10 +231,9 @@ func TestShutdownFinishesTheCarrierCall(t *testing.T) {
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- s.River.StopAndCancel(context.Background()) }()
-	// The carrier answers only after the stop has cancelled the job's context.
-	time.Sleep(100 * time.Millisecond)
 	close(s.Carrier.Release)
 	require.NoError(t, <-stopped)
+	require.True(t, cancelled.Load(), "the outcome was saved after the job's context was cancelled")
 	require.Equal(t, "succeeded", dbtest.Scalar[string](t, s.Pool, `SELECT status FROM label_intents WHERE request_id = $1`, lr.ID))
 	require.Equal(t, "completed", dbtest.Scalar[string](t, s.Pool, `SELECT state::text FROM idempotency_keys WHERE idem_key = 'k-shutdown'`))
 	require.Equal(t, 1, s.Count(`SELECT count(*) FROM labels`))

@@ -42,7 +42,10 @@ func (SweepKeysArgs) InsertOpts() river.InsertOpts {
 
 // SweepKeysWorker deletes completed keys past expires_at in batches on the
 // expires_at index until none are left. Each batch is its own short statement,
-// so no lock is held for long; started keys are never touched.
+// so no lock is held for long; started keys are never touched. Every time it
+// compares is the database's (now() in the statements): a worker whose clock
+// is off purges nothing early or late. It measures that clock against the
+// database's on each run and warns past [MaxClockSkew].
 type SweepKeysWorker struct {
 	river.WorkerDefaults[SweepKeysArgs]
 	Pool    *pgxpool.Pool
@@ -55,12 +58,24 @@ type SweepKeysWorker struct {
 	// JobRetention is how long completed sweep_keys jobs are kept (default
 	// MaintenanceJobRetention).
 	JobRetention time.Duration
-	NowFunc      func() time.Time // nil: time.Now
+	// NowFunc is the worker's clock (nil: time.Now). It decides nothing
+	// here: it is only measured against the database's, to warn of a skew.
+	NowFunc func() time.Time
 }
+
+// MaxClockSkew is how far a worker's clock may be from the database's
+// without a warning. No time written to or compared with the pipeline's rows
+// comes from a process clock; a worker's clock still schedules River's
+// retries and snoozes (a worker behind by more than a snooze retries a held
+// lease at once, ahead delays its retries by the skew) and dates the webhook
+// signatures (receivers allow 5 minutes). A sweep that measures more logs
+// "clock skew" at warn level.
+const MaxClockSkew = time.Second
 
 // Work implements river.Worker.
 func (w *SweepKeysWorker) Work(ctx context.Context, _ *river.Job[SweepKeysArgs]) error {
-	n, err := Sweep(ctx, w.Pool, w.now(), w.Batch, func(deleted int64) {
+	w.checkClock(ctx)
+	n, err := Sweep(ctx, w.Pool, w.Batch, func(deleted int64) {
 		if w.Metrics != nil {
 			w.Metrics.SweeperDeleted.Add(float64(deleted))
 		}
@@ -73,14 +88,14 @@ func (w *SweepKeysWorker) Work(ctx context.Context, _ *river.Job[SweepKeysArgs])
 	if retention <= 0 {
 		retention = 30 * 24 * time.Hour
 	}
-	tn, err := SweepTombstones(ctx, w.Pool, w.now().Add(-retention), w.Batch)
+	tn, err := SweepTombstones(ctx, w.Pool, retention, w.Batch)
 	if err != nil {
 		w.Log.Warn().Int64("deleted", n).Int64("tombstones_deleted", tn).Err(err).Msg("sweep_keys")
 		return err
 	}
 	// Finished webhook events are kept as long as tombstones, for looking
 	// into a caller's report; they guard nothing once final.
-	en, err := SweepWebhookEvents(ctx, w.Pool, w.now().Add(-retention), w.Batch)
+	en, err := SweepWebhookEvents(ctx, w.Pool, retention, w.Batch)
 	jn := 0
 	if err == nil {
 		jn, err = w.pruneSweeps(ctx)
@@ -90,14 +105,29 @@ func (w *SweepKeysWorker) Work(ctx context.Context, _ *river.Job[SweepKeysArgs])
 	return err
 }
 
-// SweepWebhookEvents deletes every webhook event delivered or dropped before
-// before, batch by batch.
-func SweepWebhookEvents(ctx context.Context, pool *pgxpool.Pool, before time.Time, batch int) (int64, error) {
-	return purgeAll(ctx, pool, postgres.PurgeWebhookEvents, before, batch)
+// SweepWebhookEvents deletes every webhook event delivered or dropped more
+// than retention ago (by the database's clock), batch by batch.
+func SweepWebhookEvents(ctx context.Context, pool *pgxpool.Pool, retention time.Duration, batch int) (int64, error) {
+	return purgeAll(ctx, pool, postgres.PurgeWebhookEvents, retention, batch)
+}
+
+// checkClock warns when the worker's clock is more than MaxClockSkew from
+// the database's, beyond the measurement's own uncertainty.
+func (w *SweepKeysWorker) checkClock(ctx context.Context) {
+	skew, uncertainty, err := postgres.ClockSkew(ctx, w.Pool, w.NowFunc)
+	if err != nil {
+		return // the sweep that follows meets and reports the same error
+	}
+	if skew.Abs()-uncertainty > MaxClockSkew {
+		w.Log.Warn().Dur("skew", skew).Dur("uncertainty", uncertainty).Dur("max_clock_skew", MaxClockSkew).
+			Msg("clock skew: the worker's clock is off the database's (skew: database minus worker); it decides no purge, but River's retries and webhook timestamps use it: sync it (NTP)")
+	}
 }
 
 // pruneSweeps deletes the completed sweep_keys jobs finished more than
-// JobRetention ago, through River's own API (River owns its tables).
+// JobRetention ago by the database's clock, through River's own API (River
+// owns its tables; its finalized_at is the finishing worker's clock, off by
+// at most that worker's skew).
 func (w *SweepKeysWorker) pruneSweeps(ctx context.Context) (int, error) {
 	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
 	if err != nil {
@@ -110,7 +140,7 @@ func (w *SweepKeysWorker) pruneSweeps(ctx context.Context) (int, error) {
 	res, err := client.JobDeleteMany(ctx, river.NewJobDeleteManyParams().
 		Kinds(SweepKeysArgs{}.Kind()).
 		States(rivertype.JobStateCompleted).
-		Where("finalized_at < @before", river.NamedArgs{"before": w.now().Add(-keep)}).
+		Where("finalized_at < now() - make_interval(secs => @keep)", river.NamedArgs{"keep": keep.Seconds()}).
 		First(10000))
 	if err != nil {
 		return 0, err
@@ -118,28 +148,23 @@ func (w *SweepKeysWorker) pruneSweeps(ctx context.Context) (int, error) {
 	return len(res.Jobs), nil
 }
 
-func (w *SweepKeysWorker) now() time.Time {
-	if w.NowFunc != nil {
-		return w.NowFunc()
-	}
-	return time.Now()
+// SweepTombstones deletes every tombstone older than retention (by the
+// database's clock), batch by batch.
+func SweepTombstones(ctx context.Context, pool *pgxpool.Pool, retention time.Duration, batch int) (int64, error) {
+	return purgeAll(ctx, pool, postgres.PurgeTombstones, retention, batch)
 }
 
-// SweepTombstones deletes every tombstone older than before, batch by batch.
-func SweepTombstones(ctx context.Context, pool *pgxpool.Pool, before time.Time, batch int) (int64, error) {
-	return purgeAll(ctx, pool, postgres.PurgeTombstones, before, batch)
-}
-
-// purgeAll calls purge (rows older than before, at most batch a statement)
-// until a statement deletes fewer than batch, and returns how many it deleted.
-func purgeAll(ctx context.Context, pool *pgxpool.Pool, purge func(context.Context, postgres.DB, time.Time, int) (int64, error),
-	before time.Time, batch int) (int64, error) {
+// purgeAll calls purge (rows older than retention, at most batch a
+// statement) until a statement deletes fewer than batch, and returns how many
+// it deleted.
+func purgeAll(ctx context.Context, pool *pgxpool.Pool, purge func(context.Context, postgres.DB, time.Duration, int) (int64, error),
+	retention time.Duration, batch int) (int64, error) {
 	if batch <= 0 {
 		batch = 1000
 	}
 	var total int64
 	for {
-		n, err := purge(ctx, pool, before, batch)
+		n, err := purge(ctx, pool, retention, batch)
 		total += n
 		if err != nil || n < int64(batch) {
 			return total, err
@@ -147,15 +172,30 @@ func purgeAll(ctx context.Context, pool *pgxpool.Pool, purge func(context.Contex
 	}
 }
 
-// Sweep purges every completed key that expired before now, batch by batch,
-// leaving a tombstone for each, and returns how many it deleted.
-func Sweep(ctx context.Context, pool *pgxpool.Pool, now time.Time, batch int, onBatch func(int64)) (int64, error) {
+// Sweep purges every completed key whose expires_at has passed by the
+// database's clock, batch by batch, leaving a tombstone for each, and returns
+// how many it deleted.
+func Sweep(ctx context.Context, pool *pgxpool.Pool, batch int, onBatch func(int64)) (int64, error) {
+	return sweep(ctx, pool, postgres.Purge, batch, onBatch)
+}
+
+// SweepAsOf is [Sweep] as if the database's clock read at
+// ([postgres.PurgeAsOf]): for the capacity benchmark, which purges a filled
+// table part by part. The sweeper calls [Sweep].
+func SweepAsOf(ctx context.Context, pool *pgxpool.Pool, at time.Time, batch int, onBatch func(int64)) (int64, error) {
+	return sweep(ctx, pool, func(ctx context.Context, db postgres.DB, batch int) (int64, error) {
+		return postgres.PurgeAsOf(ctx, db, at, batch)
+	}, batch, onBatch)
+}
+
+func sweep(ctx context.Context, pool *pgxpool.Pool, purge func(context.Context, postgres.DB, int) (int64, error),
+	batch int, onBatch func(int64)) (int64, error) {
 	if batch <= 0 {
 		batch = 1000
 	}
 	var total int64
 	for {
-		n, err := postgres.Purge(ctx, pool, now, batch)
+		n, err := purge(ctx, pool, batch)
 		if err != nil {
 			return total, err
 		}

@@ -54,7 +54,7 @@ func voidRun(t *testing.T, s *stacktest.SimStack, runID int64) *reconcile.VoidRe
 // arrive right behind the first.
 func requireCounted(t *testing.T, c prometheus.Collector, want float64) {
 	t.Helper()
-	require.Eventually(t, func() bool { return testutil.ToFloat64(c) == want }, 10*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return testutil.ToFloat64(c) == want }, time.Minute, 10*time.Millisecond,
 		"the counter reads %v", want)
 	time.Sleep(100 * time.Millisecond)
 	require.Equal(t, want, testutil.ToFloat64(c))

@@ -212,8 +212,10 @@ func TestSweeperDeletionsAndPurgedKeyReused(t *testing.T) {
 		s.WaitFinal(tok, lr.ID)
 	}
 
-	sweeper := &jobs.SweepKeysWorker{Pool: s.Pool, Batch: 1, Metrics: s.Metrics, Log: zerolog.Nop(),
-		NowFunc: func() time.Time { return time.Now().Add(25 * time.Hour) }}
+	// The retention passes, by the database's clock (the one the sweeper reads).
+	_, err := s.Pool.Exec(context.Background(), `UPDATE idempotency_keys SET expires_at = now() - interval '1 second'`)
+	require.NoError(t, err)
+	sweeper := &jobs.SweepKeysWorker{Pool: s.Pool, Batch: 1, Metrics: s.Metrics, Log: zerolog.Nop()}
 	require.Equal(t, 0.0, value(t, g, "labels_sweeper_deleted_keys_total"))
 	require.NoError(t, sweeper.Work(context.Background(), &river.Job[jobs.SweepKeysArgs]{}))
 	require.Equal(t, 2.0, value(t, g, "labels_sweeper_deleted_keys_total"))
@@ -271,10 +273,12 @@ func status(t *testing.T, body []byte) string {
 }
 
 // A stalled attempt loses its lease: the next attempt counts a takeover, and
-// the stalled one, when it resumes, a fencing rejection.
+// the stalled one, when it resumes, a fencing rejection. The stall ends when
+// the test releases it, never by the carrier timeout (which would end it as
+// an unknown outcome instead).
 func TestLeaseTakeoverAndFencingRejection(t *testing.T) {
 	t.Parallel()
-	s := stacktest.New(t, stacktest.Opts{})
+	s := stacktest.New(t, stacktest.Opts{LeaseDuration: 2 * time.Minute, CarrierTimeout: time.Minute})
 	stalled := s.Carrier.StallFirst(1)
 	tok := s.Token("fulfilment")
 	g := s.Metrics.Registry

@@ -10,10 +10,14 @@ import (
 )
 
 // AcceptRow is one accept: the started key record and the pending intent
-// that are stored together or not at all.
+// that are stored together or not at all. Their times are the database's:
+// created_at is the transaction's now() ([AcceptOutcome.At]), the key's
+// expires_at that plus KeyRetention; the rows' own CreatedAt and ExpiresAt
+// are not sent.
 type AcceptRow struct {
-	Key    *Key
-	Intent *Intent
+	Key          *Key
+	Intent       *Intent
+	KeyRetention time.Duration
 }
 
 // AcceptResult is what [Accept] did with one row.
@@ -40,6 +44,8 @@ type AcceptOutcome struct {
 	// PurgedBefore says a tombstone matches the key: it was completed and
 	// purged before (a retry after the retention, or a client reusing keys).
 	PurgedBefore bool
+	// At is the transaction's time (now()): created_at of what it stored.
+	At time.Time
 }
 
 // AcceptOpts tunes [Accept].
@@ -93,10 +99,11 @@ const (
 // small.
 const sqlAccept = `
 WITH inp AS (
-       SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int2[], $5::text[], $6::timestamptz[],
-                            $7::timestamptz[], $8::bigint[], $9::int[], $10::int[], $11::jsonb[], $12::text[])
-         AS t(caller_id, idem_key, request_hash, fingerprint_version, request_id, created_at,
-              expires_at, order_id, parcel_no, label_version, payload, carrier_key)),
+       SELECT *, now() AS created_at, now() + make_interval(secs => retention) AS expires_at
+         FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int2[], $5::text[], $6::float8[],
+                            $7::bigint[], $8::int[], $9::int[], $10::jsonb[], $11::text[])
+         AS t(caller_id, idem_key, request_hash, fingerprint_version, request_id, retention,
+              order_id, parcel_no, label_version, payload, carrier_key)),
      claim AS MATERIALIZED (
        SELECT x.request_id, x.key_seen, x.parcel_seen,
               CASE WHEN x.key_seen OR x.parcel_seen THEN false
@@ -172,7 +179,7 @@ func Accept(ctx context.Context, pool *pgxpool.Pool, rows []AcceptRow, opts Acce
 		callers, keys, ids, carrierKeys = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		hashes, payloads                = make([][]byte, n), make([][]byte, n)
 		versions                        = make([]int16, n)
-		created, expires                = make([]time.Time, n), make([]time.Time, n)
+		retentions                      = make([]float64, n)
 		orders                          = make([]int64, n)
 		parcels, labelVersions          = make([]int, n), make([]int, n)
 		at                              = make(map[string]int, n)
@@ -186,15 +193,17 @@ func Accept(ctx context.Context, pool *pgxpool.Pool, rows []AcceptRow, opts Acce
 		at[k.RequestID] = j
 		callers[j], keys[j], ids[j], carrierKeys[j] = k.CallerID, k.Key, k.RequestID, in.CarrierKey
 		hashes[j], payloads[j], versions[j] = k.RequestHash, payload, int16(k.FingerprintVersion)
-		created[j], expires[j] = k.CreatedAt, k.ExpiresAt
+		retentions[j] = row.KeyRetention.Seconds()
 		orders[j], parcels[j], labelVersions[j] = in.Parcel.OrderID, in.Parcel.ParcelNo, in.Parcel.LabelVersion
 	}
 	outs := make([]AcceptOutcome, n)
+	var txNow time.Time // the transaction's now(), read in the same round trip
 	err := sendShared(ctx, pool, opts.LockTimeout, func(b *pgx.Batch) {
 		if opts.Wait {
 			b.Queue(sqlAwaitClaims, callers, keys, orders, parcels, labelVersions)
 		}
-		b.Queue(sqlAccept, callers, keys, hashes, versions, ids, created, expires, orders, parcels, labelVersions, payloads, carrierKeys).
+		b.Queue(`SELECT now()`).QueryRow(func(r pgx.Row) error { return r.Scan(&txNow) })
+		b.Queue(sqlAccept, callers, keys, hashes, versions, ids, retentions, orders, parcels, labelVersions, payloads, carrierKeys).
 			Query(func(rs pgx.Rows) error {
 				var id string
 				var o AcceptOutcome
@@ -208,6 +217,9 @@ func Accept(ctx context.Context, pool *pgxpool.Pool, rows []AcceptRow, opts Acce
 	}, opts.BeforeCommitFunc)
 	if err != nil {
 		return nil, err
+	}
+	for i := range outs {
+		outs[i].At = txNow
 	}
 	return outs, nil
 }

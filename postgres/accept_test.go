@@ -33,7 +33,12 @@ func TestAcceptOutcomes(t *testing.T) {
 	}
 	first, err := postgres.Accept(ctx, pool, []postgres.AcceptRow{mk("k1", 1), mk("k2", 2)}, opts)
 	require.NoError(t, err)
-	require.Equal(t, []postgres.AcceptOutcome{{Result: postgres.AcceptStored}, {Result: postgres.AcceptStored}}, first)
+	// The rows' times are the transaction's now(), which every outcome carries.
+	at := first[0].At
+	require.False(t, at.IsZero())
+	require.Equal(t, 2, dbtest.Scalar[int](t, pool, `SELECT count(*) FROM idempotency_keys k JOIN label_intents i USING (request_id)
+		WHERE k.created_at = $1 AND i.created_at = $1 AND k.expires_at = $1::timestamptz + interval '1 hour'`, at))
+	require.Equal(t, []postgres.AcceptOutcome{{Result: postgres.AcceptStored, At: at}, {Result: postgres.AcceptStored, At: at}}, first)
 
 	batch := []postgres.AcceptRow{
 		mk("k3", 3), // new
@@ -74,7 +79,8 @@ func TestAcceptSeesTombstones(t *testing.T) {
 	require.NoError(t, err)
 	outs, err := postgres.Accept(ctx, pool, []postgres.AcceptRow{fixture.Accept("c1", "old", "lr_1", 1), fixture.Accept("c1", "new", "lr_2", 2)}, postgres.AcceptOpts{})
 	require.NoError(t, err)
-	require.Equal(t, []postgres.AcceptOutcome{{Result: postgres.AcceptStored, PurgedBefore: true}, {Result: postgres.AcceptStored}}, outs)
+	at := outs[0].At
+	require.Equal(t, []postgres.AcceptOutcome{{Result: postgres.AcceptStored, PurgedBefore: true, At: at}, {Result: postgres.AcceptStored, At: at}}, outs)
 }
 
 // A failure before the commit stores nothing of any row.

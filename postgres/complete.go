@@ -1,7 +1,9 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -18,8 +20,11 @@ type Completion struct {
 	Key       string
 	Token     uuid.UUID // the attempt's lease
 	Status    int       // the saved response's status: 201, or the problem's
-	Body      []byte    // the saved response: the label, or the problem
-	Label     *Label    // nil for a problem
+	// Body is the saved response of a problem. A label's is rendered by
+	// [Complete] (labels.Label.Body), with created_at the transaction's
+	// time: Label.CreatedAt is not sent.
+	Body  []byte
+	Label *Label // nil for a problem
 }
 
 // CompleteResult is what [Complete] did with one completion.
@@ -48,15 +53,19 @@ const (
 // event (the outbox of deliveries), in the same statement: a completion
 // without its event, or an event without its completion, cannot commit, and
 // only the row that makes the intent final writes one.
+// Every time it writes is the transaction's now(): the label's created_at
+// (in its row and in the saved body, where it takes the place of the zero
+// time the body was rendered with), the key's expires_at, the intent's
+// completed_at and the event's created_at.
 const sqlComplete = `
 WITH inp AS (
        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[], $5::int[], $6::text[],
                             $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[],
-                            $13::bigint[], $14::bigint[], $15::int[], $16::int[], $17::timestamptz[], $18::timestamptz[],
-                            $20::text[], $21::text[], $22::bigint[])
+                            $13::bigint[], $14::bigint[], $15::int[], $16::int[], $17::timestamptz[],
+                            $19::text[], $20::text[], $21::bigint[])
          AS t(request_id, caller_id, idem_key, token, status, body,
               label_id, service, tracking_no, carrier_label_id, carrier_key, currency,
-              order_id, cost_cents, parcel_no, label_version, purchased_at, created_at,
+              order_id, cost_cents, parcel_no, label_version, purchased_at,
               document_url, document_content_type, document_size_bytes)),
      ok AS MATERIALIZED (
        SELECT inp.*
@@ -74,7 +83,7 @@ WITH inp AS (
                            document_url, document_content_type, document_size_bytes)
        SELECT label_id, caller_id, request_id, order_id, parcel_no, label_version, service,
               tracking_no, carrier_label_id, carrier_key, cost_cents, currency,
-              idem_key, purchased_at, created_at,
+              idem_key, purchased_at, now(),
               document_url, document_content_type, document_size_bytes
          FROM ok WHERE label_id IS NOT NULL
        ON CONFLICT DO NOTHING
@@ -84,8 +93,10 @@ WITH inp AS (
      keys AS (
        UPDATE idempotency_keys k
           SET state = 'completed', locked_until = NULL, lease_token = NULL, attempts = NULL,
-              response_status = g.status, response_body = g.body::json,
-              expires_at = now() + make_interval(secs => $19)
+              response_status = g.status,
+              response_body = (CASE WHEN g.label_id IS NULL THEN g.body
+                                    ELSE replace(g.body, '` + labelCreatedAtZero + `', '"created_at":"' || ` + sqlNowRFC3339 + ` || '"') END)::json,
+              expires_at = now() + make_interval(secs => $18)
          FROM good g
         WHERE k.caller_id = g.caller_id AND k.idem_key = g.idem_key
        RETURNING g.request_id),
@@ -114,14 +125,28 @@ SELECT inp.request_id,
             ELSE 2 END
   FROM inp`
 
+// labelCreatedAtZero is the created_at member of a label rendered with the
+// zero time, which sqlComplete replaces with the transaction's time. A JSON
+// string escapes its quotes, so this can only be the member itself.
+const labelCreatedAtZero = `"created_at":"0001-01-01T00:00:00Z"`
+
+// sqlNowRFC3339 renders now() as Go renders a time.Time in JSON (RFC 3339
+// in UTC, the fraction of a second without trailing zeros): the same bytes
+// as labels.Label.Body of the time read back from the row.
+const sqlNowRFC3339 = `(to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS') || ` +
+	`rtrim(rtrim(to_char(now() AT TIME ZONE 'UTC', '.US'), '0'), '.') || 'Z')`
+
 // Complete saves the completions, one statement in a transaction of its
-// own, keys kept for retention from now, and returns an outcome per
-// completion, in order. The fenced update is the whole guard: an attempt
+// own, keys kept for retention from the transaction's now(), and returns an
+// outcome per completion, in order. The fenced update is the whole guard: an attempt
 // whose lease was taken over writes nothing. Of two completions of one
 // intent, at most the first is saved.
 func Complete(ctx context.Context, pool *pgxpool.Pool, cs []Completion, retention time.Duration) ([]CompleteResult, error) {
-	args, at, outs := completeArgs(cs, retention)
-	err := sendShared(ctx, pool, workerLockTimeout, func(b *pgx.Batch) {
+	args, at, outs, err := completeArgs(cs, retention)
+	if err != nil {
+		return nil, err
+	}
+	err = sendShared(ctx, pool, workerLockTimeout, func(b *pgx.Batch) {
 		b.Queue(sqlComplete, args...).Query(func(rs pgx.Rows) error {
 			var id string
 			var r CompleteResult
@@ -140,7 +165,7 @@ func Complete(ctx context.Context, pool *pgxpool.Pool, cs []Completion, retentio
 
 // completeArgs are sqlComplete's arguments for cs, each request id's index in
 // cs, and the outcomes known before the statement (a twin of a row is busy).
-func completeArgs(cs []Completion, retention time.Duration) ([]any, map[string]int, []CompleteResult) {
+func completeArgs(cs []Completion, retention time.Duration) ([]any, map[string]int, []CompleteResult, error) {
 	n := len(cs)
 	var (
 		ids, callers, keys, bodies                      = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
@@ -148,7 +173,7 @@ func completeArgs(cs []Completion, retention time.Duration) ([]any, map[string]i
 		statuses, parcelNos, versions                   = make([]int, 0, n), make([]*int, 0, n), make([]*int, 0, n)
 		labelIDs, services, trackings, cls, ckeys, curs = make([]*string, 0, n), make([]*string, 0, n), make([]*string, 0, n), make([]*string, 0, n), make([]*string, 0, n), make([]*string, 0, n)
 		orderIDs, costs                                 = make([]*int64, 0, n), make([]*int64, 0, n)
-		purchased, created                              = make([]*time.Time, 0, n), make([]*time.Time, 0, n)
+		purchased                                       = make([]*time.Time, 0, n)
 		docURLs, docTypes, docSizes                     = make([]*string, 0, n), make([]*string, 0, n), make([]*int64, 0, n)
 		at                                              = make(map[string]int, n)
 	)
@@ -160,13 +185,21 @@ func completeArgs(cs []Completion, retention time.Duration) ([]any, map[string]i
 		}
 		at[c.RequestID] = i
 		ids, callers, keys, tokens = append(ids, c.RequestID), append(callers, c.CallerID), append(keys, c.Key), append(tokens, pgUUID(c.Token))
-		statuses, bodies = append(statuses, c.Status), append(bodies, string(c.Body))
+		body := c.Body
+		if l := c.Label; l != nil {
+			lab := l.Label
+			lab.CreatedAt = time.Time{} // the statement writes the transaction's time
+			if body = lab.Body(); bytes.Count(body, []byte(labelCreatedAtZero)) != 1 {
+				return nil, nil, nil, fmt.Errorf("postgres: label body without one %s: %s", labelCreatedAtZero, body)
+			}
+		}
+		statuses, bodies = append(statuses, c.Status), append(bodies, string(body))
 		if l := c.Label; l != nil {
 			labelIDs, services, trackings = append(labelIDs, &l.LabelID), append(services, &l.Service), append(trackings, &l.TrackingNo)
 			cls, ckeys, curs = append(cls, &l.CarrierLabelID), append(ckeys, &l.CarrierKey), append(curs, &l.Currency)
 			orderIDs, costs = append(orderIDs, &l.OrderID), append(costs, &l.CostCents)
 			parcelNos, versions = append(parcelNos, &l.ParcelNo), append(versions, &l.LabelVersion)
-			purchased, created = append(purchased, l.PurchasedAt), append(created, &l.CreatedAt)
+			purchased = append(purchased, l.PurchasedAt)
 			if d := l.Document; d != nil {
 				docURLs, docTypes, docSizes = append(docURLs, &d.URL), append(docTypes, &d.ContentType), append(docSizes, &d.SizeBytes)
 			} else {
@@ -177,12 +210,12 @@ func completeArgs(cs []Completion, retention time.Duration) ([]any, map[string]i
 			cls, ckeys, curs = append(cls, nil), append(ckeys, nil), append(curs, nil)
 			orderIDs, costs = append(orderIDs, nil), append(costs, nil)
 			parcelNos, versions = append(parcelNos, nil), append(versions, nil)
-			purchased, created = append(purchased, nil), append(created, nil)
+			purchased = append(purchased, nil)
 			docURLs, docTypes, docSizes = append(docURLs, nil), append(docTypes, nil), append(docSizes, nil)
 		}
 	}
 	args := []any{ids, callers, keys, tokens, statuses, bodies,
 		labelIDs, services, trackings, cls, ckeys, curs, orderIDs, costs, parcelNos, versions,
-		purchased, created, retention.Seconds(), docURLs, docTypes, docSizes}
-	return args, at, outs
+		purchased, retention.Seconds(), docURLs, docTypes, docSizes}
+	return args, at, outs, nil
 }

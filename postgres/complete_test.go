@@ -2,7 +2,9 @@ package postgres_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,10 +28,9 @@ func completion(in *postgres.Intent, tok uuid.UUID, n int, problem *labels.Probl
 	}
 	c.Label = &postgres.Label{Label: labels.Label{LabelID: "lbl_" + ulid.Make().String(), OrderID: in.Parcel.OrderID,
 		ParcelNo: in.Parcel.ParcelNo, LabelVersion: in.Parcel.LabelVersion, Service: in.Parcel.Service,
-		TrackingNo: fmt.Sprintf("T-%d", n), CarrierLabelID: fmt.Sprintf("CL-%d", n), CostCents: 495, Currency: "EUR",
-		CreatedAt: time.Now().UTC().Truncate(time.Microsecond)},
+		TrackingNo: fmt.Sprintf("T-%d", n), CarrierLabelID: fmt.Sprintf("CL-%d", n), CostCents: 495, Currency: "EUR"},
 		CallerID: in.CallerID, RequestID: in.RequestID, CarrierKey: in.CarrierKey, CreatedByKey: in.Key}
-	c.Status, c.Body = 201, c.Label.Label.Body()
+	c.Status = 201 // Complete renders the label, with the database's time
 	return c
 }
 
@@ -90,9 +91,13 @@ func TestComplete(t *testing.T) {
 	require.Equal(t, "completed 422 failed 0", state(ins[2]))
 	require.Equal(t, "started - pending 0", state(ins[3]), "a second label for the parcel writes nothing")
 
-	require.JSONEq(t, string(cs[0].Body), dbtest.Scalar[string](t, pool, `SELECT response_body::text FROM idempotency_keys WHERE request_id = $1`, ins[0].RequestID))
-	require.Equal(t, string(cs[0].Body), dbtest.Scalar[string](t, pool, `SELECT response_body::text FROM idempotency_keys WHERE request_id = $1`, ins[0].RequestID),
+	// The saved body is the label as rendered from its row, byte for byte,
+	// created_at the completion's now().
+	row, err := postgres.GetLabel(ctx, pool, "c1", cs[0].Label.LabelID)
+	require.NoError(t, err)
+	require.Equal(t, string(row.Label.Body()), dbtest.Scalar[string](t, pool, `SELECT response_body::text FROM idempotency_keys WHERE request_id = $1`, ins[0].RequestID),
 		"saved byte for byte")
+	require.True(t, dbtest.Scalar[bool](t, pool, `SELECT l.created_at = i.completed_at FROM labels l JOIN label_intents i USING (request_id) WHERE request_id = $1`, ins[0].RequestID))
 	require.Equal(t, cs[0].Label.LabelID, dbtest.Scalar[string](t, pool, `SELECT label_id FROM label_intents WHERE request_id = $1`, ins[0].RequestID))
 	require.JSONEq(t, string(cs[2].Body), dbtest.Scalar[string](t, pool, `SELECT error::text FROM label_intents WHERE request_id = $1`, ins[2].RequestID))
 	require.True(t, dbtest.Scalar[bool](t, pool, `SELECT expires_at > now() + interval '59 minutes' AND lease_token IS NULL AND locked_until IS NULL
@@ -128,4 +133,32 @@ func TestCompleteSkipsALockedRow(t *testing.T) {
 	saved, err = postgres.Complete(ctx, pool, []postgres.Completion{completion(a, ta, 1, nil)}, time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, []postgres.CompleteResult{postgres.Completed}, saved)
+}
+
+// The completion writes a label's created_at into its saved body as Go would
+// render the time read back from the row (labels.Label.Body): RFC 3339 in
+// UTC, the fraction without trailing zeros, whatever the session's time zone.
+func TestCompletionRendersTheDatabaseTimeAsGo(t *testing.T) {
+	t.Parallel()
+	pool, _ := dbtest.New(t)
+	ctx := context.Background()
+	require.Equal(t, 1, strings.Count(string(labels.Label{}.Body()), postgres.LabelCreatedAtZero))
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `SET TimeZone = 'Asia/Kathmandu'`)
+	require.NoError(t, err)
+	render := strings.ReplaceAll(postgres.SQLNowRFC3339, "now()", "$1::timestamptz")
+	for _, at := range []string{
+		"2026-12-06T03:29:31Z", "2026-12-06T03:29:31.1Z", "2026-12-06T03:29:31.123456Z", "2026-12-06T03:29:31.000001Z",
+		"2026-12-06T03:29:31.01Z", "2026-12-31T23:59:59.99999+05:45", "1999-01-02T00:00:00.5-08:00",
+	} {
+		tm, err := time.Parse(time.RFC3339Nano, at)
+		require.NoError(t, err)
+		var got string
+		require.NoError(t, conn.QueryRow(ctx, `SELECT `+render, tm).Scan(&got))
+		want, err := json.Marshal(tm.UTC())
+		require.NoError(t, err)
+		require.Equal(t, string(want), `"`+got+`"`, at)
+	}
 }

@@ -27,4 +27,15 @@
 // [DispatchIntents] is the relay's take off label_intent_outbox: the callers
 // in turns, and no more than keeps River's queue of purchases (it reads
 // river_job, River's table, for that count only) at a bound.
+//
+// Every time written to or compared with these rows is the database's:
+// the statements use now() (the transaction's start), never a time a process
+// sends: created_at of keys, intents, the outbox and labels, completed_at,
+// expires_at, locked_until, purged_at and the webhook tables' times, and the
+// purges, the leases and the secrets' expiry compare with now(). [ClockSkew]
+// measures how far a process clock, which still schedules River's retries,
+// is from it.
+//
+// [Unavailable] classifies this package's errors: the database cannot be
+// reached or is overloaded (retry the same request), or the statement failed.
 package postgres

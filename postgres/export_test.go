@@ -8,4 +8,6 @@ const (
 	SQLLease              = sqlLease
 	SQLComplete           = sqlComplete
 	SQLDispatch           = sqlDispatch
+	SQLNowRFC3339         = sqlNowRFC3339
+	LabelCreatedAtZero    = labelCreatedAtZero
 )

@@ -80,47 +80,66 @@ func Release(ctx context.Context, pool *pgxpool.Pool, leases []Lease, lockTimeou
 	}, nil)
 }
 
-// Purge deletes up to batch completed records whose expires_at is before now,
-// oldest first, skipping rows another sweeper holds, leaves a tombstone for
-// each (so that a retry after the retention is noticed), and returns how many
-// it deleted. Callers loop until it returns fewer than batch.
-func Purge(ctx context.Context, db DB, now time.Time, batch int) (int64, error) {
+// Purge deletes up to batch completed records whose expires_at has passed
+// by the database's clock (now(): the clock that set it at completion; no
+// process clock takes part), oldest first, skipping rows another sweeper
+// holds, leaves a tombstone for each (so that a retry after the retention is
+// noticed), and returns how many it deleted. Callers loop until it returns
+// fewer than batch.
+func Purge(ctx context.Context, db DB, batch int) (int64, error) {
+	return purgeKeys(ctx, db, "now()", batch)
+}
+
+// PurgeAsOf is [Purge] as if the database's clock read at: for the capacity
+// benchmark, which purges a filled table part by part. The services call
+// [Purge].
+func PurgeAsOf(ctx context.Context, db DB, at time.Time, batch int) (int64, error) {
+	return purgeKeys(ctx, db, "$2::timestamptz", batch, at)
+}
+
+// purgeKeys is Purge with the time it compares with and writes (now(), or a
+// parameter), a constant of its callers.
+func purgeKeys(ctx context.Context, db DB, at string, batch int, args ...any) (int64, error) {
 	tag, err := db.Exec(ctx, `
 		WITH gone AS (
 			DELETE FROM idempotency_keys
 			 WHERE ctid IN (SELECT ctid FROM idempotency_keys
-			                 WHERE state = 'completed' AND expires_at < $1
+			                 WHERE state = 'completed' AND expires_at < `+at+`
 			                 ORDER BY expires_at
-			                 LIMIT $2
+			                 LIMIT $1
 			                   FOR UPDATE SKIP LOCKED)
 			RETURNING caller_id, idem_key)
 		INSERT INTO idempotency_tombstones (caller_id, key_hash, purged_at)
-		SELECT caller_id, sha256(convert_to(idem_key, 'UTF8')), $1 FROM gone
-		ON CONFLICT (caller_id, key_hash) DO UPDATE SET purged_at = EXCLUDED.purged_at`, now, batch)
+		SELECT caller_id, sha256(convert_to(idem_key, 'UTF8')), `+at+` FROM gone
+		ON CONFLICT (caller_id, key_hash) DO UPDATE SET purged_at = EXCLUDED.purged_at`, append([]any{batch}, args...)...)
 	if err != nil {
 		return 0, err
 	}
 	return tag.RowsAffected(), nil
 }
 
-// PurgeTombstones deletes up to batch tombstones older than before and
-// returns how many it deleted.
-func PurgeTombstones(ctx context.Context, db DB, before time.Time, batch int) (int64, error) {
-	return purgeOldest(ctx, db, "idempotency_tombstones", "purged_at < $1", "purged_at", before, batch)
+// PurgeTombstones deletes up to batch tombstones purged more than retention
+// ago by the database's clock and returns how many it deleted.
+func PurgeTombstones(ctx context.Context, db DB, retention time.Duration, batch int) (int64, error) {
+	return purgeOldest(ctx, db, "idempotency_tombstones", "purged_at < "+sqlAgo, "purged_at", retention, batch)
 }
 
-// purgeOldest deletes up to batch rows of table that match cond ($1 is
-// before), oldest by orderBy first, skipping rows another sweeper holds, and
-// returns how many it deleted. table, cond and orderBy are the callers'
-// constants, never input.
-func purgeOldest(ctx context.Context, db DB, table, cond, orderBy string, before time.Time, batch int) (int64, error) {
+// sqlAgo is the database's time ($1 seconds ago) that purgeOldest's
+// conditions compare with.
+const sqlAgo = `now() - make_interval(secs => $1)`
+
+// purgeOldest deletes up to batch rows of table that match cond ($1 is the
+// retention in seconds, see sqlAgo), oldest by orderBy first, skipping rows
+// another sweeper holds, and returns how many it deleted. table, cond and
+// orderBy are the callers' constants, never input.
+func purgeOldest(ctx context.Context, db DB, table, cond, orderBy string, retention time.Duration, batch int) (int64, error) {
 	tag, err := db.Exec(ctx, `
 		DELETE FROM `+table+`
 		 WHERE ctid IN (SELECT ctid FROM `+table+`
 		                 WHERE `+cond+`
 		                 ORDER BY `+orderBy+`
 		                 LIMIT $2
-		                   FOR UPDATE SKIP LOCKED)`, before, batch)
+		                   FOR UPDATE SKIP LOCKED)`, retention.Seconds(), batch)
 	if err != nil {
 		return 0, err
 	}

@@ -321,10 +321,11 @@ func FinishWebhookAttempt(ctx context.Context, pool *pgxpool.Pool, ev *WebhookEv
 	return disabled, err
 }
 
-// PurgeWebhookEvents deletes up to batch events delivered or dropped before
-// before and returns how many it deleted. Pending events are never purged.
-func PurgeWebhookEvents(ctx context.Context, db DB, before time.Time, batch int) (int64, error) {
-	return purgeOldest(ctx, db, "webhook_events", "state <> 'pending' AND finished_at < $1", "finished_at", before, batch)
+// PurgeWebhookEvents deletes up to batch events delivered or dropped more
+// than retention ago by the database's clock and returns how many it deleted.
+// Pending events are never purged.
+func PurgeWebhookEvents(ctx context.Context, db DB, retention time.Duration, batch int) (int64, error) {
+	return purgeOldest(ctx, db, "webhook_events", "state <> 'pending' AND finished_at < "+sqlAgo, "finished_at", retention, batch)
 }
 
 // WebhookStats are the gauges of the webhook metrics.

@@ -145,10 +145,10 @@ func TestPurgeWebhookEvents(t *testing.T) {
 		('lr_new_delivered', 'c', 'label_request.succeeded', now() - interval '1 day', 'delivered', now() - interval '1 day'),
 		('lr_old_pending', 'c', 'label_request.succeeded', now() - interval '40 days', 'pending', NULL)`)
 	require.NoError(t, err)
-	n, err := postgres.PurgeWebhookEvents(ctx, pool, time.Now().Add(-30*24*time.Hour), 1)
+	n, err := postgres.PurgeWebhookEvents(ctx, pool, 30*24*time.Hour, 1)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n, "one batch")
-	n, err = postgres.PurgeWebhookEvents(ctx, pool, time.Now().Add(-30*24*time.Hour), 10)
+	n, err = postgres.PurgeWebhookEvents(ctx, pool, 30*24*time.Hour, 10)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	require.Equal(t, "lr_new_delivered,lr_old_pending", dbtest.Scalar[string](t, pool, `SELECT string_agg(request_id, ',' ORDER BY request_id) FROM webhook_events`))

@@ -71,8 +71,10 @@ type Opts struct {
 	// FirstItems is how many items of each category [Report.First] holds;
 	// zero means [DefaultFirstItems].
 	FirstItems int
-	// NowFunc is the clock; nil means time.Now. The run's start and end come
-	// from it, and so do the grace and stuck-after thresholds.
+	// NowFunc is the clock; nil means the database's (the clock of the
+	// labels' and intents' created_at): the run's start is its now(), and
+	// the end that plus the time elapsed. The run's start and end come from
+	// it, and so do the grace and stuck-after thresholds.
 	NowFunc func() time.Time
 	// ProgressFunc, when set, is told how the run goes; see [Progress].
 	ProgressFunc func(Progress)
@@ -149,6 +151,15 @@ func Run(ctx context.Context, pool *pgxpool.Pool, opts Opts) (*Report, error) {
 	}
 	conn := pc.Hijack()
 	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck
+	if opts.NowFunc == nil {
+		began := time.Now()
+		if err := conn.QueryRow(ctx, `SELECT now()`).Scan(&started); err != nil {
+			return nil, err
+		}
+		started = started.UTC()
+		rep.StartedAt = started
+		opts.NowFunc = func() time.Time { return started.Add(time.Since(began)) }
+	}
 	// Only possible before the session's first temporary table, which is the
 	// case of a fresh connection; a session that had one keeps its setting.
 	_, _ = conn.Exec(ctx, `SET temp_buffers = '`+sessionTempBuffers+`'`)

@@ -71,7 +71,7 @@ func start(t *testing.T, env map[string]string, args ...string) *running {
 			}
 		}
 		return false
-	}, 10*time.Second, 5*time.Millisecond, "no listening line; stderr:\n%s", stderr)
+	}, time.Minute, 5*time.Millisecond, "no listening line; stderr:\n%s", stderr)
 	url := "http://" + addr
 
 	require.Eventually(t, func() bool {
@@ -81,7 +81,7 @@ func start(t *testing.T, env map[string]string, args ...string) *running {
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
-	}, 10*time.Second, 5*time.Millisecond)
+	}, time.Minute, 5*time.Millisecond)
 	return &running{url: url, stderr: stderr, stop: stop}
 }
 
@@ -174,7 +174,7 @@ func TestRunShutdownWakesATimedOutPurchase(t *testing.T) {
 		defer resp.Body.Close()
 		var st sim.Stats
 		return json.NewDecoder(resp.Body).Decode(&st) == nil && st.InFlight == 1
-	}, 10*time.Second, 5*time.Millisecond)
+	}, time.Minute, 5*time.Millisecond)
 
 	require.Equal(t, 0, r.stop(), "an hour-long simulated timeout does not hold up the shutdown")
 	require.NoError(t, <-result, "the purchase under way finished and answered")

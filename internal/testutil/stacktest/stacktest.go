@@ -140,6 +140,22 @@ func (s *Stack) TakeOver(requestID string) {
 	require.NoError(s.T, err)
 }
 
+// ExpireLease plays the lease of requestID's key running out, without waiting
+// for it: the lease is moved into the past, and the job, when it waits (a
+// retry or a snooze for the lease), is made available now. A running attempt
+// is left alone, so no second attempt starts beside it: tests with a lease
+// far longer than any work call it instead of racing a short one.
+func (s *Stack) ExpireLease(requestID string) {
+	s.T.Helper()
+	ctx := context.Background()
+	_, err := s.Pool.Exec(ctx, `UPDATE idempotency_keys SET locked_until = now() - interval '1 second'
+		WHERE request_id = $1 AND locked_until > now()`, requestID)
+	require.NoError(s.T, err)
+	_, err = s.Pool.Exec(ctx, `UPDATE river_job SET state = 'available', scheduled_at = now()
+		WHERE args->>'request_id' = $1 AND state IN ('scheduled', 'retryable')`, requestID)
+	require.NoError(s.T, err)
+}
+
 // Count runs a count query against the stack's database.
 func (s *Stack) Count(sql string, args ...any) int {
 	s.T.Helper()

@@ -161,7 +161,7 @@ func (e *env) sweep(ctx context.Context, name string, batch, keys int) (Purge, e
 	if err != nil {
 		return p, err
 	}
-	p.Deleted, err = jobs.Sweep(ctx, pool, now, batch, func(n int64) { t.batch(ctx, n) })
+	p.Deleted, err = jobs.SweepAsOf(ctx, pool, now, batch, func(n int64) { t.batch(ctx, n) })
 	if err != nil {
 		return p, err
 	}
@@ -267,9 +267,9 @@ func (e *env) purges(ctx context.Context) ([]Purge, Size, Purge, error) {
 		return nil, tomb, tp, err
 	}
 	defer pool.Close()
-	before := e.day0
 	err = e.loop(ctx, &tp, e.cfg.Records, func(ctx context.Context) (int64, error) {
-		return postgres.PurgeTombstones(ctx, pool, before, tp.Batch)
+		// The retention that puts the database's horizon at day0.
+		return postgres.PurgeTombstones(ctx, pool, time.Since(e.day0), tp.Batch)
 	})
 	return out, tomb, tp, err
 }
