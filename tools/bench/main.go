@@ -1,23 +1,19 @@
 // Command bench measures the label service on this machine in one run and
 // writes its figures next to the ceiling the database itself sets, held to
-// the bar (report.go); `bench capacity` measures what the key store costs
-// (package internal/capacity, capacity.go):
+// the bar (report.go):
 //
-//	go tool task bench            (go run ./tools/bench)
-//	go run ./tools/bench --quick  (a smoke run: short loads, small stores)
-//	go run ./tools/bench --long   (adds replays with 10 M keys in the store)
-//	go tool task capacity         (go run ./tools/bench capacity)
-//	go run ./tools/bench pooler   (connections and throughput through PgBouncer, pooler.go)
+//	go tool task bench                (go -C tools run ./bench)
+//	go -C tools run ./bench --quick   (a smoke run: short loads, small stores)
+//	go -C tools run ./bench --long    (adds replays with 10 M keys in the store)
 //
-// Both read the machine through internal/host: the CPU of every core (what
+// It reads the machine through internal/host: the CPU of every core (what
 // the host of a virtual machine stole reported apart from the busy time), of
 // the processes, and what the kernel's proactive reclaim paged out.
 //
-// It builds the real binaries (cmd/api, cmd/worker, cmd/carrier, and
-// tools/bench/apiprof for the profile), starts a private PostgreSQL server in
-// a temporary directory (or uses --server), creates a throwaway database
-// (labels_bench_<random>), migrates it, and measures (the profile runs right
-// after the accept, on tables of the same size):
+// It builds the real binaries (cmd/api, cmd/worker, cmd/carrier) and runs
+// them through internal/fleet, starts a private PostgreSQL server in a
+// temporary directory (or uses --server), creates a throwaway database
+// (labels_bench_<random>), migrates it, and measures:
 //
 //  1. the ceiling: pgbench running the accept's own transaction shape (BEGIN;
 //     one key row; one outbox row; COMMIT) with random keys and column values
@@ -41,20 +37,18 @@
 //     1 M (10 M with --long), replayed through the api by 8 clients, back to
 //     back (throughput) and paced at 400/s (latency, from the scheduled start);
 //  5. the store: bytes per key record at the largest fill, and the purge rate
-//     of postgres.Purge (the sweeper's statement, batch 1000);
+//     of postgres.Purge (the sweeper's statement, batch 1000): the one
+//     measurement of the key store, on the current schema;
 //  6. reconciliation: BenchmarkReconcile (reconcile_bench_test.go), as it
 //     is, with 200 k lines (1 M with --long: its seeding alone takes
-//     minutes), run as a subprocess;
-//  7. a CPU profile of the API (tools/bench/apiprof: the same handler in its
-//     own process, with /debug/pprof) under the accept load at concurrency 32.
+//     minutes), run as a subprocess.
 //
 // During every load it records the CPU each process used (client, api,
 // worker, simulator, PostgreSQL, pgbench, the machine) and samples pg_stat_activity's wait events, so that the
 // report says where the time went as well as how much was done.
 //
-// It writes DIR/<date>.json, DIR/<date>.md (the table), DIR/<date>.png (the
-// chart: throughput and latency against concurrency) and DIR/<date>-api-cpu.pprof
-// with DIR = --out (default bench/results at the module root). The ratios to
+// It writes DIR/<date>.json, DIR/<date>.md (the table) and DIR/<date>.png (the
+// chart: throughput and latency against concurrency) with DIR = --out (default bench/results at the module root). The ratios to
 // the ceiling are checked against the bar in the report; no threshold
 // makes the command fail. Benchmarks measure; tests check.
 //
@@ -78,8 +72,8 @@ import (
 	"time"
 
 	"github.com/labelkit/labels/internal/cli"
-	"github.com/labelkit/labels/internal/testutil/proctest"
-	"github.com/labelkit/labels/tools/internal/cmdline"
+	"github.com/labelkit/labels/internal/fleet"
+	"github.com/labelkit/labels/internal/proc"
 )
 
 func main() {
@@ -90,8 +84,6 @@ func main() {
 }
 
 const usage = `Usage: bench [flags]
-       bench capacity [flags]   (the key store's cost; bench capacity --help)
-       bench pooler [flags]     (a fleet's connections and throughput with and without PgBouncer; bench pooler --help)
 
 Measures the label service on this machine against the pgbench ceiling of its
 own accept transaction, and writes DIR/<date>.json, .md and .png.
@@ -128,7 +120,7 @@ Flags:
   --purge-max D        longest the purge measurement runs (default 20s; --quick 5s)
   --reconcile-lines N  lines of the reconciliation benchmark (default 200000;
                        --long 1000000; --quick 10000; 0 skips it)
-  --phases LIST        phases to run (default all: ceiling,accept,live,e2e,replay,store,reconcile,profile;
+  --phases LIST        phases to run (default all: ceiling,accept,live,e2e,replay,store,reconcile;
                        live is the accept with the pipeline live)
   --accept-batch N     ACCEPT_BATCH of the api (default 64; 0: one transaction per accept)
   --worker-batch N     WORKER_BATCH of the worker (default 64; 0: one transaction per job)
@@ -138,7 +130,7 @@ Flags:
                        (lease, call, completion) and waits up to River's fetch cooldown
                        of 100 ms for the next; cmd/worker's own default is 100)
   --log-level LEVEL    LOG_LEVEL of the api and the worker (default info, as deployed)
-  --bin DIR            prebuilt binaries (api, worker, carrier, apiprof) instead of building them
+  --bin DIR            prebuilt binaries (api, worker, carrier) instead of building them
   --keep               keep the database (and the private server's directory)
 
 Without --server the private server is started from the installed PostgreSQL
@@ -155,10 +147,9 @@ const (
 	PhaseReplay    = "replay"
 	PhaseStore     = "store"
 	PhaseReconcile = "reconcile"
-	PhaseProfile   = "profile"
 )
 
-var allPhases = []string{PhaseCeiling, PhaseAccept, PhaseLive, PhaseE2E, PhaseReplay, PhaseStore, PhaseReconcile, PhaseProfile}
+var allPhases = []string{PhaseCeiling, PhaseAccept, PhaseLive, PhaseE2E, PhaseReplay, PhaseStore, PhaseReconcile}
 
 // Config is one run's configuration, read once in run.
 type Config struct {
@@ -184,7 +175,7 @@ type Config struct {
 	ReconcileLines    int
 	Phases            []string
 	LogLevel          string
-	AcceptBatch       int // ACCEPT_BATCH of the api and apiprof
+	AcceptBatch       int // ACCEPT_BATCH of the api
 	WorkerBatch       int // WORKER_BATCH of the worker
 	WorkerConcurrency int // WORKER_CONCURRENCY of the end-to-end worker
 	BinDir            string
@@ -291,7 +282,7 @@ func (c *Config) Validate() error {
 	if c.ServerURL != "" && !strings.Contains(c.ServerURL, "127.0.0.1") && !strings.Contains(c.ServerURL, "localhost") && !strings.Contains(c.ServerURL, "[::1]") {
 		return fmt.Errorf("--server %q: loopback servers only", c.ServerURL)
 	}
-	return cmdline.CheckBinDir(c.BinDir)
+	return fleet.CheckBinDir(c.BinDir)
 }
 
 // progress writes progress lines to w, each after the time of day.
@@ -302,12 +293,6 @@ func progress(w io.Writer) func(format string, args ...any) {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	if len(args) > 1 && args[1] == "capacity" {
-		return runCapacity(ctx, args[1:], getenv, stdout, stderr)
-	}
-	if len(args) > 1 && args[1] == "pooler" {
-		return runPooler(ctx, args[1:], getenv, stdout, stderr)
-	}
 	cfg := DefaultConfig()
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	quick := fs.Bool("quick", false, "")
@@ -398,7 +383,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}
 	if cfg.Out == "" {
-		root, err := proctest.ModuleRoot()
+		root, err := proc.ModuleRoot()
 		if err != nil {
 			fmt.Fprintf(stderr, "bench: --out not given and %v\n", err)
 			return 2
@@ -409,7 +394,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return 2
 	}
-	cfg.Command = strings.TrimSpace("go run ./tools/bench " + strings.Join(args[1:], " "))
+	cfg.Command = strings.TrimSpace("go -C tools run ./bench " + strings.Join(args[1:], " "))
 	cfg.LogFunc = progress(stderr)
 
 	res, err := Run(ctx, cfg)

@@ -69,7 +69,7 @@ func (rc *receiver) find(ctx context.Context, id string, timeout time.Duration) 
 }
 
 // webhookEnv lets the api and the worker use the demo's loopback receiver.
-var webhookEnv = []string{"WEBHOOK_ALLOW_INSECURE=true", "WEBHOOK_ALLOW_PRIVATE=true"}
+var webhookEnv = map[string]string{"WEBHOOK_ALLOW_INSECURE": "true", "WEBHOOK_ALLOW_PRIVATE": "true"}
 
 // setWebhook registers the demo's receiver for the caller.
 func (d *demo) setWebhook(ctx context.Context) error {

@@ -64,24 +64,24 @@ const (
 // and often enough that nothing fails for good under the injected faults, so
 // every intent must succeed.
 var (
-	simEnv = []string{
-		"SIM_LATENCY=100ms",
-		"SIM_LATENCY_JITTER=400ms",
-		"SIM_FAIL_RATE=0.1",
-		"SIM_DROP_REPLY_RATE=0.1",
-		"SIM_TIMEOUT_RATE=0.05",
-		"SIM_TIMEOUT_DELAY=3s", // above CARRIER_TIMEOUT: the purchase lands after the worker gave up
+	simEnv = map[string]string{
+		"SIM_LATENCY":         "100ms",
+		"SIM_LATENCY_JITTER":  "400ms",
+		"SIM_FAIL_RATE":       "0.1",
+		"SIM_DROP_REPLY_RATE": "0.1",
+		"SIM_TIMEOUT_RATE":    "0.05",
+		"SIM_TIMEOUT_DELAY":   "3s", // above CARRIER_TIMEOUT: the purchase lands after the worker gave up
 	}
-	workerEnv = []string{
-		"CARRIER_TIMEOUT=2s",
-		"LEASE_DURATION=4s",
-		"RETRY_BASE=100ms",
-		"RETRY_MAX=1s",
-		"MAX_ATTEMPTS=50",
-		"WEBHOOK_TIMEOUT=1s",
-		"WEBHOOK_RETRY_BASE=100ms",
-		"WEBHOOK_RETRY_MAX=2s",
-		"WEBHOOK_MAX_ATTEMPTS=50",
+	workerEnv = map[string]string{
+		"CARRIER_TIMEOUT":      "2s",
+		"LEASE_DURATION":       "4s",
+		"RETRY_BASE":           "100ms",
+		"RETRY_MAX":            "1s",
+		"MAX_ATTEMPTS":         "50",
+		"WEBHOOK_TIMEOUT":      "1s",
+		"WEBHOOK_RETRY_BASE":   "100ms",
+		"WEBHOOK_RETRY_MAX":    "2s",
+		"WEBHOOK_MAX_ATTEMPTS": "50",
 	}
 )
 

@@ -10,8 +10,8 @@
 // of its own in a temporary directory (so that it may restart it), a database
 // on it, the carrier simulator (latency, 503s, replies dropped after the
 // purchase, timeouts after which the purchase still happens), the API and
-// [Config.Workers] workers, all on loopback, built once with
-// internal/proctest. Where the data comes from: the callers' answers, the
+// [Config.Workers] workers, all on loopback, built once and run by
+// internal/fleet. Where the data comes from: the callers' answers, the
 // simulator's GET /sim/purchases and /sim/stats, and the run's database.
 //
 // # The run

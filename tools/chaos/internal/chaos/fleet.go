@@ -5,14 +5,17 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/labelkit/labels/internal/devdb"
-	"github.com/labelkit/labels/internal/testutil/proctest"
+	"github.com/labelkit/labels/internal/fleet"
+	"github.com/labelkit/labels/internal/proc"
 )
 
 // startTimeout bounds one process's start (listening and healthy), and each
@@ -79,35 +82,47 @@ func (db *database) shutdown() {
 	}
 }
 
-// fleet is the processes of a run: the simulator, the API and the workers.
-type fleet struct {
-	cfg  Config
-	bins *proctest.Binaries
-	db   *database
-	say  func(format string, args ...any)
+// cluster is the processes of a run, started by internal/fleet: the
+// simulator, the API and the workers.
+type cluster struct {
+	cfg Config
+	f   *fleet.Fleet
+	db  *database
+	say func(format string, args ...any)
 
 	carrierURL string
 	// pooledURL, when set, is PgBouncer's URL of the run's database.
 	pooledURL string
 
-	mu       sync.Mutex
-	apiAddr  string
-	api      *proctest.Process
-	carrier  *proctest.Process
-	workers  []*proctest.Process
-	all      []*proctest.Process        // every process started, killed ones too
-	killed   map[*proctest.Process]bool // killed or stopped on purpose
-	crashes  []string                   // processes that exited on their own
-	logs     map[string]*os.File
-	stopping bool
-	// secretKey is the run's WEBHOOK_SECRET_KEY: the webhook secrets are
-	// stored sealed, and every worker opens them.
-	secretKey string
+	mu      sync.Mutex
+	api     *fleet.Proc
+	workers []*fleet.Proc
+	logs    map[string]*os.File // by slot: api, worker-2 (every incarnation)
 }
 
-func newFleet(cfg Config, bins *proctest.Binaries, db *database, say func(string, ...any)) *fleet {
-	return &fleet{cfg: cfg, bins: bins, db: db, say: say, killed: map[*proctest.Process]bool{}, logs: map[string]*os.File{},
-		secretKey: base64.StdEncoding.EncodeToString(randomBytes(32))}
+func newCluster(cfg Config, bins *proc.Binaries, db *database, say func(string, ...any)) *cluster {
+	c := &cluster{cfg: cfg, db: db, say: say, logs: map[string]*os.File{}}
+	// What every binary of the run gets; proc passes nothing else of this
+	// process's environment that could configure them. The webhook receiver
+	// is this process's plain-HTTP loopback server; the webhook secrets are
+	// stored sealed, and every worker opens them.
+	fc := fleet.Config{Bins: bins, Grace: time.Minute, StartTimeout: startTimeout, Env: map[string]string{
+		"LOG_FORMAT": "json", "LOG_LEVEL": "info", "WEBHOOK_ALLOW_INSECURE": "true", "WEBHOOK_ALLOW_PRIVATE": "true",
+		"WEBHOOK_SECRET_KEY": base64.StdEncoding.EncodeToString(randomBytes(32)),
+	}}
+	if cfg.LogDir != "" {
+		fc.OnLine = func(name string, l proc.Line) {
+			slot, _, _ := strings.Cut(name, " ")
+			c.mu.Lock()
+			file := c.logs[slot]
+			c.mu.Unlock()
+			if file != nil {
+				fmt.Fprintln(file, l.Text)
+			}
+		}
+	}
+	c.f = fleet.New(fc)
+	return c
 }
 
 func randomBytes(n int) []byte {
@@ -116,254 +131,167 @@ func randomBytes(n int) []byte {
 	return b
 }
 
-// env is what every binary of the run gets; proctest passes nothing else of
-// this process's environment that could configure them. Through the pooler,
-// direct says whether the process also gets the direct URL for LISTEN.
-func (f *fleet) env(direct bool, extra ...string) []string {
-	db := []string{"DATABASE_URL=" + f.db.URL}
-	switch {
-	case f.pooledURL != "" && direct:
-		db = []string{"DATABASE_URL=" + f.pooledURL, "DATABASE_DIRECT_URL=" + f.db.URL}
-	case f.pooledURL != "":
-		db = []string{"DATABASE_URL=" + f.pooledURL, "DATABASE_POOLED=true"}
-	}
-	// The webhook receiver is this process's plain-HTTP loopback server.
-	return append(append(db, "LOG_FORMAT=json", "LOG_LEVEL=info",
-		"WEBHOOK_ALLOW_INSECURE=true", "WEBHOOK_ALLOW_PRIVATE=true", "WEBHOOK_SECRET_KEY="+f.secretKey), extra...)
+// dbEnv is how a process reaches the database; through the pooler, listen
+// says whether it also gets the direct URL for LISTEN.
+func (c *cluster) dbEnv(listen bool) map[string]string {
+	return fleet.DatabaseEnv(c.db.URL, c.pooledURL, listen)
 }
 
-func (f *fleet) opts(slot string, args []string, env []string) (*proctest.Opts, error) {
-	o := &proctest.Opts{Name: slot, Args: args, Env: env, Grace: time.Minute}
-	if f.cfg.LogDir != "" {
-		f.mu.Lock()
-		file := f.logs[slot]
-		if file == nil {
-			var err error
-			file, err = os.OpenFile(filepath.Join(f.cfg.LogDir, slot+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-			if err != nil {
-				f.mu.Unlock()
-				return nil, err
-			}
-			f.logs[slot] = file
-		}
-		f.mu.Unlock()
-		fmt.Fprintf(file, "=== %s started at %s\n", slot, time.Now().Format(time.RFC3339Nano))
-		o.OnLine = func(l proctest.Line) { fmt.Fprintln(file, l.Text) }
+// logStart opens slot's log file (with --log-dir) and marks a start in it.
+func (c *cluster) logStart(slot string) error {
+	if c.cfg.LogDir == "" {
+		return nil
 	}
-	return o, nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	file := c.logs[slot]
+	if file == nil {
+		var err error
+		file, err = os.OpenFile(filepath.Join(c.cfg.LogDir, slot+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		c.logs[slot] = file
+	}
+	fmt.Fprintf(file, "=== %s started at %s\n", slot, time.Now().Format(time.RFC3339Nano))
+	return nil
 }
 
 // command runs a one-shot command (api migrate, api caller add) to its end.
-func (f *fleet) command(ctx context.Context, name string, args ...string) (*proctest.Result, error) {
+func (c *cluster) command(ctx context.Context, name string, args ...string) (*proc.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	o, err := f.opts(name, args, f.env(false))
-	if err != nil {
+	if err := c.logStart(name); err != nil {
 		return nil, err
 	}
-	o.Name = name + " " + strings.Join(args, " ")
-	return proctest.Run(ctx, f.bins.Path(name), o)
+	return c.f.Command(ctx, name, c.dbEnv(false), args...)
 }
 
-// startServer starts a long-running binary in slot, waits for the log line
-// announcing its address and for GET /healthz there, and watches it: an exit
-// that the run did not cause is recorded as a crash.
-func (f *fleet) startServer(ctx context.Context, slot, binary, listening string, env []string) (*proctest.Process, string, error) {
-	o, err := f.opts(slot, nil, env)
-	if err != nil {
-		return nil, "", err
+// startServer starts a long-running binary in slot and waits until it is
+// ready; the fleet records an exit that the run did not cause as a crash.
+func (c *cluster) startServer(ctx context.Context, slot, bin string, env map[string]string) (*fleet.Proc, error) {
+	if err := c.logStart(slot); err != nil {
+		return nil, err
 	}
-	// Not ctx: the processes are stopped in order at the end, not all at once.
-	p, err := proctest.Start(context.Background(), f.bins.Path(binary), o)
-	if err != nil {
-		return nil, "", err
-	}
-	f.mu.Lock()
-	f.all = append(f.all, p)
-	f.mu.Unlock()
-	go f.watch(p)
-	sctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
-	addr, err := p.WaitListening(sctx, listening)
-	if err == nil {
-		err = p.WaitHealthy(sctx, addr)
-	}
-	if err != nil {
-		f.forget(p)
-		_ = p.Kill()
-		return nil, "", err
-	}
-	return p, addr, nil
+	return c.f.Start(ctx, fleet.Spec{Bin: bin, Name: slot, Env: env})
 }
 
-func (f *fleet) watch(p *proctest.Process) {
-	<-p.Done()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.killed[p] || f.stopping {
-		return
-	}
-	f.crashes = append(f.crashes, fmt.Sprintf("%s (pid %d) exited on its own with status %d; last output:\n%s", p.Name(), p.Pid(), p.ExitCode(), p.Tail(10)))
-}
-
-// forget marks p as ended on purpose.
-func (f *fleet) forget(p *proctest.Process) {
-	f.mu.Lock()
-	f.killed[p] = true
-	f.mu.Unlock()
-}
-
-func (f *fleet) start(ctx context.Context) error {
-	p, addr, err := f.startServer(ctx, "carrier", "carrier", "listening",
-		append([]string{"CARRIER_ADDR=127.0.0.1:0", "LOG_FORMAT=json", "SIM_SEED=" + fmt.Sprint(f.cfg.Seed)}, simEnv...))
+func (c *cluster) start(ctx context.Context) error {
+	env := map[string]string{"SIM_SEED": fmt.Sprint(c.cfg.Seed)}
+	maps.Copy(env, simEnv)
+	p, err := c.startServer(ctx, "carrier", "carrier", env)
 	if err != nil {
 		return err
 	}
-	f.carrier, f.carrierURL = p, "http://"+addr
-	if err := f.startAPI(ctx, "127.0.0.1:0"); err != nil {
+	c.carrierURL = p.URL()
+	if err := c.startAPI(ctx, "127.0.0.1:0"); err != nil {
 		return err
 	}
-	f.workers = make([]*proctest.Process, f.cfg.Workers)
-	for i := range f.workers {
-		if err := f.startWorker(ctx, i); err != nil {
+	c.workers = make([]*fleet.Proc, c.cfg.Workers)
+	for i := range c.workers {
+		if err := c.startWorker(ctx, i); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (f *fleet) startAPI(ctx context.Context, addr string) error {
-	p, got, err := f.startServer(ctx, "api", "api", "listening", f.env(true, "API_ADDR="+addr))
+func (c *cluster) startAPI(ctx context.Context, addr string) error {
+	env := c.dbEnv(true)
+	env["API_ADDR"] = addr
+	p, err := c.startServer(ctx, "api", "api", env)
 	if err != nil {
 		return err
 	}
-	f.mu.Lock()
-	f.api, f.apiAddr = p, got
-	f.mu.Unlock()
+	c.mu.Lock()
+	c.api = p
+	c.mu.Unlock()
 	return nil
 }
 
-func (f *fleet) startWorker(ctx context.Context, i int) error {
-	env := f.env(i%2 == 0, append([]string{"CARRIER_URL=" + f.carrierURL, "METRICS_ADDR=127.0.0.1:0", "ADMIN_ADDR="}, workerEnv...)...)
-	p, _, err := f.startServer(ctx, fmt.Sprintf("worker-%d", i+1), "worker", "metrics listening", env)
+func (c *cluster) startWorker(ctx context.Context, i int) error {
+	env := c.dbEnv(i%2 == 0)
+	maps.Copy(env, workerEnv)
+	p, err := c.startServer(ctx, fmt.Sprintf("worker-%d", i+1), "worker", env)
 	if err != nil {
 		return err
 	}
-	f.mu.Lock()
-	f.workers[i] = p
-	f.mu.Unlock()
+	c.mu.Lock()
+	c.workers[i] = p
+	c.mu.Unlock()
 	return nil
 }
 
 // apiURL is the API's base URL; it changes only if a restarted API could not
 // listen on its old port.
-func (f *fleet) apiURL() string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return "http://" + f.apiAddr
+func (c *cluster) apiURL() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.api.URL()
 }
 
 // killWorker sends SIGKILL to worker i and starts a new one in its place.
-func (f *fleet) killWorker(ctx context.Context, i int) error {
-	f.mu.Lock()
-	p := f.workers[i]
-	f.killed[p] = true
-	f.mu.Unlock()
-	if err := p.Kill(); err != nil {
+func (c *cluster) killWorker(ctx context.Context, i int) error {
+	c.mu.Lock()
+	p := c.workers[i]
+	c.mu.Unlock()
+	if err := c.f.Kill(p); err != nil {
 		return err
 	}
-	return f.startWorker(ctx, i)
+	return c.startWorker(ctx, i)
 }
 
 // killAPI sends SIGKILL to the API and starts a new one on the same address
 // (any free one if that is taken meanwhile). Requests in flight get no answer.
-func (f *fleet) killAPI(ctx context.Context) error {
-	f.mu.Lock()
-	p, addr := f.api, f.apiAddr
-	f.killed[p] = true
-	f.mu.Unlock()
-	if err := p.Kill(); err != nil {
+func (c *cluster) killAPI(ctx context.Context) error {
+	c.mu.Lock()
+	p := c.api
+	c.mu.Unlock()
+	if err := c.f.Kill(p); err != nil {
 		return err
 	}
-	if err := f.startAPI(ctx, addr); err != nil {
-		f.say("the API could not listen on %s again (%v); starting it on a free port", addr, err)
-		return f.startAPI(ctx, "127.0.0.1:0")
+	if err := c.startAPI(ctx, p.Addr); err != nil {
+		c.say("the API could not listen on %s again (%v); starting it on a free port", p.Addr, err)
+		return c.startAPI(ctx, "127.0.0.1:0")
 	}
 	return nil
 }
 
 // countMessages counts the JSON log lines, of every worker that ran, whose
 // message is one of msgs.
-func (f *fleet) countMessages(msgs ...string) map[string]int {
-	f.mu.Lock()
-	all := append([]*proctest.Process(nil), f.all...)
-	f.mu.Unlock()
+func (c *cluster) countMessages(msgs ...string) map[string]int {
 	n := map[string]int{}
-	for _, p := range all {
-		if !strings.HasPrefix(p.Name(), "worker-") {
+	for _, p := range c.f.Procs() {
+		if p.Spec.Bin != "worker" {
 			continue
 		}
 		for _, l := range p.Lines() {
 			if !strings.Contains(l.Text, "lease") {
 				continue // cheap filter before parsing
 			}
-			m := l.Msg()
-			for _, want := range msgs {
-				if m == want {
-					n[m]++
-				}
+			if m := l.Msg(); slices.Contains(msgs, m) {
+				n[m]++
 			}
 		}
 	}
 	return n
 }
 
-// Crashes returns the processes that exited without being killed or stopped.
-func (f *fleet) Crashes() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.crashes...)
-}
-
 // stop stops the workers together (each finishes its carrier calls), then the
 // API, then the simulator, each with SIGTERM; it returns the processes that
-// did not exit with status 0.
-func (f *fleet) stop() []string {
-	f.mu.Lock()
-	f.stopping = true
-	workers := append([]*proctest.Process(nil), f.workers...)
-	api, carrier := f.api, f.carrier
-	f.mu.Unlock()
-	var (
-		mu      sync.Mutex
-		unclean []string
-		wg      sync.WaitGroup
-	)
-	stop := func(p *proctest.Process) {
-		if p == nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if p.Exited() {
-			return // a crash, already recorded
-		}
-		if err := p.Stop(ctx); err != nil {
-			mu.Lock()
-			unclean = append(unclean, err.Error())
-			mu.Unlock()
+// did not exit with status 0. A second call stops nothing.
+func (c *cluster) stop() []string {
+	var unclean []string
+	for _, st := range c.f.Stop(context.Background()) {
+		if st.Err != nil {
+			unclean = append(unclean, st.Err.Error())
 		}
 	}
-	for _, p := range workers {
-		wg.Go(func() { stop(p) })
-	}
-	wg.Wait()
-	stop(api)
-	stop(carrier)
-	f.mu.Lock()
-	for _, file := range f.logs {
+	c.mu.Lock()
+	for slot, file := range c.logs {
 		_ = file.Close()
+		delete(c.logs, slot)
 	}
-	f.mu.Unlock()
+	c.mu.Unlock()
 	return unclean
 }

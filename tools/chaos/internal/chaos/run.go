@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -15,9 +17,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/labelkit/labels/internal/fleet"
 	"github.com/labelkit/labels/internal/pgbouncer"
-	"github.com/labelkit/labels/internal/testutil/proctest"
-	"github.com/labelkit/labels/tools/internal/cmdline"
+	"github.com/labelkit/labels/internal/proc"
 )
 
 // run is one chaos run in progress.
@@ -25,10 +27,10 @@ type run struct {
 	cfg     Config
 	began   time.Time
 	dir     string // the run's own directory: bin/ (unless Config.BinDir), pg/
-	bins    *proctest.Binaries
+	bins    *proc.Binaries
 	db      *database
 	bouncer *pgbouncer.Bouncer
-	fleet   *fleet
+	fleet   *cluster
 	pool    *pgxpool.Pool
 	callers []*caller
 	intents []*intent
@@ -81,7 +83,7 @@ func Run(ctx context.Context, cfg Config) (*Figures, error) {
 	for _, u := range r.fleet.stop() {
 		r.fig.violate("a process did not stop cleanly on SIGTERM: %s", u)
 	}
-	for _, c := range r.fleet.Crashes() {
+	for _, c := range r.fleet.f.Crashes() {
 		r.fig.violate("%s", c)
 	}
 	r.fig.Elapsed = time.Since(r.began)
@@ -94,12 +96,7 @@ func (r *run) say(format string, args ...any) {
 
 func (r *run) cleanup() {
 	if r.fleet != nil {
-		r.fleet.mu.Lock()
-		stopped := r.fleet.stopping
-		r.fleet.mu.Unlock()
-		if !stopped {
-			r.fleet.stop()
-		}
+		r.fleet.stop()
 	}
 	if r.pool != nil {
 		r.pool.Close()
@@ -125,14 +122,14 @@ func (r *run) setup(ctx context.Context) error {
 		}
 	}
 	// One directory of the run's own holds the binaries and the database, so
-	// that nothing else's clean-up of proctest's temporary directories can
+	// that nothing else's clean-up of temporary directories can
 	// take the binaries away while workers are still being restarted.
 	dir, err := os.MkdirTemp("", "labels-chaos-")
 	if err != nil {
 		return err
 	}
 	r.dir = dir
-	if r.bins, err = cmdline.Binaries(ctx, r.cfg.BinDir, filepath.Join(dir, "bin"), r.say, "./cmd/api", "./cmd/worker", "./cmd/carrier"); err != nil {
+	if r.bins, err = fleet.Binaries(ctx, r.cfg.BinDir, filepath.Join(dir, "bin"), r.say, "./cmd/api", "./cmd/worker", "./cmd/carrier"); err != nil {
 		return err
 	}
 
@@ -146,7 +143,7 @@ func (r *run) setup(ctx context.Context) error {
 	if r.pool, err = pgxpool.New(ctx, db.URL); err != nil {
 		return err
 	}
-	r.fleet = newFleet(r.cfg, r.bins, db, r.say)
+	r.fleet = newCluster(r.cfg, r.bins, db, r.say)
 	if r.cfg.PoolerSize > 0 {
 		if r.bouncer, err = pgbouncer.Start(ctx, pgbouncer.Options{Server: db.URL, PoolSize: r.cfg.PoolerSize}); err != nil {
 			return err
@@ -182,7 +179,11 @@ func (r *run) setup(ctx context.Context) error {
 		return err
 	}
 	r.say("API %s; carrier %s misbehaving as %s", r.fleet.apiURL(), r.fleet.carrierURL, simConfig)
-	r.say("workers: %s", strings.Join(workerEnv, " "))
+	var env []string
+	for _, k := range slices.Sorted(maps.Keys(workerEnv)) {
+		env = append(env, k+"="+workerEnv[k])
+	}
+	r.say("workers: %s", strings.Join(env, " "))
 	r.plan()
 	return nil
 }

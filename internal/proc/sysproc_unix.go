@@ -1,6 +1,6 @@
 //go:build unix && !linux
 
-package proctest
+package proc
 
 import "syscall"
 

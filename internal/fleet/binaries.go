@@ -1,4 +1,4 @@
-package cmdline
+package fleet
 
 import (
 	"context"
@@ -7,16 +7,16 @@ import (
 	"path"
 	"strings"
 
-	"github.com/labelkit/labels/internal/testutil/proctest"
+	"github.com/labelkit/labels/internal/proc"
 )
 
 // Binaries returns the executables of the main packages pkgs (./cmd/api,
 // ...): the prebuilt ones in binDir (a command's --bin) when it is set, else
-// built with one go build into outDir ("" for a temporary directory, which
-// the result's Remove deletes), as logf says. Either way an executable
-// missing for any of pkgs is an error.
-func Binaries(ctx context.Context, binDir, outDir string, logf func(format string, args ...any), pkgs ...string) (*proctest.Binaries, error) {
-	b := &proctest.Binaries{Dir: binDir}
+// built with one go build in the main module into outDir ("" for a
+// temporary directory, which the result's Remove deletes), as logf says.
+// Either way an executable missing for any of pkgs is an error.
+func Binaries(ctx context.Context, binDir, outDir string, logf func(format string, args ...any), pkgs ...string) (*proc.Binaries, error) {
+	b := &proc.Binaries{Dir: binDir}
 	if binDir == "" {
 		into := ""
 		if outDir != "" {
@@ -24,7 +24,7 @@ func Binaries(ctx context.Context, binDir, outDir string, logf func(format strin
 		}
 		logf("building %s%s", strings.Join(pkgs, " "), into)
 		var err error
-		if b, err = proctest.Build(ctx, &proctest.BuildOpts{OutDir: outDir, Packages: pkgs}); err != nil {
+		if b, err = proc.Build(ctx, &proc.BuildOpts{OutDir: outDir, Packages: pkgs}); err != nil {
 			return nil, err
 		}
 	}

@@ -1,4 +1,4 @@
-package proctest
+package proc
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package proctest
+package proc
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 // BuildOpts tunes [Build].
 type BuildOpts struct {
 	// ModuleDir is where the go command runs, so where the package patterns
-	// are resolved; empty means the module root above the working directory.
+	// are resolved; empty means the main module's root ([ModuleRoot]).
 	ModuleDir string
 	// OutDir receives the binaries; empty means a new temporary directory,
 	// which [Binaries.Remove] deletes.
@@ -50,7 +50,7 @@ func Build(ctx context.Context, o *BuildOpts) (*Binaries, error) {
 	}
 	b := &Binaries{Dir: o.OutDir}
 	if b.Dir == "" {
-		dir, err := os.MkdirTemp("", "proctest-bin-")
+		dir, err := os.MkdirTemp("", "labels-bin-")
 		if err != nil {
 			return nil, err
 		}
@@ -104,7 +104,7 @@ func (b *Binaries) Remove() error {
 }
 
 // ModuleRoot returns the nearest directory at or above the working directory
-// that holds a go.mod.
+// that holds the main module's go.mod (see devdb.ModuleRoot).
 func ModuleRoot() (string, error) { return devdb.ModuleRoot() }
 
 // goCommand prefers the go command on PATH and falls back to $GOROOT/bin/go.

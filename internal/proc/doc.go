@@ -1,5 +1,7 @@
-// Package proctest starts the project's real binaries as child processes, for
-// end-to-end and chaos tests and for the demo (tools/demo).
+// Package proc starts the project's real binaries as child processes: for
+// the fleet launcher (internal/fleet) and through it the tools (demo, chaos,
+// bench, fleet), and for the tests that run the binaries (through
+// internal/testutil/proctest, which adds the testing.TB wrappers).
 //
 // It owns no data and knows no binary by name: it builds main packages with the
 // go command, starts a binary with a chosen environment, captures everything the
@@ -11,9 +13,11 @@
 //
 // [Build] runs `go build -o DIR/ ./cmd/...` (or the packages named in
 // [BuildOpts]) once, into a temporary directory, and returns the [Binaries]
-// found there. Tests use [BuildT], which builds into the test's temporary
-// directory; a package that starts binaries in many tests builds once in
-// TestMain with [Build] and removes the directory with [Binaries.Remove].
+// found there, in the directory of the main module ([ModuleRoot]) wherever the
+// caller runs (the tools run in tools/, a module of their own). Tests use
+// proctest.BuildT, which builds into the test's temporary directory; a package that starts binaries in many tests
+// builds once in TestMain with [Build] and removes the directory with
+// [Binaries.Remove].
 //
 // # Running
 //
@@ -46,7 +50,7 @@
 // test binary or demo leaves no servers behind.
 //
 // A process whose [Start] context ends is stopped the same way: SIGTERM, then
-// SIGKILL after [Opts.Grace]. [StartT] ties a process to a test: it is stopped
-// when the test ends, a non-zero exit on that SIGTERM fails the test, and a
-// failed test logs the last lines of every process it started.
-package proctest
+// SIGKILL after [Opts.Grace]. proctest.StartT ties a process to a test: it is
+// stopped when the test ends, a non-zero exit on that SIGTERM fails the test,
+// and a failed test logs the last lines of every process it started.
+package proc

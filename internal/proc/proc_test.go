@@ -1,4 +1,4 @@
-package proctest_test
+package proc_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/labelkit/labels/internal/proc"
 	"github.com/labelkit/labels/internal/testutil/proctest"
 )
 
@@ -85,8 +86,8 @@ func helper(mode string) int {
 	return 2
 }
 
-func helperOpts(mode string, env ...string) *proctest.Opts {
-	return &proctest.Opts{Name: "helper-" + mode, Env: append([]string{"PROCTEST_HELPER=" + mode}, env...)}
+func helperOpts(mode string, env ...string) *proc.Opts {
+	return &proc.Opts{Name: "helper-" + mode, Env: append([]string{"PROCTEST_HELPER=" + mode}, env...)}
 }
 
 func testContext(t *testing.T) context.Context {
@@ -96,7 +97,7 @@ func testContext(t *testing.T) context.Context {
 }
 
 // serve starts the helper in mode and waits until it says it listens.
-func serve(t *testing.T, mode string) (context.Context, *proctest.Process, string) {
+func serve(t *testing.T, mode string) (context.Context, *proc.Process, string) {
 	t.Helper()
 	ctx := testContext(t)
 	p := proctest.StartT(t, os.Args[0], helperOpts(mode))
@@ -110,12 +111,12 @@ func TestServerLifecycle(t *testing.T) {
 	ctx, p, addr := serve(t, "serve")
 	require.NotEqual(t, "127.0.0.1:1", addr, "the metrics line must not match the message listening")
 	require.NoError(t, p.WaitHealthy(ctx, "http://"+addr))
-	require.NoError(t, proctest.WaitHealthy(ctx, addr), "a bare host:port works too")
+	require.NoError(t, proc.WaitHealthy(ctx, addr), "a bare host:port works too")
 
 	require.NoError(t, p.Stop(ctx))
 	require.True(t, p.Exited())
 	require.Equal(t, 0, p.ExitCode())
-	require.Contains(t, p.Output(proctest.Stderr), `"msg":"stopped"`)
+	require.Contains(t, p.Output(proc.Stderr), `"msg":"stopped"`)
 	require.NoError(t, p.Stop(ctx), "stopping again reports the same clean exit")
 }
 
@@ -129,9 +130,9 @@ func TestPlainTextListenLine(t *testing.T) {
 func TestStopKillsWhatIgnoresSIGTERM(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	p, err := proctest.Start(ctx, os.Args[0], helperOpts("stubborn"))
+	p, err := proc.Start(ctx, os.Args[0], helperOpts("stubborn"))
 	require.NoError(t, err)
-	_, err = p.WaitLine(ctx, func(l proctest.Line) bool { return l.Text == "ready" })
+	_, err = p.WaitLine(ctx, func(l proc.Line) bool { return l.Text == "ready" })
 	require.NoError(t, err)
 
 	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
@@ -148,7 +149,7 @@ func TestKill(t *testing.T) {
 	require.NoError(t, p.Kill())
 	require.Equal(t, -1, p.ExitCode())
 	require.ErrorIs(t, p.Signal(syscall.SIGTERM), os.ErrProcessDone)
-	var exit *proctest.ExitError
+	var exit *proc.ExitError
 	require.ErrorAs(t, p.Wait(ctx), &exit)
 	require.Contains(t, exit.Error(), "signal: killed")
 }
@@ -156,7 +157,7 @@ func TestKill(t *testing.T) {
 func TestContextEndStopsGracefully(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(testContext(t))
-	p, err := proctest.Start(ctx, os.Args[0], helperOpts("serve"))
+	p, err := proc.Start(ctx, os.Args[0], helperOpts("serve"))
 	require.NoError(t, err)
 	_, err = p.WaitListening(ctx, "listening")
 	require.NoError(t, err)
@@ -172,8 +173,8 @@ func TestContextEndStopsGracefully(t *testing.T) {
 
 func TestRunReportsExitAndOutput(t *testing.T) {
 	t.Parallel()
-	res, err := proctest.Run(testContext(t), os.Args[0], helperOpts("fail"))
-	var exit *proctest.ExitError
+	res, err := proc.Run(testContext(t), os.Args[0], helperOpts("fail"))
+	var exit *proc.ExitError
 	require.ErrorAs(t, err, &exit)
 	require.Equal(t, 3, exit.ExitCode())
 	require.Contains(t, exit.Error(), "exit status 3")
@@ -187,7 +188,7 @@ func TestRunReportsExitAndOutput(t *testing.T) {
 func TestWaitFailsWhenTheProcessExits(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	p, err := proctest.Start(ctx, os.Args[0], helperOpts("fail"))
+	p, err := proc.Start(ctx, os.Args[0], helperOpts("fail"))
 	require.NoError(t, err)
 	_, err = p.WaitListening(ctx, "listening")
 	require.ErrorContains(t, err, "exit status 3")
@@ -202,7 +203,7 @@ func TestWaitLineHonoursContext(t *testing.T) {
 	_, p, _ := serve(t, "serve")
 	ctx, cancel := context.WithTimeout(testContext(t), 200*time.Millisecond)
 	defer cancel()
-	_, err := p.WaitLine(ctx, func(proctest.Line) bool { return false })
+	_, err := p.WaitLine(ctx, func(proc.Line) bool { return false })
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.False(t, p.Exited())
 }
@@ -212,19 +213,19 @@ func TestEnvironment(t *testing.T) {
 	t.Setenv("LOG_FORMAT", "console")
 	ctx := testContext(t)
 
-	res, err := proctest.Run(ctx, os.Args[0], helperOpts("env", "PROCTEST_SET=yes"))
+	res, err := proc.Run(ctx, os.Args[0], helperOpts("env", "PROCTEST_SET=yes"))
 	require.NoError(t, err)
 	require.Contains(t, res.Stdout, "LOG_FORMAT=false:\n", "a variable that configures the binaries is not inherited")
 	require.Contains(t, res.Stdout, "PROCTEST_SET=true:yes\n")
 	require.Contains(t, res.Stdout, "PATH=true:"+os.Getenv("PATH")+"\n")
 
-	res, err = proctest.Run(ctx, os.Args[0], helperOpts("env", "LOG_FORMAT=json"))
+	res, err = proc.Run(ctx, os.Args[0], helperOpts("env", "LOG_FORMAT=json"))
 	require.NoError(t, err)
 	require.Contains(t, res.Stdout, "LOG_FORMAT=true:json\n", "Opts.Env wins")
 
 	o := helperOpts("env")
 	o.InheritEnv = true
-	res, err = proctest.Run(ctx, os.Args[0], o)
+	res, err = proc.Run(ctx, os.Args[0], o)
 	require.NoError(t, err)
 	require.Contains(t, res.Stdout, "LOG_FORMAT=true:console\n")
 }
@@ -233,8 +234,8 @@ func TestOnLineSeesEveryLine(t *testing.T) {
 	t.Parallel()
 	var got []string
 	o := helperOpts("fail")
-	o.OnLine = func(l proctest.Line) { got = append(got, string(l.Stream)+": "+l.Text) }
-	_, err := proctest.Run(testContext(t), os.Args[0], o)
+	o.OnLine = func(l proc.Line) { got = append(got, string(l.Stream)+": "+l.Text) }
+	_, err := proc.Run(testContext(t), os.Args[0], o)
 	require.Error(t, err)
 	require.ElementsMatch(t, []string{
 		"stdout: caller demo: new token",
@@ -261,7 +262,7 @@ func TestListenAddr(t *testing.T) {
 		{`10:00:00 INF listening addr=0.0.0.0:8090`, "listening", "127.0.0.1:8090"},
 		{`starting up on 127.0.0.1:8090`, "listening", ""},
 	} {
-		got, ok := proctest.ListenAddr(proctest.Line{Text: tc.text}, tc.msg)
+		got, ok := proc.ListenAddr(proc.Line{Text: tc.text}, tc.msg)
 		require.Equal(t, tc.want != "", ok, tc.text)
 		require.Equal(t, tc.want, got, tc.text)
 	}
@@ -270,17 +271,17 @@ func TestListenAddr(t *testing.T) {
 func TestBuild(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	b := proctest.BuildT(t, "./internal/testutil/proctest/testdata/hello")
+	b := proctest.BuildT(t, "./internal/proc/testdata/hello")
 	require.True(t, b.Has("hello"))
 	require.False(t, b.Has("api"))
-	res, err := proctest.Run(ctx, b.Path("hello"), nil)
+	res, err := proc.Run(ctx, b.Path("hello"), nil)
 	require.NoError(t, err)
 	require.Equal(t, "hello from "+b.Path("hello"), res.LastLine())
 
-	_, err = proctest.Build(ctx, &proctest.BuildOpts{Packages: []string{"./internal/testutil/proctest/testdata/nosuch"}})
+	_, err = proc.Build(ctx, &proc.BuildOpts{Packages: []string{"./internal/proc/testdata/nosuch"}})
 	require.Error(t, err)
 
-	tmp, err := proctest.Build(ctx, &proctest.BuildOpts{Packages: []string{"./internal/testutil/proctest/testdata/hello"}})
+	tmp, err := proc.Build(ctx, &proc.BuildOpts{Packages: []string{"./internal/proc/testdata/hello"}})
 	require.NoError(t, err)
 	require.True(t, tmp.Has("hello"))
 	require.NoError(t, tmp.Remove())
@@ -295,10 +296,10 @@ func TestKeepLines(t *testing.T) {
 	o := helperOpts("count")
 	o.KeepLines = 10
 	seen := 0
-	o.OnLine = func(proctest.Line) { seen++ }
-	p, err := proctest.Start(testContext(t), os.Args[0], o)
+	o.OnLine = func(proc.Line) { seen++ }
+	p, err := proc.Start(testContext(t), os.Args[0], o)
 	require.NoError(t, err)
-	l, err := p.WaitLine(testContext(t), func(l proctest.Line) bool { return l.Text == "last" })
+	l, err := p.WaitLine(testContext(t), func(l proc.Line) bool { return l.Text == "last" })
 	require.NoError(t, err)
 	require.Equal(t, "last", l.Text)
 	lines := p.Lines()

@@ -1,4 +1,4 @@
-// Command hello is built by proctest's own tests.
+// Command hello is built by proc's own tests.
 package main
 
 import (

@@ -1,4 +1,4 @@
-package proctest
+package proc
 
 import (
 	"bytes"
@@ -194,6 +194,11 @@ func (p *Process) WaitLine(ctx context.Context, match func(Line) bool) (Line, er
 			return Line{}, fmt.Errorf("%s: the line awaited did not come: %w; last output:\n%s", p.name, context.Cause(ctx), p.Tail(TailLines))
 		}
 	}
+}
+
+// WaitMsg waits for the JSON log line whose message is msg (see [Line.Msg]).
+func (p *Process) WaitMsg(ctx context.Context, msg string) (Line, error) {
+	return p.WaitLine(ctx, func(l Line) bool { return l.Msg() == msg })
 }
 
 // WaitListening waits for the log line that announces the listen address
