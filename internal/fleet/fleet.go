@@ -1,7 +1,7 @@
 // Package fleet starts the service's real binaries together on this machine:
 // the carrier simulator, the API and workers against one database. It is the
-// one launcher of the demo, the chaos run, the bench and the fleet task
-// (tools/), and of the tests that run a fleet of binaries (through
+// one launcher of the demo, the bench and the fleet task (tools/), of the
+// chaos run (e2e/chaos), and of the tests that run binaries (through
 // proctest.Fleet): build the binaries ([Binaries]), migrate and add a caller
 // ([Fleet.Migrate], [Fleet.AddCaller], any one-shot command with
 // [Fleet.Command]), start a process and wait until it is ready

@@ -1,6 +1,6 @@
 // Package proc starts the project's real binaries as child processes: for
-// the fleet launcher (internal/fleet) and through it the tools (demo, chaos,
-// bench, fleet), and for the tests that run the binaries (through
+// the fleet launcher (internal/fleet) and through it the tools (demo, bench,
+// fleet) and the chaos run, and for the tests that run the binaries (through
 // internal/testutil/proctest, which adds the testing.TB wrappers).
 //
 // It owns no data and knows no binary by name: it builds main packages with the
@@ -13,11 +13,11 @@
 //
 // [Build] runs `go build -o DIR/ ./cmd/...` (or the packages named in
 // [BuildOpts]) once, into a temporary directory, and returns the [Binaries]
-// found there, in the directory of the main module ([ModuleRoot]) wherever the
-// caller runs (the tools run in tools/, a module of their own). Tests use
-// proctest.BuildT, which builds into the test's temporary directory; a package that starts binaries in many tests
-// builds once in TestMain with [Build] and removes the directory with
-// [Binaries.Remove].
+// found there. It builds in the main module's directory ([ModuleRoot])
+// wherever the caller runs (the tools run in tools/, a module of their own).
+// Tests use proctest.BuildT, which builds into the test's temporary
+// directory; a package that starts binaries in many tests builds once in
+// TestMain with [Build] and removes the directory with [Binaries.Remove].
 //
 // # Running
 //

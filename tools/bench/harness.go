@@ -328,7 +328,7 @@ func (h *harness) startAPI(ctx context.Context) error {
 	}
 	h.api, h.apiURL = p, p.URL()
 	h.cpu.api = p.Pid()
-	h.logf("api %s", h.apiURL)
+	h.logf("api %s (pid %d)", h.apiURL, p.Pid())
 	return nil
 }
 

@@ -53,6 +53,7 @@
 // receiver saw exactly one distinct webhook-id per final intent (a
 // redelivery of the same id is allowed: delivery is at least once).
 //
-// tools/chaos runs it from the command line (go tool task chaos);
-// chaos_test.go runs a short run as part of go test.
+// It is a test: chaos_test.go holds two short runs, part of go test ./...;
+// TestFullRun (main_test.go) the full one, which go tool task chaos runs
+// with its flags.
 package chaos
