@@ -2,58 +2,27 @@
 // writes its figures next to the ceiling the database itself sets, held to
 // the bar (report.go):
 //
-//	go tool task bench                (go -C tools run ./bench)
-//	go -C tools run ./bench --quick   (a smoke run: short loads, small stores)
-//	go -C tools run ./bench --long    (adds replays with 10 M keys in the store)
+//	go tool task bench                  (the full run)
+//	go tool task bench -- --quick       (a smoke run: short loads, small stores)
+//	go tool task bench -- --long        (adds replays with 10 M keys in the store)
 //
-// It reads the machine through internal/host: the CPU of every core (what
-// the host of a virtual machine stole reported apart from the busy time), of
-// the processes, and what the kernel's proactive reclaim paged out.
+// It builds the real binaries and runs them through internal/fleet, starts a
+// private PostgreSQL server in a temporary directory (or uses --server),
+// creates a throwaway database (labels_bench_<random>), migrates it, and runs
+// its phases in order: the pgbench ceiling of the accept's own transaction
+// alternating with the accept, worker stopped and pipeline live
+// (phases.go); end to end, with the replays right after each burst; the
+// replays of a filled store; the store's bytes per key and its purge
+// (store.go); reconciliation (reconcile.go). During every load it records the
+// CPU of each process and of the machine (internal/host) and what the busy
+// backends waited on (dbstat.go). docs/benchmarks.md says what each phase
+// measures and why.
 //
-// It builds the real binaries (cmd/api, cmd/worker, cmd/carrier) and runs
-// them through internal/fleet, starts a private PostgreSQL server in a
-// temporary directory (or uses --server), creates a throwaway database
-// (labels_bench_<random>), migrates it, and measures:
-//
-//  1. the ceiling: pgbench running the accept's own transaction shape (BEGIN;
-//     one key row; one outbox row; COMMIT) with random keys and column values
-//     of the real sizes, at each concurrency (-c N -j 2);
-//  2. the accept: the real api process under a closed-loop Go HTTP client
-//     (keep-alive, N goroutines, a share of repeats of earlier keys and bodies)
-//     at the same concurrencies, alternating with pgbench in rounds (15 s
-//     each in three rounds of 5 s), so that both see the same machine. The
-//     accept runs twice in each round: with the worker stopped, and with the
-//     pipeline live (a worker and the simulator running and draining while
-//     the API accepts, as in production);
-//  3. end to end: api + one worker (WORKER_CONCURRENCY=1000, --worker-concurrency) + the carrier
-//     simulator at 0 and 50 ms latency; a fixed number of creates sent as fast
-//     as they are answered (or paced, --e2e-rate), timed from
-//     label_intents.created_at to completed_at in the database, each held to
-//     pgbench ceilings at its concurrency measured right before and after it,
-//     with the CPU each party spent per label; right after each burst is
-//     final, 2,000 of its keys are replayed by 16 clients (closed loop) and
-//     pgbench reads as many key records by primary key at that concurrency;
-//  4. replays: completed keys (with their intents) filled by COPY to 10 k and
-//     1 M (10 M with --long), replayed through the api by 8 clients, back to
-//     back (throughput) and paced at 400/s (latency, from the scheduled start);
-//  5. the store: bytes per key record at the largest fill, and the purge rate
-//     of postgres.Purge (the sweeper's statement, batch 1000): the one
-//     measurement of the key store, on the current schema;
-//  6. reconciliation: BenchmarkReconcile (reconcile_bench_test.go), as it
-//     is, with 200 k lines (1 M with --long: its seeding alone takes
-//     minutes), run as a subprocess.
-//
-// During every load it records the CPU each process used (client, api,
-// worker, simulator, PostgreSQL, pgbench, the machine) and samples pg_stat_activity's wait events, so that the
-// report says where the time went as well as how much was done.
-//
-// It writes DIR/<date>.json, DIR/<date>.md (the table) and DIR/<date>.png (the
-// chart: throughput and latency against concurrency) with DIR = --out (default bench/results at the module root). The ratios to
-// the ceiling are checked against the bar in the report; no threshold
-// makes the command fail. Benchmarks measure; tests check.
-//
-// Exit status: 0 when every phase ran, 1 when a phase failed (the report is
-// still written, naming it), 2 on a bad flag, 130 when interrupted.
+// It writes DIR/<date>.json, .md (the tables) and .png (the chart) with DIR =
+// --out (default bench/results at the module root). No threshold makes the
+// command fail: benchmarks measure, tests check. Exit status: 0 when every
+// phase ran, 1 when a phase failed (the report is still written, naming it),
+// 2 on a bad flag, 130 when interrupted.
 package main
 
 import (

@@ -63,7 +63,6 @@ type Setup struct {
 	ReplayConcurrency int      `json:"replay_concurrency"`
 	ReplayRate        float64  `json:"replay_rate"`
 	LogLevel          string   `json:"log_level"`
-	APIPoolMaxConns   int      `json:"api_pool_max_conns"`
 	Phases            []string `json:"phases"`
 	CeilingScript     string   `json:"ceiling_script"`
 	// AcceptBatch and WorkerBatch are the ACCEPT_BATCH and WORKER_BATCH the
