@@ -3,10 +3,14 @@ package deploy
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
+	"crypto/sha256"
 	"debug/buildinfo"
 	"debug/elf"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -20,9 +24,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 )
@@ -34,10 +35,24 @@ const sourceDateEpoch = 1796399663
 type builtImage struct {
 	digest string // what tools/image printed
 	tags   []string
-	config *v1.ConfigFile
+	config imageConfig
 	layers int
 	files  map[string]*imageFile // by absolute path, directories without trailing /
 	order  []string              // entry names as stored
+}
+
+// imageConfig is what the test reads of the image's configuration.
+type imageConfig struct {
+	OS           string    `json:"os"`
+	Architecture string    `json:"architecture"`
+	Created      time.Time `json:"created"`
+	Config       struct {
+		User       string
+		Env        []string
+		WorkingDir string
+		Entrypoint []string
+		Cmd        []string
+	} `json:"config"`
 }
 
 type imageFile struct {
@@ -45,43 +60,77 @@ type imageFile struct {
 	body []byte
 }
 
-// buildImage runs `go run ./tools/image` from the module root, as
-// `go tool task image` does, into dir and reads the result back.
+// descriptor and manifest are Docker's image manifest (schema 2), whose
+// SHA-256 is the image's digest: the configuration and each compressed
+// layer by size and digest.
+type descriptor struct {
+	MediaType string `json:"mediaType"`
+	Size      int    `json:"size"`
+	Digest    string `json:"digest"`
+}
+
+type manifest struct {
+	SchemaVersion int          `json:"schemaVersion"`
+	MediaType     string       `json:"mediaType"`
+	Config        descriptor   `json:"config"`
+	Layers        []descriptor `json:"layers"`
+}
+
+func digestOf(b []byte) string { return fmt.Sprintf("sha256:%x", sha256.Sum256(b)) }
+
+// buildImage runs `go -C tools run ./image` from the module root, as
+// `go tool task image` does, into dir and reads the result back: docker
+// save's format, a manifest.json naming the configuration and the gzipped
+// layers.
 func buildImage(t *testing.T, dir, file string) builtImage {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 9*time.Minute)
 	defer cancel()
 	out := filepath.Join(dir, file)
-	cmd := exec.CommandContext(ctx, "go", "run", "./tools/image", "--out", out)
+	cmd := exec.CommandContext(ctx, "go", "-C", "tools", "run", "./image", "--out", out)
 	cmd.Dir = ".."
 	cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH="+strconv.Itoa(sourceDateEpoch))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.Output()
-	require.NoError(t, err, "go run ./tools/image: %s", stderr.String())
+	require.NoError(t, err, "go -C tools run ./image: %s", stderr.String())
 
 	b := builtImage{digest: strings.TrimSpace(string(stdout)), files: map[string]*imageFile{}}
-	mb, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(out) })
+	blobs := map[string][]byte{}
+	f, err := os.Open(out)
 	require.NoError(t, err)
-	require.Len(t, mb, 1, "one image in the tarball")
-	b.tags = mb[0].RepoTags
-	require.Len(t, b.tags, 1)
-	tag, err := name.NewTag(b.tags[0])
-	require.NoError(t, err)
-	img, err := tarball.ImageFromPath(out, &tag)
-	require.NoError(t, err)
-	d, err := img.Digest()
-	require.NoError(t, err)
-	require.Equal(t, d.String(), b.digest, "tools/image prints the digest of the image it wrote")
-	b.config, err = img.ConfigFile()
-	require.NoError(t, err)
-	layers, err := img.Layers()
-	require.NoError(t, err)
-	b.layers = len(layers)
-	for _, l := range layers {
-		rc, err := l.Uncompressed()
+	defer f.Close()
+	for tr := tar.NewReader(f); ; {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
 		require.NoError(t, err)
-		tr := tar.NewReader(rc)
+		blobs[h.Name], err = io.ReadAll(tr)
+		require.NoError(t, err)
+	}
+	var saved []struct {
+		Config   string
+		RepoTags []string
+		Layers   []string
+	}
+	require.NoError(t, json.Unmarshal(blobs["manifest.json"], &saved))
+	require.Len(t, saved, 1, "one image in the tarball")
+	img := saved[0]
+	b.tags = img.RepoTags
+	require.Len(t, b.tags, 1)
+	config := blobs[img.Config]
+	require.Equal(t, img.Config, digestOf(config), "the configuration is stored under its digest")
+	require.NoError(t, json.Unmarshal(config, &b.config))
+	m := manifest{SchemaVersion: 2, MediaType: "application/vnd.docker.distribution.manifest.v2+json",
+		Config: descriptor{"application/vnd.docker.container.image.v1+json", len(config), img.Config}}
+	b.layers = len(img.Layers)
+	for _, name := range img.Layers {
+		gz := blobs[name]
+		m.Layers = append(m.Layers, descriptor{"application/vnd.docker.image.rootfs.diff.tar.gzip", len(gz), digestOf(gz)})
+		zr, err := gzip.NewReader(bytes.NewReader(gz))
+		require.NoError(t, err)
+		tr := tar.NewReader(zr)
 		for {
 			h, err := tr.Next()
 			if errors.Is(err, io.EOF) {
@@ -93,8 +142,10 @@ func buildImage(t *testing.T, dir, file string) builtImage {
 			b.order = append(b.order, h.Name)
 			b.files["/"+strings.TrimSuffix(h.Name, "/")] = &imageFile{hdr: h, body: body}
 		}
-		require.NoError(t, rc.Close())
 	}
+	js, err := json.Marshal(m)
+	require.NoError(t, err)
+	require.Equal(t, digestOf(js), b.digest, "tools/image prints the digest of the image it wrote")
 	return b
 }
 
@@ -121,7 +172,7 @@ func TestImage(t *testing.T) {
 	cf := img.config
 	require.Equal(t, "linux", cf.OS)
 	require.Equal(t, "amd64", cf.Architecture)
-	require.True(t, created.Equal(cf.Created.Time), "created at SOURCE_DATE_EPOCH, not %s", cf.Created)
+	require.True(t, created.Equal(cf.Created), "created at SOURCE_DATE_EPOCH, not %s", cf.Created)
 	require.Equal(t, "65532:65532", cf.Config.User)
 	require.Equal(t, []string{"PATH=/usr/local/bin"}, cf.Config.Env)
 	require.Equal(t, "/home/nonroot", cf.Config.WorkingDir)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
@@ -17,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/labelkit/labels/internal/fleet"
+	"github.com/labelkit/labels/internal/proc"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/pgbouncertest"
 	"github.com/labelkit/labels/internal/testutil/proctest"
@@ -42,7 +45,7 @@ type pooledStack struct {
 	api        *stacktest.Stack // the API, with the caller's token
 	token      string
 	carrierURL string
-	workers    []*proctest.Process
+	workers    []*proc.Process
 	metrics    []string // each worker's metrics base URL
 	http       *http.Client
 }
@@ -65,36 +68,43 @@ func startPooledStack(t *testing.T) *pooledStack {
 	s := &pooledStack{t: t, direct: pool, directURL: dbURL, pooledURL: bouncer.URL(dbURL),
 		http: &http.Client{Timeout: time.Minute}}
 
-	pooled := []string{"DATABASE_URL=" + s.pooledURL, "DATABASE_POOLED=true", "LOG_FORMAT=json"}
-	withDirect := []string{"DATABASE_URL=" + s.pooledURL, "DATABASE_DIRECT_URL=" + dbURL, "LOG_FORMAT=json"}
-	res, err := proctest.Run(ctx, bins.Path("api"), &proctest.Opts{Args: []string{"migrate"}, Env: pooled})
+	f := proctest.Fleet(t, fleet.Config{Bins: bins, Env: map[string]string{"LOG_FORMAT": "json"}, KeepLines: 2000})
+	pooled := fleet.DatabaseEnv(dbURL, s.pooledURL, false)
+	withDirect := fleet.DatabaseEnv(dbURL, s.pooledURL, true)
+	res, err := f.Migrate(ctx, pooled)
 	require.NoError(t, err, "api migrate through the pooler")
 	require.Contains(t, res.Stdout, "applied 001_init.sql")
-	res, err = proctest.Run(ctx, bins.Path("api"), &proctest.Opts{Args: []string{"migrate"}, Env: pooled})
+	res, err = f.Migrate(ctx, pooled)
 	require.NoError(t, err)
 	require.Contains(t, res.Stdout, "migrations up to date")
-	res, err = proctest.Run(ctx, bins.Path("api"), &proctest.Opts{Args: []string{"caller", "add", "fulfilment"}, Env: pooled})
+	s.token, err = f.AddCaller(ctx, "fulfilment", pooled)
 	require.NoError(t, err)
-	s.token = res.LastLine()
 
-	start := func(name, bin, listening string, env []string) string {
-		p := proctest.StartT(t, bins.Path(bin), &proctest.Opts{Name: name, Env: env, KeepLines: 2000})
-		addr, err := p.WaitListening(ctx, listening)
+	start := func(name, bin string, env ...map[string]string) string {
+		p, err := f.Start(ctx, fleet.Spec{Bin: bin, Name: name, Env: merge(env...)})
 		require.NoError(t, err, name)
-		require.NoError(t, p.WaitHealthy(ctx, "http://"+addr), name)
 		if bin == "worker" {
-			s.workers = append(s.workers, p)
-			s.metrics = append(s.metrics, "http://"+addr)
+			s.workers = append(s.workers, p.Process)
+			s.metrics = append(s.metrics, p.URL())
 		}
-		return "http://" + addr
+		return p.URL()
 	}
-	s.carrierURL = start("carrier", "carrier", "listening", []string{"CARRIER_ADDR=127.0.0.1:0", "LOG_FORMAT=json", "SIM_LATENCY=20ms"})
-	s.api = &stacktest.Stack{T: t, URL: start("api", "api", "listening", append(withDirect, "API_ADDR=127.0.0.1:0")), Client: s.http}
-	workerEnv := []string{"CARRIER_URL=" + s.carrierURL, "METRICS_ADDR=127.0.0.1:0", "CARRIER_TIMEOUT=1m", "LEASE_DURATION=2m",
-		"RETRY_BASE=100ms", "RETRY_MAX=1s", "SWEEP_INTERVAL=1s"}
-	start("worker-1", "worker", "metrics listening", append(append(withDirect, workerEnv...), "LOG_LEVEL=info"))
-	start("worker-2", "worker", "metrics listening", append(append(pooled, workerEnv...), "LOG_LEVEL=info"))
+	s.carrierURL = start("carrier", "carrier", map[string]string{"SIM_LATENCY": "20ms"})
+	s.api = &stacktest.Stack{T: t, URL: start("api", "api", withDirect), Client: s.http}
+	workerEnv := map[string]string{"CARRIER_TIMEOUT": "1m", "LEASE_DURATION": "2m", "RETRY_BASE": "100ms", "RETRY_MAX": "1s",
+		"SWEEP_INTERVAL": "1s", "LOG_LEVEL": "info"}
+	start("worker-1", "worker", withDirect, workerEnv)
+	start("worker-2", "worker", pooled, workerEnv)
 	return s
+}
+
+// merge merges environments, later ones winning.
+func merge(envs ...map[string]string) map[string]string {
+	m := map[string]string{}
+	for _, e := range envs {
+		maps.Copy(m, e)
+	}
+	return m
 }
 
 func (s *pooledStack) create(key string, body []byte, headers ...string) stacktest.Response {

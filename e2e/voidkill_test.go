@@ -15,6 +15,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/labelkit/labels/internal/fleet"
 	"github.com/labelkit/labels/internal/testutil/proctest"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
 	"github.com/labelkit/labels/jobs"
@@ -83,12 +84,12 @@ func TestVoidSurvivesAKilledWorker(t *testing.T) {
 
 	// A short lease makes River's rescue come soon: the job is stuck after
 	// lease + 15 s, and the rescuer looks every 30 s.
-	env := []string{
-		"DATABASE_URL=" + s.Pool.Config().ConnString(), "CARRIER_URL=" + front.URL,
-		"LEASE_DURATION=3s", "CARRIER_TIMEOUT=2s", "RETRY_BASE=100ms", "RETRY_MAX=1s",
-		"METRICS_ADDR=127.0.0.1:0", "LOG_LEVEL=warn",
-	}
-	first := proctest.StartT(t, bins.Path("worker"), &proctest.Opts{Name: "worker-1", Env: env})
+	f := proctest.Fleet(t, fleet.Config{Bins: bins, Env: map[string]string{
+		"DATABASE_URL": s.Pool.Config().ConnString(), "CARRIER_URL": front.URL,
+		"LEASE_DURATION": "3s", "CARRIER_TIMEOUT": "2s", "RETRY_BASE": "100ms", "RETRY_MAX": "1s",
+	}})
+	first, err := f.Start(t.Context(), fleet.Spec{Bin: "worker", Name: "worker-1"})
+	require.NoError(t, err)
 
 	inserter, err := river.NewClient(riverpgxv5.New(s.Pool), &river.Config{})
 	require.NoError(t, err)
@@ -109,11 +110,12 @@ func TestVoidSurvivesAKilledWorker(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatalf("the worker never asked for the void; its log:\n%s", first.Tail(20))
 	}
-	require.NoError(t, first.Kill())
+	require.NoError(t, f.Kill(first))
 	<-first.Done()
 	require.Equal(t, int64(1), s.Sim.Stats().Voids, "the carrier voided the label; the killed worker never heard")
 
-	second := proctest.StartT(t, bins.Path("worker"), &proctest.Opts{Name: "worker-2", Env: env})
+	second, err := f.Start(t.Context(), fleet.Spec{Bin: "worker", Name: "worker-2"})
+	require.NoError(t, err)
 	var res result
 	select {
 	case res = <-done:

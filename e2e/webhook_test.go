@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels/client"
+	"github.com/labelkit/labels/internal/fleet"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/proctest"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
@@ -55,13 +56,12 @@ func TestWebhookWorkerKilledMidDelivery(t *testing.T) {
 	}))
 	t.Cleanup(receiver.Close)
 
-	carrierProc := proctest.StartT(t, bins.Path("carrier"), &proctest.Opts{Env: []string{"CARRIER_ADDR=127.0.0.1:0"}})
-	carrierAddr, err := carrierProc.WaitListening(ctx, "listening")
+	f := proctest.Fleet(t, fleet.Config{Bins: bins, Env: map[string]string{"DATABASE_URL": dbURL}})
+	_, err := f.Start(ctx, fleet.Spec{Bin: "carrier"})
 	require.NoError(t, err)
 	cli := func(args ...string) string {
 		t.Helper()
-		res, err := proctest.Run(ctx, bins.Path("api"), &proctest.Opts{Args: args,
-			Env: []string{"DATABASE_URL=" + dbURL, "WEBHOOK_ALLOW_INSECURE=true", "WEBHOOK_ALLOW_PRIVATE=true", "WEBHOOK_ALLOW_UNSEALED=true"}})
+		res, err := f.Command(ctx, "api", map[string]string{"WEBHOOK_ALLOW_INSECURE": "true", "WEBHOOK_ALLOW_PRIVATE": "true", "WEBHOOK_ALLOW_UNSEALED": "true"}, args...)
 		require.NoError(t, err)
 		return res.LastLine()
 	}
@@ -69,21 +69,18 @@ func TestWebhookWorkerKilledMidDelivery(t *testing.T) {
 	secret := cli("webhook", "set", "shop", receiver.URL+"/labels")
 	require.True(t, strings.HasPrefix(secret, "whsec_"), secret)
 
-	api := proctest.StartT(t, bins.Path("api"), &proctest.Opts{Env: []string{"DATABASE_URL=" + dbURL, "API_ADDR=127.0.0.1:0"}})
-	apiAddr, err := api.WaitListening(ctx, "listening")
+	api, err := f.Start(ctx, fleet.Spec{Bin: "api"})
 	require.NoError(t, err)
-	startWorker := func(name string) *proctest.Process {
-		w := proctest.StartT(t, bins.Path("worker"), &proctest.Opts{Name: name,
-			Env: []string{"DATABASE_URL=" + dbURL, "CARRIER_URL=http://" + carrierAddr, "METRICS_ADDR=127.0.0.1:0",
-				"LEASE_DURATION=3s", "CARRIER_TIMEOUT=2s", "RETRY_BASE=100ms", "WEBHOOK_TIMEOUT=10s",
-				"WEBHOOK_ALLOW_INSECURE=true", "WEBHOOK_ALLOW_PRIVATE=true", "WEBHOOK_ALLOW_UNSEALED=true"}})
-		_, err := w.WaitListening(ctx, "metrics listening")
+	startWorker := func(name string) *fleet.Proc {
+		w, err := f.Start(ctx, fleet.Spec{Bin: "worker", Name: name, Env: map[string]string{
+			"LEASE_DURATION": "3s", "CARRIER_TIMEOUT": "2s", "RETRY_BASE": "100ms", "WEBHOOK_TIMEOUT": "10s",
+			"WEBHOOK_ALLOW_INSECURE": "true", "WEBHOOK_ALLOW_PRIVATE": "true", "WEBHOOK_ALLOW_UNSEALED": "true"}})
 		require.NoError(t, err)
 		return w
 	}
 	first := startWorker("worker-1")
 
-	created := (&stacktest.Stack{T: t, URL: "http://" + apiAddr}).Create(token, "label:31337:1:v1", stacktest.ParcelBody(31337, 1, 1450))
+	created := (&stacktest.Stack{T: t, URL: api.URL()}).Create(token, "label:31337:1:v1", stacktest.ParcelBody(31337, 1, 1450))
 	require.Equal(t, http.StatusAccepted, created.Status, string(created.Body))
 
 	select {
@@ -91,7 +88,7 @@ func TestWebhookWorkerKilledMidDelivery(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the first delivery never arrived")
 	}
-	require.NoError(t, first.Kill())
+	require.NoError(t, f.Kill(first))
 	<-first.Done()
 	startWorker("worker-2")
 

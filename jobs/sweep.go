@@ -179,15 +179,6 @@ func Sweep(ctx context.Context, pool *pgxpool.Pool, batch int, onBatch func(int6
 	return sweep(ctx, pool, postgres.Purge, batch, onBatch)
 }
 
-// SweepAsOf is [Sweep] as if the database's clock read at
-// ([postgres.PurgeAsOf]): for the capacity benchmark, which purges a filled
-// table part by part. The sweeper calls [Sweep].
-func SweepAsOf(ctx context.Context, pool *pgxpool.Pool, at time.Time, batch int, onBatch func(int64)) (int64, error) {
-	return sweep(ctx, pool, func(ctx context.Context, db postgres.DB, batch int) (int64, error) {
-		return postgres.PurgeAsOf(ctx, db, at, batch)
-	}, batch, onBatch)
-}
-
 func sweep(ctx context.Context, pool *pgxpool.Pool, purge func(context.Context, postgres.DB, int) (int64, error),
 	batch int, onBatch func(int64)) (int64, error) {
 	if batch <= 0 {

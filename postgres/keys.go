@@ -90,9 +90,9 @@ func Purge(ctx context.Context, db DB, batch int) (int64, error) {
 	return purgeKeys(ctx, db, "now()", batch)
 }
 
-// PurgeAsOf is [Purge] as if the database's clock read at: for the capacity
-// benchmark, which purges a filled table part by part. The services call
-// [Purge].
+// PurgeAsOf is [Purge] as if the database's clock read at: for the key-store
+// benchmark (tools/bench, phase store), which purges a filled table part by
+// part. The services call [Purge].
 func PurgeAsOf(ctx context.Context, db DB, at time.Time, batch int) (int64, error) {
 	return purgeKeys(ctx, db, "$2::timestamptz", batch, at)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/labelkit/labels/internal/proc"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/logtest"
 	"github.com/labelkit/labels/internal/testutil/proctest"
@@ -181,22 +182,22 @@ func startFleet(t *testing.T, n int) *fleet {
 	_, dbURL := dbtest.New(t)
 	f := &fleet{dbURL: dbURL}
 
-	carrierProc := proctest.StartT(t, bins.Path("carrier"), &proctest.Opts{Env: []string{"CARRIER_ADDR=127.0.0.1:0"}})
+	carrierProc := proctest.StartT(t, bins.Path("carrier"), &proc.Opts{Env: []string{"CARRIER_ADDR=127.0.0.1:0"}})
 	carrierAddr, err := carrierProc.WaitListening(ctx, "listening")
 	require.NoError(t, err)
 
-	res, err := proctest.Run(ctx, bins.Path("api"), &proctest.Opts{Args: []string{"caller", "add", "ui-test"}, Env: []string{"DATABASE_URL=" + dbURL}})
+	res, err := proc.Run(ctx, bins.Path("api"), &proc.Opts{Args: []string{"caller", "add", "ui-test"}, Env: []string{"DATABASE_URL=" + dbURL}})
 	require.NoError(t, err)
 	f.token = res.LastLine()
 
-	api := proctest.StartT(t, bins.Path("api"), &proctest.Opts{Env: []string{"DATABASE_URL=" + dbURL, "API_ADDR=127.0.0.1:0"}})
+	api := proctest.StartT(t, bins.Path("api"), &proc.Opts{Env: []string{"DATABASE_URL=" + dbURL, "API_ADDR=127.0.0.1:0"}})
 	apiAddr, err := api.WaitListening(ctx, "listening")
 	require.NoError(t, err)
 	require.NoError(t, api.WaitHealthy(ctx, apiAddr))
 	f.api = "http://" + apiAddr
 
 	for i := range n {
-		w := proctest.StartT(t, bins.Path("worker"), &proctest.Opts{
+		w := proctest.StartT(t, bins.Path("worker"), &proc.Opts{
 			Name: fmt.Sprintf("worker-%d", i+1),
 			Env: []string{"DATABASE_URL=" + dbURL, "CARRIER_URL=http://" + carrierAddr, "METRICS_ADDR=127.0.0.1:0",
 				"WORKER_CONCURRENCY=4", "CARRIER_TIMEOUT=5s", "LEASE_DURATION=10s"},

@@ -1,6 +1,5 @@
 // Package apiserve builds the HTTP API's handler with everything it runs
-// beside it, as cmd/api serves it; tools/bench/apiprof serves the same for
-// its CPU profile, so that the profile is of what is deployed.
+// beside it, as cmd/api serves it.
 package apiserve
 
 import (

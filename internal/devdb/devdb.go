@@ -279,23 +279,37 @@ func versionOf(binDir string) int {
 	return v
 }
 
+// Module is the path of the project's main module.
+const Module = "github.com/labelkit/labels"
+
 // ModuleRoot returns the nearest directory at or above the working directory
-// that holds a go.mod: where .pgdata lives, and what the tools build.
+// whose go.mod declares [Module] (tools/go.mod, the tools' own module, is
+// passed over): where .pgdata lives, and what the tools build.
 func ModuleRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && modulePath(b) == Module {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("devdb: no go.mod above the working directory")
+			return "", errors.New("devdb: no go.mod of " + Module + " at or above the working directory")
 		}
 		dir = parent
 	}
+}
+
+// modulePath is the path a go.mod's module directive declares.
+func modulePath(gomod []byte) string {
+	for _, line := range strings.Split(string(gomod), "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "module "); ok {
+			return strings.Trim(strings.TrimSpace(rest), `"`)
+		}
+	}
+	return ""
 }
 
 // ServerDir creates dir, an empty directory for a private server (its parent

@@ -16,10 +16,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/labelkit/labels/internal/devdb"
-	"github.com/labelkit/labels/internal/testutil/proctest"
+	"github.com/labelkit/labels/internal/fleet"
+	"github.com/labelkit/labels/internal/proc"
 	"github.com/labelkit/labels/tools/bench/internal/host"
 	"github.com/labelkit/labels/tools/bench/internal/scratch"
-	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
 // Order ids: new requests count up from firstOrder; filled keys start at
@@ -43,7 +43,8 @@ type harness struct {
 	res  *Results
 
 	work    string // temporary directory, removed at the end
-	bins    *proctest.Binaries
+	bins    *proc.Binaries
+	fleet   *fleet.Fleet // the api, and the worker and simulator of a phase
 	pgbench string
 
 	serverURL  string // maintenance database of the server
@@ -53,7 +54,7 @@ type harness struct {
 	pool       *pgxpool.Pool // the harness's own: fills, truncates, queries
 	token      string
 
-	api    *proctest.Process
+	api    *fleet.Proc
 	apiURL string
 	cpu    *cpuMeter
 
@@ -135,9 +136,6 @@ func (h *harness) phases(ctx context.Context) error {
 	if h.cfg.has(PhaseCeiling) || h.cfg.has(PhaseAccept) || h.cfg.has(PhaseLive) {
 		step("ceiling+accept", h.ceilingAndAccept)
 	}
-	if h.cfg.has(PhaseProfile) {
-		step(PhaseProfile, h.profile)
-	}
 	if h.cfg.has(PhaseE2E) {
 		step(PhaseE2E, h.endToEnd)
 	}
@@ -183,15 +181,15 @@ func (h *harness) setup(ctx context.Context) error {
 	if h.dbURL, err = devdb.EnsureDatabase(ctx, h.serverURL, h.dbName); err != nil {
 		return fmt.Errorf("creating %s: %w", h.dbName, err)
 	}
-	if _, err := h.command(ctx, "api", "migrate"); err != nil {
+	// The api logs every request: only the recent lines are kept, so that
+	// they do not pile up in the load generator's heap (hundreds of
+	// thousands in a full run) and its collector's pauses in the latencies.
+	h.fleet = fleet.New(fleet.Config{Bins: h.bins, Env: h.env(), KeepLines: 2000, StartTimeout: 2 * time.Minute})
+	if _, err := h.fleet.Migrate(ctx, nil); err != nil {
 		return err
 	}
-	res, err := h.command(ctx, "api", "caller", "add", callerName)
-	if err != nil {
+	if h.token, err = h.fleet.AddCaller(ctx, callerName, nil); err != nil {
 		return err
-	}
-	if h.token = res.LastLine(); h.token == "" {
-		return errors.New("api caller add printed no token")
 	}
 	if h.pool, err = scratch.Pool(ctx, h.dbURL, 4, "bench-harness"); err != nil {
 		return err
@@ -239,7 +237,7 @@ func (h *harness) warmWAL(ctx context.Context) error {
 }
 
 func (h *harness) binaries(ctx context.Context) (err error) {
-	h.bins, err = cmdline.Binaries(ctx, h.cfg.BinDir, filepath.Join(h.work, "bin"), h.logf, "./cmd/api", "./cmd/worker", "./cmd/carrier", "./tools/bench/apiprof")
+	h.bins, err = fleet.Binaries(ctx, h.cfg.BinDir, filepath.Join(h.work, "bin"), h.logf, "./cmd/api", "./cmd/worker", "./cmd/carrier")
 	return err
 }
 
@@ -302,75 +300,51 @@ func (h *harness) settings(ctx context.Context) error {
 	return nil
 }
 
-// env is what every binary gets (proctest passes nothing else of ours).
-func (h *harness) env(extra ...string) []string {
-	return append([]string{"DATABASE_URL=" + h.dbURL, "LOG_FORMAT=json", "LOG_LEVEL=" + h.cfg.LogLevel,
-		"ACCEPT_BATCH=" + strconv.Itoa(h.cfg.AcceptBatch), "WORKER_BATCH=" + strconv.Itoa(h.cfg.WorkerBatch)}, extra...)
+// env is what every binary gets (proc passes nothing else of ours).
+func (h *harness) env() map[string]string {
+	return map[string]string{"DATABASE_URL": h.dbURL, "LOG_FORMAT": "json", "LOG_LEVEL": h.cfg.LogLevel,
+		"ACCEPT_BATCH": strconv.Itoa(h.cfg.AcceptBatch), "WORKER_BATCH": strconv.Itoa(h.cfg.WorkerBatch)}
 }
 
-func (h *harness) command(ctx context.Context, name string, args ...string) (*proctest.Result, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	return proctest.Run(ctx, h.bins.Path(name), &proctest.Opts{Name: name + " " + strings.Join(args, " "), Args: args, Env: h.env()})
-}
-
-// serviceGOGC is the GOGC of the service's processes (api, apiprof, worker),
-// as the deploy manifests set it: their live heap is a few megabytes, so Go's
+// serviceGOGC is the GOGC of the service's processes (api, worker), as the
+// deploy manifests set it: their live heap is a few megabytes, so Go's
 // default of 100 would collect every few megabytes of requests; 400 trades
 // tens of megabytes for a quarter of those collections.
 const serviceGOGC = 400
 
-// start starts a long-running binary and waits for its listening line and
-// GET /healthz there. The service's processes run with serviceGOGC.
-func (h *harness) start(ctx context.Context, bin, name, listening string, env ...string) (*proctest.Process, string, error) {
+// start starts a long-running binary and waits until it is ready (see
+// fleet.Fleet.Start). The service's processes run with serviceGOGC.
+func (h *harness) start(ctx context.Context, bin string, env map[string]string) (*fleet.Proc, error) {
 	if bin != "carrier" {
-		env = append(env, "GOGC="+strconv.Itoa(serviceGOGC))
+		env["GOGC"] = strconv.Itoa(serviceGOGC)
 	}
-	// The api logs every request: only the recent lines are kept, so that
-	// they do not pile up in the load generator's heap (hundreds of
-	// thousands in a full run) and its collector's pauses in the latencies.
-	p, err := proctest.Start(context.WithoutCancel(ctx), h.bins.Path(bin), &proctest.Opts{Name: name, Env: h.env(env...), Grace: time.Minute, KeepLines: 2000})
-	if err != nil {
-		return nil, "", err
-	}
-	wctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	addr, err := p.WaitListening(wctx, listening)
-	if err == nil {
-		err = p.WaitHealthy(wctx, addr)
-	}
-	if err != nil {
-		_ = p.Kill()
-		return nil, "", err
-	}
-	return p, addr, nil
+	return h.fleet.Start(ctx, fleet.Spec{Bin: bin, Env: env})
 }
 
 func (h *harness) startAPI(ctx context.Context) error {
-	p, addr, err := h.start(ctx, "api", "api", "listening", "API_ADDR=127.0.0.1:0")
+	p, err := h.start(ctx, "api", map[string]string{})
 	if err != nil {
 		return err
 	}
-	h.api, h.apiURL = p, "http://"+addr
+	h.api, h.apiURL = p, p.URL()
 	h.cpu.api = p.Pid()
-	h.logf("api %s", h.apiURL)
+	h.logf("api %s (pid %d)", h.apiURL, p.Pid())
 	return nil
 }
 
-func stop(p *proctest.Process) error {
-	if p == nil {
+// stop stops the processes given, and returns what did not exit with status 0.
+func (h *harness) stop(procs ...*fleet.Proc) error {
+	if len(procs) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	return p.Stop(ctx)
+	return h.fleet.Stop(context.Background(), procs...).Err()
 }
 
 // teardown stops everything it started and drops what it created.
 func (h *harness) teardown() error {
 	var errs []error
-	if err := stop(h.api); err != nil {
-		errs = append(errs, err)
+	if h.fleet != nil {
+		errs = append(errs, h.fleet.Stop(context.Background()).Err())
 	}
 	if h.pool != nil {
 		h.pool.Close()

@@ -1,65 +1,28 @@
 // Command bench measures the label service on this machine in one run and
 // writes its figures next to the ceiling the database itself sets, held to
-// the bar (report.go); `bench capacity` measures what the key store costs
-// (package internal/capacity, capacity.go):
+// the bar (report.go):
 //
-//	go tool task bench            (go run ./tools/bench)
-//	go run ./tools/bench --quick  (a smoke run: short loads, small stores)
-//	go run ./tools/bench --long   (adds replays with 10 M keys in the store)
-//	go tool task capacity         (go run ./tools/bench capacity)
-//	go run ./tools/bench pooler   (connections and throughput through PgBouncer, pooler.go)
+//	go tool task bench                  (the full run)
+//	go tool task bench -- --quick       (a smoke run: short loads, small stores)
+//	go tool task bench -- --long        (adds replays with 10 M keys in the store)
 //
-// Both read the machine through internal/host: the CPU of every core (what
-// the host of a virtual machine stole reported apart from the busy time), of
-// the processes, and what the kernel's proactive reclaim paged out.
+// It builds the real binaries and runs them through internal/fleet, starts a
+// private PostgreSQL server in a temporary directory (or uses --server),
+// creates a throwaway database (labels_bench_<random>), migrates it, and runs
+// its phases in order: the pgbench ceiling of the accept's own transaction
+// alternating with the accept, worker stopped and pipeline live
+// (phases.go); end to end, with the replays right after each burst; the
+// replays of a filled store; the store's bytes per key and its purge
+// (store.go); reconciliation (reconcile.go). During every load it records the
+// CPU of each process and of the machine (internal/host) and what the busy
+// backends waited on (dbstat.go). docs/benchmarks.md says what each phase
+// measures and why.
 //
-// It builds the real binaries (cmd/api, cmd/worker, cmd/carrier, and
-// tools/bench/apiprof for the profile), starts a private PostgreSQL server in
-// a temporary directory (or uses --server), creates a throwaway database
-// (labels_bench_<random>), migrates it, and measures (the profile runs right
-// after the accept, on tables of the same size):
-//
-//  1. the ceiling: pgbench running the accept's own transaction shape (BEGIN;
-//     one key row; one outbox row; COMMIT) with random keys and column values
-//     of the real sizes, at each concurrency (-c N -j 2);
-//  2. the accept: the real api process under a closed-loop Go HTTP client
-//     (keep-alive, N goroutines, a share of repeats of earlier keys and bodies)
-//     at the same concurrencies, alternating with pgbench in rounds (15 s
-//     each in three rounds of 5 s), so that both see the same machine. The
-//     accept runs twice in each round: with the worker stopped, and with the
-//     pipeline live (a worker and the simulator running and draining while
-//     the API accepts, as in production);
-//  3. end to end: api + one worker (WORKER_CONCURRENCY=1000, --worker-concurrency) + the carrier
-//     simulator at 0 and 50 ms latency; a fixed number of creates sent as fast
-//     as they are answered (or paced, --e2e-rate), timed from
-//     label_intents.created_at to completed_at in the database, each held to
-//     pgbench ceilings at its concurrency measured right before and after it,
-//     with the CPU each party spent per label; right after each burst is
-//     final, 2,000 of its keys are replayed by 16 clients (closed loop) and
-//     pgbench reads as many key records by primary key at that concurrency;
-//  4. replays: completed keys (with their intents) filled by COPY to 10 k and
-//     1 M (10 M with --long), replayed through the api by 8 clients, back to
-//     back (throughput) and paced at 400/s (latency, from the scheduled start);
-//  5. the store: bytes per key record at the largest fill, and the purge rate
-//     of postgres.Purge (the sweeper's statement, batch 1000);
-//  6. reconciliation: BenchmarkReconcile (reconcile_bench_test.go), as it
-//     is, with 200 k lines (1 M with --long: its seeding alone takes
-//     minutes), run as a subprocess;
-//  7. a CPU profile of the API (tools/bench/apiprof: the same handler in its
-//     own process, with /debug/pprof) under the accept load at concurrency 32.
-//
-// During every load it records the CPU each process used (client, api,
-// worker, simulator, PostgreSQL, pgbench, the machine) and samples pg_stat_activity's wait events, so that the
-// report says where the time went as well as how much was done.
-//
-// It writes DIR/<date>.json, DIR/<date>.md (the table), DIR/<date>.png (the
-// chart: throughput and latency against concurrency) and DIR/<date>-api-cpu.pprof
-// with DIR = --out (default bench/results at the module root). The ratios to
-// the ceiling are checked against the bar in the report; no threshold
-// makes the command fail. Benchmarks measure; tests check.
-//
-// Exit status: 0 when every phase ran, 1 when a phase failed (the report is
-// still written, naming it), 2 on a bad flag, 130 when interrupted.
+// It writes DIR/<date>.json, .md (the tables) and .png (the chart) with DIR =
+// --out (default bench/results at the module root). No threshold makes the
+// command fail: benchmarks measure, tests check. Exit status: 0 when every
+// phase ran, 1 when a phase failed (the report is still written, naming it),
+// 2 on a bad flag, 130 when interrupted.
 package main
 
 import (
@@ -78,8 +41,8 @@ import (
 	"time"
 
 	"github.com/labelkit/labels/internal/cli"
-	"github.com/labelkit/labels/internal/testutil/proctest"
-	"github.com/labelkit/labels/tools/internal/cmdline"
+	"github.com/labelkit/labels/internal/fleet"
+	"github.com/labelkit/labels/internal/proc"
 )
 
 func main() {
@@ -90,8 +53,6 @@ func main() {
 }
 
 const usage = `Usage: bench [flags]
-       bench capacity [flags]   (the key store's cost; bench capacity --help)
-       bench pooler [flags]     (a fleet's connections and throughput with and without PgBouncer; bench pooler --help)
 
 Measures the label service on this machine against the pgbench ceiling of its
 own accept transaction, and writes DIR/<date>.json, .md and .png.
@@ -128,7 +89,7 @@ Flags:
   --purge-max D        longest the purge measurement runs (default 20s; --quick 5s)
   --reconcile-lines N  lines of the reconciliation benchmark (default 200000;
                        --long 1000000; --quick 10000; 0 skips it)
-  --phases LIST        phases to run (default all: ceiling,accept,live,e2e,replay,store,reconcile,profile;
+  --phases LIST        phases to run (default all: ceiling,accept,live,e2e,replay,store,reconcile;
                        live is the accept with the pipeline live)
   --accept-batch N     ACCEPT_BATCH of the api (default 64; 0: one transaction per accept)
   --worker-batch N     WORKER_BATCH of the worker (default 64; 0: one transaction per job)
@@ -138,7 +99,7 @@ Flags:
                        (lease, call, completion) and waits up to River's fetch cooldown
                        of 100 ms for the next; cmd/worker's own default is 100)
   --log-level LEVEL    LOG_LEVEL of the api and the worker (default info, as deployed)
-  --bin DIR            prebuilt binaries (api, worker, carrier, apiprof) instead of building them
+  --bin DIR            prebuilt binaries (api, worker, carrier) instead of building them
   --keep               keep the database (and the private server's directory)
 
 Without --server the private server is started from the installed PostgreSQL
@@ -155,10 +116,9 @@ const (
 	PhaseReplay    = "replay"
 	PhaseStore     = "store"
 	PhaseReconcile = "reconcile"
-	PhaseProfile   = "profile"
 )
 
-var allPhases = []string{PhaseCeiling, PhaseAccept, PhaseLive, PhaseE2E, PhaseReplay, PhaseStore, PhaseReconcile, PhaseProfile}
+var allPhases = []string{PhaseCeiling, PhaseAccept, PhaseLive, PhaseE2E, PhaseReplay, PhaseStore, PhaseReconcile}
 
 // Config is one run's configuration, read once in run.
 type Config struct {
@@ -184,7 +144,7 @@ type Config struct {
 	ReconcileLines    int
 	Phases            []string
 	LogLevel          string
-	AcceptBatch       int // ACCEPT_BATCH of the api and apiprof
+	AcceptBatch       int // ACCEPT_BATCH of the api
 	WorkerBatch       int // WORKER_BATCH of the worker
 	WorkerConcurrency int // WORKER_CONCURRENCY of the end-to-end worker
 	BinDir            string
@@ -291,7 +251,7 @@ func (c *Config) Validate() error {
 	if c.ServerURL != "" && !strings.Contains(c.ServerURL, "127.0.0.1") && !strings.Contains(c.ServerURL, "localhost") && !strings.Contains(c.ServerURL, "[::1]") {
 		return fmt.Errorf("--server %q: loopback servers only", c.ServerURL)
 	}
-	return cmdline.CheckBinDir(c.BinDir)
+	return fleet.CheckBinDir(c.BinDir)
 }
 
 // progress writes progress lines to w, each after the time of day.
@@ -302,12 +262,6 @@ func progress(w io.Writer) func(format string, args ...any) {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	if len(args) > 1 && args[1] == "capacity" {
-		return runCapacity(ctx, args[1:], getenv, stdout, stderr)
-	}
-	if len(args) > 1 && args[1] == "pooler" {
-		return runPooler(ctx, args[1:], getenv, stdout, stderr)
-	}
 	cfg := DefaultConfig()
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	quick := fs.Bool("quick", false, "")
@@ -398,7 +352,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}
 	if cfg.Out == "" {
-		root, err := proctest.ModuleRoot()
+		root, err := proc.ModuleRoot()
 		if err != nil {
 			fmt.Fprintf(stderr, "bench: --out not given and %v\n", err)
 			return 2
@@ -409,7 +363,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return 2
 	}
-	cfg.Command = strings.TrimSpace("go run ./tools/bench " + strings.Join(args[1:], " "))
+	cfg.Command = strings.TrimSpace("go -C tools run ./bench " + strings.Join(args[1:], " "))
 	cfg.LogFunc = progress(stderr)
 
 	res, err := Run(ctx, cfg)

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/labelkit/labels/internal/testutil/proctest"
+	"github.com/labelkit/labels/internal/fleet"
 )
 
 // measured runs load while it reads the CPU and the database's counters over
@@ -160,25 +160,24 @@ func (h *harness) acceptLive(ctx context.Context, c int, d time.Duration) (LoadR
 
 // pipeline is a worker and the simulator it buys from.
 type pipeline struct {
-	worker, carrier *proctest.Process
+	worker, carrier *fleet.Proc
 }
 
 // startPipeline starts the simulator at latency lat and a worker buying from
 // it, waits until the worker has started, and meters both.
 func (h *harness) startPipeline(ctx context.Context, lat time.Duration) (*pipeline, error) {
-	carrier, carrierAddr, err := h.start(ctx, "carrier", "carrier", "listening", "CARRIER_ADDR=127.0.0.1:0", "SIM_LATENCY="+lat.String())
+	carrier, err := h.start(ctx, "carrier", map[string]string{"SIM_LATENCY": lat.String()})
 	if err != nil {
 		return nil, err
 	}
 	pl := &pipeline{carrier: carrier}
-	pl.worker, _, err = h.start(ctx, "worker", "worker", "metrics listening",
-		"CARRIER_URL=http://"+carrierAddr, "METRICS_ADDR=127.0.0.1:0", "ADMIN_ADDR=", "WORKER_CONCURRENCY="+strconv.Itoa(h.cfg.WorkerConcurrency))
+	pl.worker, err = h.start(ctx, "worker", map[string]string{"WORKER_CONCURRENCY": strconv.Itoa(h.cfg.WorkerConcurrency)})
 	if err != nil {
 		_ = h.stopPipeline(pl)
 		return nil, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
-	_, err = pl.worker.WaitLine(wctx, func(l proctest.Line) bool { return l.Msg() == "worker started" })
+	_, err = pl.worker.WaitMsg(wctx, "worker started")
 	cancel()
 	if err != nil {
 		_ = h.stopPipeline(pl)
@@ -195,7 +194,7 @@ func (h *harness) stopPipeline(pl *pipeline) error {
 		return nil
 	}
 	h.cpu.worker, h.cpu.carrier = 0, 0
-	err := errors.Join(stop(pl.worker), stop(pl.carrier))
+	err := h.stop(pl.worker, pl.carrier)
 	pl.worker, pl.carrier = nil, nil
 	return err
 }

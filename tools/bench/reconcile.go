@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/labelkit/labels/internal/devdb"
-	"github.com/labelkit/labels/internal/testutil/proctest"
+	"github.com/labelkit/labels/internal/proc"
 	"github.com/labelkit/labels/tools/bench/internal/scratch"
 )
 
@@ -43,12 +43,12 @@ func (h *harness) reconcile(ctx context.Context) error {
 			_ = scratch.Drop(dctx, h.serverURL, name, scratchPrefix)
 		}
 	}()
-	root, err := proctest.ModuleRoot()
+	root, err := proc.ModuleRoot()
 	if err != nil {
 		r.Error = err.Error()
 		return err
 	}
-	args := []string{"test", "./tools/bench", "-run", "^$", "-bench", "^BenchmarkReconcile$", "-benchtime", "1x", "-count", "1", "-timeout", "60m"}
+	args := []string{"-C", "tools", "test", "./bench", "-run", "^$", "-bench", "^BenchmarkReconcile$", "-benchtime", "1x", "-count", "1", "-timeout", "60m"}
 	r.Command = fmt.Sprintf("RECONCILE_BENCH_LINES=%d go %s", h.cfg.ReconcileLines, strings.Join(args, " "))
 	h.logf("  %s", r.Command)
 	cmd := exec.CommandContext(ctx, "go", args...)

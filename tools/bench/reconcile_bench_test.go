@@ -29,7 +29,7 @@ import (
 // day of labels and the carrier's invoice for it, and is the figure of the
 // bench's reconcile phase (reconcile.go), which runs it as a subprocess:
 //
-//	go test ./tools/bench -run '^$' -bench BenchmarkReconcile -benchtime 1x -timeout 30m
+//	go -C tools test ./bench -run '^$' -bench BenchmarkReconcile -benchtime 1x -timeout 30m
 func BenchmarkReconcile(b *testing.B) {
 	n := 1_000_000
 	if v := os.Getenv("RECONCILE_BENCH_LINES"); v != "" {

@@ -316,10 +316,6 @@ func Markdown(r *Results) string {
 		}
 		p("| %s |\n\n", strings.Join(cells, " | "))
 	}
-	if pr := r.Profile; pr != nil && pr.CPUSeconds > 0 {
-		p("**API CPU profile** (apiprof, concurrency %d, %.0f req/s): %.2f cores, %.0f µs of CPU per request; %s.\n\n",
-			pr.Concurrency, pr.PerSec, pr.CoresUsed, pr.MicrosPerRequest, sharesLine(pr.Categories, 6))
-	}
 	if len(r.Bar) > 0 {
 		p("**The bar**\n\n| check | measured | bar | | conditions |\n| --- | ---: | ---: | --- | --- |\n")
 		for _, c := range r.Bar {

@@ -23,7 +23,6 @@ type Results struct {
 	Replays    []ReplayRun `json:"replays"`
 	Store      *Store      `json:"store,omitempty"`
 	Reconcile  *Reconcile  `json:"reconcile,omitempty"`
-	Profile    *Profile    `json:"profile,omitempty"`
 
 	// Bar is the bar (report.go), checked against this run's own figures.
 	Bar []Check `json:"bar"`
@@ -64,11 +63,10 @@ type Setup struct {
 	ReplayConcurrency int      `json:"replay_concurrency"`
 	ReplayRate        float64  `json:"replay_rate"`
 	LogLevel          string   `json:"log_level"`
-	APIPoolMaxConns   int      `json:"api_pool_max_conns"`
 	Phases            []string `json:"phases"`
 	CeilingScript     string   `json:"ceiling_script"`
 	// AcceptBatch and WorkerBatch are the ACCEPT_BATCH and WORKER_BATCH the
-	// api, apiprof and worker ran with (0: one transaction per accept or job).
+	// api and worker ran with (0: one transaction per accept or job).
 	AcceptBatch int `json:"accept_batch"`
 	WorkerBatch int `json:"worker_batch"`
 	// WorkerConcurrency is the end-to-end worker's WORKER_CONCURRENCY.
@@ -82,7 +80,7 @@ type Setup struct {
 	// LiveSimLatencyMs is the simulator's latency while the accept runs
 	// with the pipeline live.
 	LiveSimLatencyMs float64 `json:"live_sim_latency_ms"`
-	// GOGC is the api's, apiprof's and worker's GOGC (see serviceGOGC).
+	// GOGC is the api's and worker's GOGC (see serviceGOGC).
 	GOGC int `json:"gogc"`
 }
 
@@ -100,7 +98,7 @@ type Latency struct {
 // CPU is how many cores each party used on average during a load.
 type CPU struct {
 	Client   float64 `json:"client_cores"`             // this process: the load generator (and the harness)
-	API      float64 `json:"api_cores,omitempty"`      // the api (or apiprof) process
+	API      float64 `json:"api_cores,omitempty"`      // the api process
 	Worker   float64 `json:"worker_cores,omitempty"`   // the worker process
 	Carrier  float64 `json:"carrier_cores,omitempty"`  // the simulator
 	Pgbench  float64 `json:"pgbench_cores,omitempty"`  // the pgbench process
@@ -318,28 +316,6 @@ type Reconcile struct {
 	Command     string  `json:"command"`
 	Output      string  `json:"output,omitempty"`
 	Error       string  `json:"error,omitempty"`
-}
-
-// Profile is the API's CPU profile under the accept load.
-type Profile struct {
-	Concurrency int     `json:"concurrency"`
-	Seconds     float64 `json:"seconds"`
-	PerSec      float64 `json:"per_sec"`
-	// CPUSeconds is the samples' total; CoresUsed is that over the window.
-	CPUSeconds float64 `json:"cpu_seconds"`
-	CoresUsed  float64 `json:"cores_used"`
-	// Categories split the API's CPU: each sample goes to the first category
-	// met walking its stack from the leaf up (so a write(2) called by pgx is
-	// "syscalls", and allocation is "allocation and GC" wherever it happens).
-	Categories []Share `json:"categories"`
-	// Inclusive are shares of samples with the named code anywhere on the stack.
-	Inclusive []Share `json:"inclusive"`
-	// MicrosPerRequest is the API's CPU per request.
-	MicrosPerRequest float64  `json:"cpu_us_per_request"`
-	Top              []string `json:"top"`
-	File             string   `json:"file"`
-	Load             LoadRun  `json:"load"`
-	Error            string   `json:"error,omitempty"`
 }
 
 // Check is one line of the bar.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"reflect"
@@ -16,7 +17,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/labelkit/labels/internal/devdb"
-	"github.com/labelkit/labels/internal/testutil/proctest"
+	"github.com/labelkit/labels/internal/fleet"
+	"github.com/labelkit/labels/internal/proc"
 )
 
 // The seed's example: a label for parcel 1 of order 918273.
@@ -63,8 +65,8 @@ type demo struct {
 	stderr io.Writer
 	http   *http.Client
 
-	bins  *proctest.Binaries
-	procs []*proctest.Process // in start order; stopped in reverse
+	bins  *proc.Binaries
+	fleet *fleet.Fleet
 
 	dbURL      string
 	carrierURL string
@@ -165,104 +167,71 @@ func dropDatabase(ctx context.Context, serverURL, name string) error {
 	return nil
 }
 
-// binaries builds ./cmd/... once, unless --bin names prebuilt ones.
+// binaries builds ./cmd/... once, unless --bin names prebuilt ones, and
+// makes the fleet that runs them.
 func (d *demo) binaries(ctx context.Context) error {
 	d.say.Step("Binaries")
+	began := time.Now()
+	logf := func(string, ...any) {}
+	b, err := fleet.Binaries(ctx, d.cfg.BinDir, "", logf, "./cmd/api", "./cmd/worker", "./cmd/carrier", "./cmd/reconcile")
+	if err != nil {
+		return fmt.Errorf("the binaries: %w", err)
+	}
+	d.bins = b
 	if d.cfg.BinDir != "" {
-		d.bins = &proctest.Binaries{Dir: d.cfg.BinDir}
 		d.say.Say("prebuilt in %s (--bin)", d.cfg.BinDir)
 	} else {
-		began := time.Now()
-		b, err := proctest.Build(ctx, nil)
-		if err != nil {
-			return fmt.Errorf("building the binaries: %w", err)
-		}
-		d.bins = b
-		d.say.Say("$ go build -o %s/ ./cmd/...   (%.1fs)", b.Dir, time.Since(began).Seconds())
+		d.say.Say("$ go build -o %s/ ./cmd/api ./cmd/worker ./cmd/carrier ./cmd/reconcile   (%.1fs)", b.Dir, time.Since(began).Seconds())
 	}
-	for _, name := range []string{"api", "worker", "carrier", "reconcile"} {
-		if !d.bins.Has(name) {
-			return fmt.Errorf("no %s binary in %s (does ./cmd/%s build?)", name, d.bins.Dir, name)
-		}
+	// The environment every binary of the demo gets: proc passes nothing
+	// else of the demo's own environment that could configure them.
+	cfg := fleet.Config{Bins: b, Grace: stopTimeout, StartTimeout: startTimeout,
+		Env: map[string]string{"LOG_FORMAT": "json", "LOG_LEVEL": "info"}}
+	maps.Copy(cfg.Env, webhookEnv)
+	if d.cfg.Verbose {
+		cfg.OnLine = func(name string, l proc.Line) { fmt.Fprintf(d.stderr, "[%s] %s\n", name, l.Text) }
 	}
+	d.fleet = fleet.New(cfg)
 	return nil
 }
 
-// env is the environment every binary of the demo gets; proctest passes
-// nothing else of the demo's own environment that could configure them.
-func (d *demo) env(extra ...string) []string {
-	base := append([]string{"DATABASE_URL=" + d.dbURL, "LOG_FORMAT=json", "LOG_LEVEL=info"}, webhookEnv...)
-	return append(base, extra...)
-}
-
 // command runs a one-shot command (api migrate, api caller add) to its end.
-func (d *demo) command(ctx context.Context, name string, args ...string) (*proctest.Result, error) {
+func (d *demo) command(ctx context.Context, name string, args ...string) (*proc.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	res, err := proctest.Run(ctx, d.bins.Path(name), &proctest.Opts{
-		Name: name + " " + strings.Join(args, " "),
-		Args: args,
-		Env:  d.env(),
-	})
-	if err != nil {
-		return nil, err
-	}
-	return res, nil
+	return d.fleet.Command(ctx, name, map[string]string{"DATABASE_URL": d.dbURL}, args...)
 }
 
 // start starts the carrier simulator, the API and a worker, each on a free
 // port, and waits until each answers GET /healthz.
 func (d *demo) start(ctx context.Context) error {
 	d.say.Step("Processes")
-	addr, err := d.startServer(ctx, "carrier", "listening", "CARRIER_ADDR=127.0.0.1:0")
+	db := map[string]string{"DATABASE_URL": d.dbURL}
+	carrier, err := d.fleet.Start(ctx, fleet.Spec{Bin: "carrier", Env: db})
 	if err != nil {
 		return err
 	}
-	d.carrierURL = "http://" + addr
+	d.carrierURL = carrier.URL()
 	d.say.Say("carrier   %s   the simulator: in memory, well-behaved, with keys", d.carrierURL)
 
-	if addr, err = d.startServer(ctx, "api", "listening", "API_ADDR=127.0.0.1:0"); err != nil {
+	api, err := d.fleet.Start(ctx, fleet.Spec{Bin: "api", Env: db})
+	if err != nil {
 		return err
 	}
-	d.apiURL = "http://" + addr
+	d.apiURL = api.URL()
 	d.say.Say("api       %s", d.apiURL)
 
-	if addr, err = d.startServer(ctx, "worker", "metrics listening", "METRICS_ADDR=127.0.0.1:0", "CARRIER_URL="+d.carrierURL); err != nil {
+	worker, err := d.fleet.Start(ctx, fleet.Spec{Bin: "worker", Env: db})
+	if err != nil {
 		return err
 	}
-	worker := d.procs[len(d.procs)-1]
 	wctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	if _, err := worker.WaitLine(wctx, func(l proctest.Line) bool { return l.Msg() == "worker started" }); err != nil {
+	if _, err := worker.WaitMsg(wctx, "worker started"); err != nil {
 		return err
 	}
-	d.say.Say("worker    http://%s/metrics   relay + River workers, buying from the carrier above", addr)
+	d.say.Say("worker    %s/metrics   relay + River workers, buying from the carrier above", worker.URL())
 	return nil
-}
-
-// startServer starts a long-running binary, waits for the log line that
-// announces its address and for GET /healthz there, and returns the address.
-func (d *demo) startServer(ctx context.Context, name, listening string, env ...string) (string, error) {
-	o := &proctest.Opts{Name: name, Env: d.env(env...)}
-	if d.cfg.Verbose {
-		o.OnLine = func(l proctest.Line) { fmt.Fprintf(d.stderr, "[%s] %s\n", name, l.Text) }
-	}
-	// Not ctx: on Ctrl-C the processes are stopped in order by stopAll, not all at once.
-	p, err := proctest.Start(context.WithoutCancel(ctx), d.bins.Path(name), o)
-	if err != nil {
-		return "", err
-	}
-	d.procs = append(d.procs, p)
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
-	addr, err := p.WaitListening(ctx, listening)
-	if err != nil {
-		return "", err
-	}
-	if err := p.WaitHealthy(ctx, addr); err != nil {
-		return "", err
-	}
-	return addr, nil
 }
 
 // addCaller creates the caller the requests are sent as.
@@ -439,11 +408,7 @@ func (d *demo) reconcile(ctx context.Context) error {
 	d.say.Say("$ reconcile %s", strings.Join(args, " "))
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	res, err := proctest.Run(ctx, d.bins.Path("reconcile"), &proctest.Opts{
-		Name: "reconcile",
-		Args: args,
-		Env:  d.env("CARRIER_URL=" + d.carrierURL),
-	})
+	res, err := d.fleet.Command(ctx, "reconcile", map[string]string{"DATABASE_URL": d.dbURL, "CARRIER_URL": d.carrierURL}, args...)
 	if res == nil || (err != nil && res.ExitCode != 1) {
 		return err
 	}
@@ -462,24 +427,19 @@ func (d *demo) reconcile(ctx context.Context) error {
 // stopAll stops every process, the last started first, and reports each
 // exit. A process still stopping when hurry ends is killed.
 func (d *demo) stopAll(hurry context.Context) error {
-	if len(d.procs) == 0 {
+	if d.fleet == nil || len(d.fleet.Procs()) == 0 {
 		return nil
 	}
 	d.say.Step("Stop everything (SIGTERM, last started first)")
-	var errs []error
-	for i := len(d.procs) - 1; i >= 0; i-- {
-		p := d.procs[i]
-		ctx, cancel := context.WithTimeout(hurry, stopTimeout)
-		err := p.Stop(ctx)
-		cancel()
-		if err != nil {
-			d.say.Say("%-9s %v", p.Name(), firstLine(err))
-			errs = append(errs, err)
+	stops := d.fleet.Stop(hurry)
+	for _, st := range stops {
+		if st.Err != nil {
+			d.say.Say("%-9s %v", st.Name, firstLine(st.Err))
 			continue
 		}
-		d.say.Say("%-9s stopped, exit 0", p.Name())
+		d.say.Say("%-9s stopped, exit 0", st.Name)
 	}
-	return errors.Join(errs...)
+	return stops.Err()
 }
 
 // cleanup removes the binaries it built.
@@ -494,8 +454,11 @@ func (d *demo) cleanup() {
 
 // dumpLogs shows the last lines of every process on stderr, after a failure.
 func (d *demo) dumpLogs() {
-	for _, p := range d.procs {
-		fmt.Fprintf(d.stderr, "\n--- last lines of %s ---\n%s\n", p.Name(), p.Tail(proctest.TailLines))
+	if d.fleet == nil {
+		return
+	}
+	for _, p := range d.fleet.Procs() {
+		fmt.Fprintf(d.stderr, "\n--- last lines of %s ---\n%s\n", p.Name(), p.Tail(proc.TailLines))
 	}
 }
 

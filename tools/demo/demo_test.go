@@ -14,7 +14,7 @@ import (
 	"github.com/labelkit/labels/internal/devdb"
 )
 
-// TestDemo runs the whole demo, as `go run ./tools/demo` does, against a
+// TestDemo runs the whole demo, as `go tool task demo` does, against a
 // database of its own, and checks the three answers the issue asks it to show.
 func TestDemo(t *testing.T) {
 	if testing.Short() {

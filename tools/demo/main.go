@@ -14,7 +14,7 @@
 // started.
 //
 //	go tool task demo            (DATABASE_URL from tools/devdb)
-//	go run ./tools/demo [flags]
+//	go -C tools run ./demo [flags]
 //
 // Every step checks the answer it expects, so the demo doubles as a smoke test:
 // it exits 0 when all went as described, 1 otherwise (with the last log lines
@@ -34,6 +34,7 @@ import (
 	"syscall"
 
 	"github.com/labelkit/labels/internal/cli"
+	"github.com/labelkit/labels/internal/fleet"
 	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
@@ -79,7 +80,7 @@ func (c *Config) Validate() error {
 	if !demoDatabase.MatchString(c.Database) {
 		return fmt.Errorf("--database %q: the demo drops it, so it must be labels_demo followed by at most 40 of a-z, 0-9, _", c.Database)
 	}
-	return cmdline.CheckBinDir(c.BinDir)
+	return fleet.CheckBinDir(c.BinDir)
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/labelkit/labels/carrier/sim"
-	"github.com/labelkit/labels/internal/testutil/proctest"
+	"github.com/labelkit/labels/internal/proc"
 )
 
 // The second parcel, bought from a carrier that ignores keys.
@@ -157,15 +157,11 @@ func (d *demo) afterVoid(ctx context.Context) error {
 
 // reconcileRun runs reconcile with args, shows the command and its output,
 // and returns the result; an exit status of 1 is a finding, not an error.
-func (d *demo) reconcileRun(ctx context.Context, args ...string) (*proctest.Result, error) {
+func (d *demo) reconcileRun(ctx context.Context, args ...string) (*proc.Result, error) {
 	d.say.Say("$ reconcile %s", strings.Join(args, " "))
 	ctx, cancel := context.WithTimeout(ctx, startTimeout+2*time.Minute)
 	defer cancel()
-	res, err := proctest.Run(ctx, d.bins.Path("reconcile"), &proctest.Opts{
-		Name: "reconcile " + args[0],
-		Args: args,
-		Env:  d.env("CARRIER_URL=" + d.carrierURL),
-	})
+	res, err := d.fleet.Command(ctx, "reconcile", map[string]string{"DATABASE_URL": d.dbURL, "CARRIER_URL": d.carrierURL}, args...)
 	if res == nil || (err != nil && res.ExitCode != 1) {
 		if res != nil {
 			return nil, fmt.Errorf("%w\n%s%s", err, res.Stdout, res.Stderr)

@@ -72,7 +72,7 @@ func (rc *receiver) find(ctx context.Context, id string, timeout time.Duration) 
 
 // webhookEnv lets the api and the worker use the demo's loopback receiver,
 // with the signing secret stored raw (a development setup).
-var webhookEnv = []string{"WEBHOOK_ALLOW_INSECURE=true", "WEBHOOK_ALLOW_PRIVATE=true", "WEBHOOK_ALLOW_UNSEALED=true"}
+var webhookEnv = map[string]string{"WEBHOOK_ALLOW_INSECURE": "true", "WEBHOOK_ALLOW_PRIVATE": "true", "WEBHOOK_ALLOW_UNSEALED": "true"}
 
 // setWebhook registers the demo's receiver for the caller.
 func (d *demo) setWebhook(ctx context.Context) error {

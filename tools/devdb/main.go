@@ -1,9 +1,9 @@
 // Command devdb makes sure the project's PostgreSQL database is there, for the
 // Taskfile, the demo and CI.
 //
-//	go run ./tools/devdb url         ensure server + database "labels", print its URL
-//	go run ./tools/devdb server-url  ensure the server, print its maintenance URL
-//	go run ./tools/devdb stop        stop the private server under .pgdata if it runs
+//	go -C tools run ./devdb url         ensure server + database "labels", print its URL
+//	go -C tools run ./devdb server-url  ensure the server, print its maintenance URL
+//	go -C tools run ./devdb stop        stop the private server under .pgdata if it runs
 //
 // When DATABASE_URL is set, url and server-url ensure that server (and, for
 // url, that database) instead of the default 127.0.0.1:5432 / labels. When no

@@ -5,7 +5,7 @@
 // (served by the first worker on ADMIN_ADDR).
 //
 //	go tool task fleet [N=5]   (DATABASE_URL from tools/devdb)
-//	go run ./tools/fleet [flags]
+//	go -C tools run ./fleet [flags]
 //
 // The simulator keeps its labels and voids in a state file
 // (.task/fleet/carrier.jsonl by default), as the database keeps ours: a
@@ -28,15 +28,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/labelkit/labels/internal/cli"
+	"github.com/labelkit/labels/internal/fleet"
 	"github.com/labelkit/labels/internal/pgbouncer"
-	"github.com/labelkit/labels/internal/testutil/proctest"
+	"github.com/labelkit/labels/internal/proc"
 	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
@@ -103,7 +104,7 @@ func (c *Config) Validate() error {
 	case !loopback(c.APIAddr) || !loopback(c.CarrierAddr) || (c.AdminAddr != "" && !loopback(c.AdminAddr)):
 		return errors.New("--api-addr, --carrier-addr and --admin-addr must be loopback addresses (127.0.0.1:PORT, [::1]:PORT or localhost:PORT)")
 	}
-	return cmdline.CheckBinDir(c.BinDir)
+	return fleet.CheckBinDir(c.BinDir)
 }
 
 func loopback(addr string) bool {
@@ -143,14 +144,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cfg.AdminPassword = hex.EncodeToString(b)
 	}
 
-	f := &fleet{cfg: cfg, stdout: stdout, stderr: &cmdline.LockedWriter{W: stderr}}
+	f := &session{cfg: cfg, stdout: stdout, stderr: &cmdline.LockedWriter{W: stderr}}
 	err := f.start(ctx)
 	if err == nil {
 		f.summary()
-		err = f.wait(ctx)
+		if err = f.fleet.Wait(ctx); err != nil {
+			err = fmt.Errorf("stopping the rest: %w", err)
+		} else {
+			f.logf("stopping: workers first, then the API, then the carrier")
+		}
 	}
-	stopErr := f.stopAll()
-	f.cleanup()
+	stopErr := f.stop()
 	switch {
 	case err != nil && ctx.Err() != nil:
 		fmt.Fprintln(f.stderr, "fleet: interrupted while starting; everything it started is stopped")
@@ -166,34 +170,34 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return 0
 }
 
-// fleet is the processes started so far, in start order.
-type fleet struct {
+// session is the fleet and what the summary shows of it.
+type session struct {
 	cfg            Config
 	stdout, stderr io.Writer
-	bins           *proctest.Binaries
+	bins           *proc.Binaries
 	bouncer        *pgbouncer.Bouncer
+	fleet          *fleet.Fleet
 
-	procs                []*proctest.Process
-	apiAddr, carrierAddr string
-	metricsAddrs         []string
-	adminAddr            string
-	token                string
+	api, carrier *fleet.Proc
+	workers      []*fleet.Proc
+	adminAddr    string
+	token        string
 }
 
-func (f *fleet) logf(format string, args ...any) {
+func (f *session) logf(format string, args ...any) {
 	fmt.Fprintf(f.stderr, "fleet: "+format+"\n", args...)
 }
 
-func (f *fleet) start(ctx context.Context) error {
+func (f *session) start(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	var err error
-	if f.bins, err = cmdline.Binaries(ctx, f.cfg.BinDir, "", f.logf, "./cmd/api", "./cmd/worker", "./cmd/carrier"); err != nil {
+	if f.bins, err = fleet.Binaries(ctx, f.cfg.BinDir, "", f.logf, "./cmd/api", "./cmd/worker", "./cmd/carrier"); err != nil {
 		return err
 	}
 	// db is what the API and the workers get, oneShot what migrate and
 	// caller add get.
-	db := []string{"DATABASE_URL=" + f.cfg.DatabaseURL}
+	db := fleet.DatabaseEnv(f.cfg.DatabaseURL, "", true)
 	oneShot := db
 	if f.cfg.Pooler {
 		b, err := pgbouncer.Start(ctx, pgbouncer.Options{Server: f.cfg.DatabaseURL, PoolSize: f.cfg.PoolSize})
@@ -202,59 +206,44 @@ func (f *fleet) start(ctx context.Context) error {
 		}
 		f.bouncer = b
 		f.logf("PgBouncer on %s (transaction mode, %d server connections)", b.Addr, f.cfg.PoolSize)
-		db = []string{"DATABASE_URL=" + b.URL(f.cfg.DatabaseURL), "DATABASE_DIRECT_URL=" + f.cfg.DatabaseURL}
-		oneShot = []string{"DATABASE_URL=" + b.URL(f.cfg.DatabaseURL), "DATABASE_POOLED=true", "DATABASE_DIRECT_URL="}
+		db = fleet.DatabaseEnv(f.cfg.DatabaseURL, b.URL(f.cfg.DatabaseURL), true)
+		oneShot = fleet.DatabaseEnv(f.cfg.DatabaseURL, b.URL(f.cfg.DatabaseURL), false)
 	}
+	// The developer's environment is passed on (CARRIER_TIMEOUT, SIM_*,
+	// LOG_LEVEL...), the fleet's on top.
+	fc := fleet.Config{Bins: f.bins, InheritEnv: true, Grace: 2 * time.Minute, StartTimeout: 5 * time.Minute}
+	if !f.cfg.Quiet {
+		fc.OnLine = func(name string, l proc.Line) { fmt.Fprintf(f.stderr, "%-9s %s\n", name, l.Text) }
+	}
+	f.fleet = fleet.New(fc)
 
 	f.logf("applying the migrations")
-	if _, err := proctest.Run(ctx, f.bins.Path("api"), f.opts("migrate", []string{"migrate"}, oneShot...)); err != nil {
+	if _, err := f.fleet.Migrate(ctx, oneShot); err != nil {
 		return err
 	}
-
 	if f.cfg.CarrierState != "" {
 		if err := os.MkdirAll(filepath.Dir(f.cfg.CarrierState), 0o755); err != nil {
 			return fmt.Errorf("the simulator's state file: %w", err)
 		}
 	}
-	carrier, err := f.startProc("carrier", nil, "CARRIER_ADDR="+f.cfg.CarrierAddr, "SIM_STATE_FILE="+f.cfg.CarrierState)
-	if err != nil {
+	if f.carrier, err = f.fleet.Start(ctx, fleet.Spec{Bin: "carrier", Env: map[string]string{
+		"CARRIER_ADDR": f.cfg.CarrierAddr, "SIM_STATE_FILE": f.cfg.CarrierState}}); err != nil {
 		return err
 	}
-	if f.carrierAddr, err = carrier.WaitListening(ctx, "listening"); err != nil {
+	db = merge(db, devWebhookSecrets)
+	if f.api, err = f.fleet.Start(ctx, fleet.Spec{Bin: "api", Env: merge(db, map[string]string{"API_ADDR": f.cfg.APIAddr})}); err != nil {
 		return err
 	}
-
-	db = append(db, devWebhookSecrets)
-	api, err := f.startProc("api", nil, append(db, "API_ADDR="+f.cfg.APIAddr)...)
-	if err != nil {
-		return err
-	}
-	if f.apiAddr, err = api.WaitListening(ctx, "listening"); err != nil {
-		return err
-	}
-	if err := api.WaitHealthy(ctx, f.apiAddr); err != nil {
-		return err
-	}
-
 	for i := range f.cfg.Workers {
-		env := append(append([]string{}, db...), "CARRIER_URL=http://"+f.carrierAddr, "METRICS_ADDR=127.0.0.1:0")
+		env := merge(db)
 		if i == 0 && f.cfg.AdminAddr != "" {
-			env = append(env, "ADMIN_ADDR="+f.cfg.AdminAddr, "ADMIN_USER=admin", "ADMIN_PASSWORD="+f.cfg.AdminPassword)
-		} else {
-			env = append(env, "ADMIN_ADDR=") // one admin listener, whatever the environment says
+			env = merge(db, map[string]string{"ADMIN_ADDR": f.cfg.AdminAddr, "ADMIN_USER": "admin", "ADMIN_PASSWORD": f.cfg.AdminPassword})
 		}
-		w, err := f.startProc(fmt.Sprintf("worker-%d", i+1), nil, env...)
+		w, err := f.fleet.Start(ctx, fleet.Spec{Bin: "worker", Name: fmt.Sprintf("worker-%d", i+1), Env: env})
 		if err != nil {
 			return err
 		}
-		addr, err := w.WaitListening(ctx, "metrics listening")
-		if err != nil {
-			return err
-		}
-		if err := w.WaitHealthy(ctx, addr); err != nil {
-			return err
-		}
-		f.metricsAddrs = append(f.metricsAddrs, addr)
+		f.workers = append(f.workers, w)
 		if i == 0 && f.cfg.AdminAddr != "" {
 			// A worker built before ADMIN_ADDR existed says nothing: do not wait long.
 			actx, acancel := context.WithTimeout(ctx, 3*time.Second)
@@ -262,43 +251,27 @@ func (f *fleet) start(ctx context.Context) error {
 			acancel()
 		}
 	}
-
-	res, err := proctest.Run(ctx, f.bins.Path("api"), f.opts("caller", []string{"caller", "add", "fleet"}, oneShot...))
-	if err != nil {
-		return err
-	}
-	f.token = res.LastLine()
-	return nil
+	f.token, err = f.fleet.AddCaller(ctx, "fleet", oneShot)
+	return err
 }
 
 // devWebhookSecrets is the development allowance for raw webhook secrets.
-const devWebhookSecrets = "WEBHOOK_ALLOW_UNSEALED=true"
+var devWebhookSecrets = map[string]string{"WEBHOOK_ALLOW_UNSEALED": "true"}
 
-// opts passes the developer's environment on (CARRIER_TIMEOUT, SIM_*,
-// LOG_LEVEL...), with env on top.
-func (f *fleet) opts(name string, args []string, env ...string) *proctest.Opts {
-	o := &proctest.Opts{Name: name, Args: args, Env: env, InheritEnv: true, Grace: time.Minute}
-	if !f.cfg.Quiet {
-		o.OnLine = func(l proctest.Line) { fmt.Fprintf(f.stderr, "%-9s %s\n", name, l.Text) }
+// merge merges environments, later ones winning.
+func merge(envs ...map[string]string) map[string]string {
+	m := map[string]string{}
+	for _, e := range envs {
+		maps.Copy(m, e)
 	}
-	return o
+	return m
 }
 
-func (f *fleet) startProc(name string, args []string, env ...string) (*proctest.Process, error) {
-	// Not ctx: the processes are stopped in order by stopAll, not all at once.
-	p, err := proctest.Start(context.Background(), f.bins.Path(strings.SplitN(name, "-", 2)[0]), f.opts(name, args, env...))
-	if err != nil {
-		return nil, err
-	}
-	f.procs = append(f.procs, p)
-	return p, nil
-}
-
-func (f *fleet) summary() {
+func (f *session) summary() {
 	w := f.stdout
 	fmt.Fprintf(w, "\nThe fleet runs (%d workers). Ctrl-C stops it.\n\n", f.cfg.Workers)
-	fmt.Fprintf(w, "  API          http://%s   (/metrics, /healthz, /readyz)\n", f.apiAddr)
-	fmt.Fprintf(w, "  carrier      http://%s   (/sim/stats, /sim/purchases, /sim/config)\n", f.carrierAddr)
+	fmt.Fprintf(w, "  API          %s   (/metrics, /healthz, /readyz)\n", f.api.URL())
+	fmt.Fprintf(w, "  carrier      %s   (/sim/stats, /sim/purchases, /sim/config)\n", f.carrier.URL())
 	if f.cfg.CarrierState != "" {
 		fmt.Fprintf(w, "  carrier state %s   (kept across restarts: carrier label ids never repeat)\n", f.cfg.CarrierState)
 	} else {
@@ -307,8 +280,8 @@ func (f *fleet) summary() {
 	if f.bouncer != nil {
 		fmt.Fprintf(w, "  PgBouncer    %s   (transaction mode, %d server connections; DATABASE_URL of the API and workers)\n", f.bouncer.URL(f.cfg.DatabaseURL), f.cfg.PoolSize)
 	}
-	for i, a := range f.metricsAddrs {
-		fmt.Fprintf(w, "  worker-%-5d http://%s/metrics\n", i+1, a)
+	for i, p := range f.workers {
+		fmt.Fprintf(w, "  worker-%-5d %s/metrics\n", i+1, p.URL())
 	}
 	switch {
 	case f.adminAddr != "":
@@ -317,71 +290,24 @@ func (f *fleet) summary() {
 		fmt.Fprintf(w, "  River UI     not served: this worker does not announce \"admin listening\" (ADMIN_ADDR not wired in yet?)\n")
 	}
 	fmt.Fprintf(w, "\n  caller token %s\n\n", f.token)
-	fmt.Fprintf(w, "Try:\n  curl -s -X POST http://%s/v1/labels -H 'Authorization: Bearer %s' \\\n"+
+	fmt.Fprintf(w, "Try:\n  curl -s -X POST %s/v1/labels -H 'Authorization: Bearer %s' \\\n"+
 		"    -H 'Idempotency-Key: label:918273:1:v1' -H 'Content-Type: application/json' \\\n"+
 		"    -d '{\"order_id\":918273,\"parcel_no\":1,\"weight_g\":1450,\"service\":\"ground\",\"ship_to\":{\"name\":\"A. Example\",\"line1\":\"1 Example Street\",\"city\":\"Exampleton\",\"postal_code\":\"10115\",\"country\":\"DE\"}}'\n\n",
-		f.apiAddr, f.token)
+		f.api.URL(), f.token)
 }
 
-// wait returns nil on the first signal, an error when a process exits first.
-func (f *fleet) wait(ctx context.Context) error {
-	exited := make(chan *proctest.Process, len(f.procs))
-	for _, p := range f.procs {
-		go func() {
-			select {
-			case <-p.Done():
-				exited <- p
-			case <-ctx.Done():
-			}
-		}()
+// stop stops the workers together (each finishes its carrier calls), then
+// the API, then the carrier simulator, and removes what it built.
+func (f *session) stop() error {
+	var err error
+	if f.fleet != nil {
+		err = f.fleet.Stop(context.Background()).Err()
 	}
-	select {
-	case <-ctx.Done():
-		f.logf("stopping: workers first, then the API, then the carrier")
-		return nil
-	case p := <-exited:
-		return fmt.Errorf("%s exited on its own (status %d); stopping the rest", p.Name(), p.ExitCode())
-	}
-}
-
-// stopAll stops the workers together (each finishes its carrier calls), then
-// the API, then the carrier simulator.
-func (f *fleet) stopAll() error {
-	var workers, others []*proctest.Process
-	for _, p := range f.procs {
-		if strings.HasPrefix(p.Name(), "worker-") {
-			workers = append(workers, p)
-		} else {
-			others = append(others, p)
-		}
-	}
-	var mu sync.Mutex
-	var errs []error
-	stop := func(p *proctest.Process) {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := p.Stop(ctx); err != nil {
-			mu.Lock()
-			errs = append(errs, err)
-			mu.Unlock()
-		}
-	}
-	var wg sync.WaitGroup
-	for _, p := range workers {
-		wg.Go(func() { stop(p) })
-	}
-	wg.Wait()
-	for i := len(others) - 1; i >= 0; i-- {
-		stop(others[i])
-	}
-	return errors.Join(errs...)
-}
-
-func (f *fleet) cleanup() {
 	if f.bouncer != nil {
 		f.bouncer.Stop()
 	}
 	if f.bins != nil {
 		_ = f.bins.Remove()
 	}
+	return err
 }

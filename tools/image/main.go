@@ -3,7 +3,7 @@
 // static binaries and writes them, with the few files a static Go binary
 // expects of distroless static nonroot, as one layer on an empty base.
 //
-//	go run ./tools/image --out labels-image.tar [--name registry.example.com/labelkit/labels:v1.0.0] [--arch amd64]
+//	go -C tools run ./image --out labels-image.tar [--name registry.example.com/labelkit/labels:v1.0.0] [--arch amd64]
 //
 // The tarball is `docker save`'s format (docker load -i, podman load -i,
 // crane push, skopeo copy docker-archive:…), tagged with --name; the image
@@ -138,10 +138,11 @@ func build(ctx context.Context, tag name.Tag, out, arch string, created time.Tim
 	return img.Digest()
 }
 
-// moduleRoot is the directory of the main module, so the tool works from any
-// directory inside it.
+// moduleRoot is the directory of the service's module (the tools' own
+// module requires it from ../), where the commands are built with the
+// service's go.mod.
 func moduleRoot(ctx context.Context) (string, error) {
-	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}")
+	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "github.com/labelkit/labels")
 	cmd.Stderr = os.Stderr
 	b, err := cmd.Output()
 	if err != nil {
@@ -257,7 +258,7 @@ func assemble(layerTar []byte, arch string, created time.Time) (v1.Image, error)
 		Layer: layer,
 		History: v1.History{
 			Created:   v1.Time{Time: created},
-			CreatedBy: "go run ./tools/image",
+			CreatedBy: "go -C tools run ./image",
 			Comment:   "api, worker, reconcile and carrier in " + binDir + "; /etc/passwd, /etc/group, " + home + ", /tmp",
 		},
 	})

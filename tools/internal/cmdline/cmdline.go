@@ -1,5 +1,5 @@
 // Package cmdline is what the commands under tools/ share beyond
-// internal/cli: the binaries they start, a writer several goroutines share.
+// internal/cli and internal/fleet: a writer several goroutines share.
 package cmdline
 
 import (
