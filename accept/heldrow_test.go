@@ -30,7 +30,7 @@ import (
 func TestHeldKeyRowDelaysNoOtherAccept(t *testing.T) {
 	t.Parallel()
 	h := newHeldRowHarness(t, httpapi.Deps{ClaimWait: time.Hour, StoreTimeout: time.Hour})
-	ctx := beforeDeadline(t)
+	ctx := fixture.BeforeDeadline(t)
 	owner, other := h.caller("owner"), h.caller("other")
 	body := stacktest.ParcelBody(1, 1, 100)
 	require.Equal(t, http.StatusAccepted, h.create(ctx, h.api(httpapi.Deps{}), owner, "held", body), "taken by another API")
@@ -69,19 +69,6 @@ func TestHeldKeyRowDelaysNoOtherAccept(t *testing.T) {
 	release()
 }
 
-// beforeDeadline returns a context that ends a little before the test
-// binary's deadline (-timeout), so that a test whose work never ends fails
-// with its own message instead of the binary's panic.
-func beforeDeadline(t *testing.T) context.Context {
-	deadline, ok := t.Deadline()
-	if !ok {
-		deadline = time.Now().Add(10 * time.Minute)
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(-20*time.Second))
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // await runs wait and fails t if ctx ends first; the work waited for must
 // end with ctx.
 func await(t *testing.T, ctx context.Context, wait func(), what string) {
@@ -109,7 +96,7 @@ func await(t *testing.T, ctx context.Context, wait func(), what string) {
 func TestBusyRowWaitsAloneOutsideTheFlusher(t *testing.T) {
 	t.Parallel()
 	pool := fixture.DB(t, "c1")
-	ctx := beforeDeadline(t)
+	ctx := fixture.BeforeDeadline(t)
 	first := fixture.Accept("c1", "k1", "lr_first", 1)
 	hash, err := accept.Fingerprint(first.Intent.Parcel)
 	require.NoError(t, err)

@@ -41,7 +41,7 @@ func TestAcceptWaitsForNoHeldRow(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	outs, err := postgres.Accept(beforeDeadline(t), pool, []postgres.AcceptRow{
+	outs, err := postgres.Accept(fixture.BeforeDeadline(t), pool, []postgres.AcceptRow{
 		fixture.Accept("c1", "k1", "lr_k1_again", 1), // its key row is held
 		fixture.Accept("c1", "k2", "lr_k2_again", 2), // its key row is being deleted
 		fixture.Accept("c1", "k4", "lr_4", 3),        // k3's parcel, whose intent row is held
@@ -126,19 +126,6 @@ func holdingSession(t *testing.T, pool *pgxpool.Pool) *pgx.Conn {
 		require.NoError(t, err)
 	}
 	return conn
-}
-
-// beforeDeadline returns a context that ends a little before the test
-// binary's deadline (-timeout), so that a test whose work never ends fails
-// with its own message instead of the binary's panic.
-func beforeDeadline(t *testing.T) context.Context {
-	deadline, ok := t.Deadline()
-	if !ok {
-		deadline = time.Now().Add(10 * time.Minute)
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(-20*time.Second))
-	t.Cleanup(cancel)
-	return ctx
 }
 
 // waitUntil polls a query of one boolean until it is true.
