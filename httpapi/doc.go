@@ -4,9 +4,10 @@
 // the requests that wait for their outcome (Prefer: wait), at most
 // Deps.MaxWaiters, woken by the completion's notification.
 //
-// POST /v1/labels is the accept: it validates and fingerprints the request and,
-// in one transaction, writes the key record (package idempotency) and the
-// label-intent outbox row (package outbox), or answers from what is already
-// there. It never calls the carrier; the worker does. With a [RateLimit], a
+// POST /v1/labels is the accept: it validates the request and hands it to
+// package accept, which fingerprints it (package idempotency) and, in one
+// transaction shared with concurrent accepts (postgres.Accept), writes the key
+// record, the label intent and its row of the relay's queue, or answers from
+// what is already there. It never calls the carrier; the worker does. With a [RateLimit], a
 // caller's creates past its rate are answered 429 before anything is read.
 package httpapi

@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/labelkit/labels/internal/proc"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/proctest"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
@@ -74,7 +75,7 @@ func BenchmarkPreferWaitFlood(b *testing.B) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	api := proctest.StartT(b, bins.Path("api"), &proctest.Opts{Name: "api", KeepLines: 200,
+	api := proctest.StartT(b, bins.Path("api"), &proc.Opts{Name: "api", KeepLines: 200,
 		Env: []string{"DATABASE_URL=" + url, "API_ADDR=" + addr, "LOG_FORMAT=json", "LOG_LEVEL=warn"}})
 	hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()

@@ -1,19 +1,13 @@
-// Package idempotency owns the key record of the seed: the idempotency_keys
-// table, one row per (caller_id, idem_key).
+// Package idempotency is the request side of the key record: it parses the
+// Idempotency-Key header ([ParseKey]) and fingerprints a request
+// ([Fingerprint] over [Canonical] JSON: SHA-256 of method, path and the
+// canonical body), so that a repeat with the same body is recognised and one
+// with another body is refused.
 //
-// It parses the Idempotency-Key header ([ParseKey]), fingerprints a request
-// ([Fingerprint] over [Canonical] JSON), and moves a record through its life:
-//
-//	Insert    started, written in the accept transaction together with the intent
-//	Lease     a worker attempt takes the key (locked_until, a fresh lease_token)
-//	Release   the attempt gives the lease back after an unknown carrier outcome
-//	Complete  completed with the saved response, only if the lease is still ours
-//	Purge     completed records past expires_at are deleted in batches
-//
-// Every function that writes takes a [pgx.Tx] (or a pool for the single-statement
-// ones), so that the caller decides what commits together: the key and its intent
-// at accept, the key, the label and the intent at completion.
-//
-// Leases use the database's clock (now()), not the worker's, so that a fleet of
-// workers with drifting clocks agrees on who holds a key.
+// It holds no state and runs no SQL. The key record itself (table
+// idempotency_keys, one row per (caller_id, idem_key)) and every statement on
+// it live in package postgres: postgres.Accept writes it with the intent,
+// postgres.TakeLeases and postgres.Release move its lease, postgres.Complete
+// saves the outcome only while the lease is the attempt's own, and
+// postgres.Purge deletes completed records past expires_at in batches.
 package idempotency

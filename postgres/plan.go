@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// The statements over arrays ([Accept], [Lease], [Complete]) run under the
+// The statements over arrays ([Accept], [TakeLeases], [Complete]) run under the
 // plan settings below, and this is the only place the project tunes the
 // planner.
 //

@@ -16,7 +16,7 @@ import (
 )
 
 // ceilingScript is the accept's own transaction for pgbench: one key record
-// and one label intent, as httpapi/accept.go writes them (the same columns,
+// and one label intent, as postgres/accept.go writes them (the same columns,
 // the same ON CONFLICT clauses, values of the same sizes: a 20-odd character
 // key, a 32-byte hash, a 29-character request id, a 230-byte payload, a
 // 51-character carrier key), committed. What the real accept adds is left out
