@@ -93,21 +93,31 @@ type WebhookConfig struct {
 	BeforeSendFunc func(ctx context.Context, eventID string) error
 }
 
+// Defaults of [WebhookConfig] (and of the WEBHOOK_* variables named in
+// each comment); the concurrency's are in webhook_limit.go.
+const (
+	DefaultWebhookTimeout      = 15 * time.Second // WEBHOOK_TIMEOUT
+	DefaultWebhookRetryBase    = 5 * time.Second  // WEBHOOK_RETRY_BASE
+	DefaultWebhookRetryMax     = 10 * time.Hour   // WEBHOOK_RETRY_MAX
+	DefaultWebhookMaxAttempts  = 12               // WEBHOOK_MAX_ATTEMPTS
+	DefaultWebhookDisableAfter = 50               // WEBHOOK_DISABLE_AFTER
+)
+
 func (c *WebhookConfig) defaults() {
 	if c.Timeout <= 0 {
-		c.Timeout = 15 * time.Second
+		c.Timeout = DefaultWebhookTimeout
 	}
 	if c.RetryBase <= 0 {
-		c.RetryBase = 5 * time.Second
+		c.RetryBase = DefaultWebhookRetryBase
 	}
 	if c.RetryMax <= 0 {
-		c.RetryMax = 10 * time.Hour
+		c.RetryMax = DefaultWebhookRetryMax
 	}
 	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = 12
+		c.MaxAttempts = DefaultWebhookMaxAttempts
 	}
 	if c.DisableAfter <= 0 {
-		c.DisableAfter = 50
+		c.DisableAfter = DefaultWebhookDisableAfter
 	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = DefaultWebhookConcurrency

@@ -247,3 +247,16 @@ func Endpoints(name string, env *Env, validate func() error, db Database, stderr
 	}
 	return e, true
 }
+
+// Dur writes d as the documents do: 24h, 1m, 30s, 500ms (not 24h0m0s), for
+// usage texts built from the defaults.
+func Dur(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}

@@ -29,7 +29,7 @@ import (
 type SimOpts struct {
 	Sim            sim.Options   // the carrier's misbehaviour
 	NoWorker       bool          // API only: intents stay pending
-	LeaseDuration  time.Duration // default 30s
+	LeaseDuration  time.Duration // default worker.DefaultLeaseDuration
 	CarrierTimeout time.Duration // default 5s
 	MaxAttempts    int           // carrier attempts before the saved 502; default 5
 	RetryBase      time.Duration // default 10ms

@@ -38,7 +38,7 @@ import (
 // Opts tunes a stack.
 type Opts struct {
 	NoWorker         bool          // API only: intents stay pending
-	LeaseDuration    time.Duration // default 30s
+	LeaseDuration    time.Duration // default worker.DefaultLeaseDuration
 	CarrierTimeout   time.Duration // default 5s
 	MaxAttempts      int           // default 5
 	RetryBase        time.Duration // default 10ms
