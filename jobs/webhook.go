@@ -63,14 +63,14 @@ func insertJobs(client *river.Client[pgx.Tx], newArgs func(id string) river.JobA
 }
 
 // WebhookConfig configures a [DeliverWebhookWorker]; zero values take the
-// defaults of docs/operations.md.
+// defaults (DefaultWebhookTimeout…).
 type WebhookConfig struct {
 	Pool         *pgxpool.Pool
-	Timeout      time.Duration // WEBHOOK_TIMEOUT: one attempt (default 15s)
-	RetryBase    time.Duration // WEBHOOK_RETRY_BASE (default 5s)
-	RetryMax     time.Duration // WEBHOOK_RETRY_MAX (default 10h)
-	MaxAttempts  int           // WEBHOOK_MAX_ATTEMPTS (default 12)
-	DisableAfter int           // WEBHOOK_DISABLE_AFTER (default 50)
+	Timeout      time.Duration // WEBHOOK_TIMEOUT: one attempt
+	RetryBase    time.Duration // WEBHOOK_RETRY_BASE
+	RetryMax     time.Duration // WEBHOOK_RETRY_MAX
+	MaxAttempts  int           // WEBHOOK_MAX_ATTEMPTS
+	DisableAfter int           // WEBHOOK_DISABLE_AFTER
 	// Concurrency is the deliveries the process runs at once, River's
 	// MaxWorkers of the queue webhooks (WEBHOOK_CONCURRENCY); the last
 	// quarter of them is kept for endpoints with no attempt in flight.
