@@ -121,8 +121,8 @@ type Config struct {
 // that.
 const RelayBacklogPerSlot = 2
 
-// WithDefaults returns c with each zero field set to its default (a
-// negative RelayBacklog to no bound, 0).
+// WithDefaults returns c with each zero field set to its default; applied
+// twice it changes nothing more.
 func (c Config) WithDefaults() Config {
 	or := func(d *time.Duration, def time.Duration) {
 		if *d == 0 {
@@ -141,11 +141,8 @@ func (c Config) WithDefaults() Config {
 	if c.Concurrency <= 0 {
 		c.Concurrency = DefaultConcurrency
 	}
-	switch {
-	case c.RelayBacklog == 0:
+	if c.RelayBacklog == 0 {
 		c.RelayBacklog = RelayBacklogPerSlot * c.Concurrency
-	case c.RelayBacklog < 0:
-		c.RelayBacklog = 0
 	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = DefaultMaxAttempts
@@ -258,7 +255,7 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	relay := outbox.NewRelay(cfg.Pool, jobs.DispatchBuyLabels(client), cfg.Log, &outbox.RelayOpts{
-		Backlog:        cfg.RelayBacklog,
+		Backlog:        max(cfg.RelayBacklog, 0), // negative: no bound, outbox's 0
 		Queue:          jobs.QueueLabels,
 		Listener:       cfg.Listener,
 		PollInterval:   cfg.RelayPollInterval,
