@@ -86,19 +86,22 @@ type Opts struct {
 	Pool *pgxpool.Pool
 	// Notifier wakes the relays after a commit; nil means they poll.
 	Notifier *notify.Notifier
-	// KeyRetention sets expires_at of a started record (default 24h), from
-	// the database's clock; the completion sets it again.
+	// KeyRetention sets expires_at of a started record (default
+	// [idempotency.DefaultKeyRetention]), from the database's clock; the
+	// completion sets it again.
 	KeyRetention time.Duration
 	// ClaimWait bounds the wait for a concurrent request with the same key
-	// or parcel to commit its claim (default 2s). Only a request tried alone
+	// or parcel to commit its claim (default [DefaultClaimWait]). Only a request tried alone
 	// waits for a claim; a shared transaction meets this bound only in the
 	// rare case that it waits for a lock anyway, and then hands its rows
 	// back to be tried alone.
 	ClaimWait time.Duration
-	// Batch bounds how many accepts share one transaction (default 64); 1
-	// gives each accept a transaction of its own.
+	// Batch bounds how many accepts share one transaction (ACCEPT_BATCH; 0:
+	// [DefaultBatch]); a negative value (or 1) gives each accept a
+	// transaction of its own.
 	Batch int
-	// Timeout bounds one shared transaction (default 5s).
+	// Timeout bounds one shared transaction (default [DefaultTimeout]); the
+	// HTTP API bounds each request's database work by it too.
 	Timeout time.Duration
 	// BeforeCommitFunc, when set, runs inside each accept's transaction
 	// after its rows are written; an error aborts it. Accepts then do not
@@ -113,20 +116,34 @@ type Accepter struct {
 	recent *recent                                     // keys taken lately: read first
 }
 
+// Defaults of [Opts].
+const (
+	DefaultClaimWait = 2 * time.Second
+	DefaultBatch     = 64 // ACCEPT_BATCH
+	DefaultTimeout   = 5 * time.Second
+)
+
+// WithDefaults returns o with each zero field (a negative duration too) set
+// to its default.
+func (o Opts) WithDefaults() Opts {
+	if o.KeyRetention <= 0 {
+		o.KeyRetention = idempotency.DefaultKeyRetention
+	}
+	if o.ClaimWait <= 0 {
+		o.ClaimWait = DefaultClaimWait
+	}
+	if o.Batch == 0 {
+		o.Batch = DefaultBatch
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	return o
+}
+
 // New returns an Accepter.
 func New(opts Opts) *Accepter {
-	if opts.KeyRetention <= 0 {
-		opts.KeyRetention = 24 * time.Hour
-	}
-	if opts.ClaimWait <= 0 {
-		opts.ClaimWait = 2 * time.Second
-	}
-	if opts.Batch <= 0 {
-		opts.Batch = 64
-	}
-	if opts.Timeout <= 0 {
-		opts.Timeout = 5 * time.Second
-	}
+	opts = opts.WithDefaults()
 	a := &Accepter{opts: opts, recent: newRecent()}
 	if opts.Batch > 1 && opts.BeforeCommitFunc == nil {
 		// One flusher: fewer, larger batches and fewer concurrent WAL

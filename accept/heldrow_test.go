@@ -29,7 +29,7 @@ import (
 // does only at its end.
 func TestHeldKeyRowDelaysNoOtherAccept(t *testing.T) {
 	t.Parallel()
-	h := newHeldRowHarness(t, httpapi.Deps{ClaimWait: time.Hour, StoreTimeout: time.Hour})
+	h := newHeldRowHarness(t, httpapi.Deps{Opts: accept.Opts{ClaimWait: time.Hour, Timeout: time.Hour}})
 	ctx := fixture.BeforeDeadline(t)
 	owner, other := h.caller("owner"), h.caller("other")
 	body := stacktest.ParcelBody(1, 1, 100)

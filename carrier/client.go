@@ -93,8 +93,12 @@ type Client struct {
 	httpClient *http.Client
 }
 
+// DefaultBaseURL is CARRIER_URL's default: the simulator (cmd/carrier) on
+// its default address.
+const DefaultBaseURL = "http://127.0.0.1:8090"
+
 // NewClient returns a client for the carrier at baseURL (e.g.
-// "http://127.0.0.1:8090"). opts may be nil.
+// [DefaultBaseURL]). opts may be nil.
 func NewClient(baseURL string, opts *ClientOpts) *Client {
 	if opts == nil {
 		opts = &ClientOpts{}

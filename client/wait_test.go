@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/labelkit/labels/accept"
 	"github.com/labelkit/labels/client"
 	"github.com/labelkit/labels/httpapi"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
@@ -47,7 +48,7 @@ func (rt *recordingTransport) RoundTrip(r *http.Request) (*http.Response, error)
 func TestCreateLabelWhenTheAPIHoldsNoMoreWaits(t *testing.T) {
 	t.Parallel()
 	stack := stacktest.New(t, stacktest.Opts{})
-	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Pool: stack.Pool, Log: zerolog.Nop(), MaxWaiters: -1}))
+	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Opts: accept.Opts{Pool: stack.Pool}, Log: zerolog.Nop(), MaxWaiters: -1}))
 	t.Cleanup(srv.Close)
 	rt := &recordingTransport{}
 	c := client.New(srv.URL, stack.Token("fulfilment"), client.WithHTTPClient(&http.Client{Transport: rt}),

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/labelkit/labels/accept"
 	"github.com/labelkit/labels/httpapi"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
@@ -142,7 +143,7 @@ func TestStoreUnavailable(t *testing.T) {
 	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/labels?sslmode=disable&connect_timeout=1")
 	require.NoError(t, err)
 	defer pool.Close()
-	h := httpapi.NewServer(httpapi.Deps{Pool: pool, Log: zerolog.Nop(), StoreTimeout: 2 * time.Second})
+	h := httpapi.NewServer(httpapi.Deps{Opts: accept.Opts{Pool: pool, Timeout: 2 * time.Second}, Log: zerolog.Nop()})
 	srv := &stacktest.Stack{T: t, URL: serve(t, h)}
 	r := srv.Create("lk_whatever", "k", stacktest.ParcelBody(1, 1, 100))
 	requireProblem(t, r, http.StatusServiceUnavailable, "store_unavailable")

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/labelkit/labels/accept"
 	"github.com/labelkit/labels/httpapi"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
 )
@@ -59,7 +60,7 @@ func TestHostileInput(t *testing.T) {
 	s := stacktest.New(t, stacktest.Opts{NoWorker: true})
 	tok := s.Token("fulfilment")
 	serve := func(l httpapi.Limits) string {
-		srv := httpapi.NewHTTPServer(httpapi.NewServer(httpapi.Deps{Pool: s.Pool, Log: zerolog.Nop()}), l)
+		srv := httpapi.NewHTTPServer(httpapi.NewServer(httpapi.Deps{Opts: accept.Opts{Pool: s.Pool}, Log: zerolog.Nop()}), l)
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		go func() { _ = srv.Serve(ln) }()

@@ -62,7 +62,7 @@ func (s *Server) handleCreateLabel(w http.ResponseWriter, r *http.Request, calle
 	}
 	wait, waitOK := parsePreferWait(r.Header.Values("Prefer"))
 
-	ctx, cancel := context.WithTimeout(r.Context(), s.deps.StoreTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), s.deps.Timeout)
 	d, err := s.accepter.Accept(ctx, callerID, key, parcel)
 	cancel()
 	if errors.Is(err, accept.ErrInProgress) {
@@ -196,7 +196,7 @@ func writeSaved(w http.ResponseWriter, status int, body []byte, replayed bool) {
 // finalAnswer renders the outcome of a final intent as a completed key would
 // replay it: the label renders to the same bytes as the body saved with it.
 func (s *Server) finalAnswer(ctx context.Context, in *postgres.Intent) (int, []byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.deps.StoreTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.deps.Timeout)
 	defer cancel()
 	if in.Status == labels.StatusSucceeded {
 		l, err := postgres.GetLabel(ctx, s.deps.Pool, in.CallerID, in.LabelID)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels"
+	"github.com/labelkit/labels/accept"
 	"github.com/labelkit/labels/httpapi"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/logtest"
@@ -38,7 +39,7 @@ func TestRequestLogLine(t *testing.T) {
 	t.Parallel()
 	pool, _ := dbtest.New(t)
 	var buf logtest.Buffer
-	h := httpapi.NewServer(httpapi.Deps{Pool: pool, Log: zerolog.New(&buf)})
+	h := httpapi.NewServer(httpapi.Deps{Opts: accept.Opts{Pool: pool}, Log: zerolog.New(&buf)})
 	s := &stacktest.Stack{T: t, URL: serve(t, h)}
 	tok, err := postgres.AddCaller(context.Background(), pool, "fulfilment")
 	require.NoError(t, err)

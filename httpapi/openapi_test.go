@@ -27,6 +27,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/labelkit/labels/accept"
 	"github.com/labelkit/labels/api"
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/httpapi"
@@ -146,7 +147,7 @@ func TestOpenAPI(t *testing.T) {
 	require.Equal(t, http.StatusMethodNotAllowed, check(http.MethodPut, "/healthz", s.Do(http.MethodPut, "/healthz", "", nil)).Status)
 
 	// The operational endpoints, from an API that serves the document.
-	ops := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Pool: s.Pool, OpenAPI: api.OpenAPI}))
+	ops := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Opts: accept.Opts{Pool: s.Pool}, OpenAPI: api.OpenAPI}))
 	t.Cleanup(ops.Close)
 	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/openapi.yaml"} {
 		r := doc.fetch(t, ops.URL, http.MethodGet, path, "", nil)
@@ -187,7 +188,7 @@ func TestOpenAPI(t *testing.T) {
 	closed, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	require.NoError(t, err)
 	closed.Close()
-	down := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Pool: closed, StoreTimeout: time.Second}))
+	down := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Opts: accept.Opts{Pool: closed, Timeout: time.Second}}))
 	t.Cleanup(down.Close)
 	for _, path := range []string{"/v1/label-requests/" + id, "/v1/label-requests?idempotency_key=k", "/v1/labels/" + lr.Label.LabelID, "/readyz"} {
 		require.Equal(t, http.StatusServiceUnavailable, doc.fetch(t, down.URL, http.MethodGet, path, tok, nil).Status, path)
@@ -197,8 +198,7 @@ func TestOpenAPI(t *testing.T) {
 	// 429 rate_limited: an API with a limit of one create a second per
 	// caller, its clock stopped.
 	stopped := time.Now()
-	limited := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Pool: s.Pool,
-		RateLimit: httpapi.RateLimit{PerSecond: 1, Now: func() time.Time { return stopped }}}))
+	limited := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Opts: accept.Opts{Pool: s.Pool}, RateLimit: httpapi.RateLimit{PerSecond: 1, Now: func() time.Time { return stopped }}}))
 	t.Cleanup(limited.Close)
 	require.Equal(t, http.StatusAccepted, doc.fetch(t, limited.URL, http.MethodPost, "/v1/labels", tok, stacktest.ParcelBody(3, 1, 100), "Idempotency-Key", "k-limited-1").Status)
 	require.Equal(t, http.StatusTooManyRequests, doc.fetch(t, limited.URL, http.MethodPost, "/v1/labels", tok, stacktest.ParcelBody(3, 2, 100), "Idempotency-Key", "k-limited-2").Status)

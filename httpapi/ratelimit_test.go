@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels"
+	"github.com/labelkit/labels/accept"
 	"github.com/labelkit/labels/httpapi"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
 )
@@ -32,7 +33,7 @@ func TestRateLimitPerCaller(t *testing.T) {
 		now = now.Add(d)
 	}
 	// 2 creates a second, 3 at once.
-	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Pool: s.Pool, RateLimit: httpapi.RateLimit{
+	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Opts: accept.Opts{Pool: s.Pool}, RateLimit: httpapi.RateLimit{
 		PerSecond: 2, Burst: 3, Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }}}))
 	t.Cleanup(srv.Close)
 	api := &stacktest.Stack{T: t, URL: srv.URL, Pool: s.Pool}
@@ -76,7 +77,7 @@ func TestRateLimitPerCaller(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, create(burst, "k8").Status)
 
 	// A slow rate: Retry-After is the whole wait for the next token.
-	slow := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Pool: s.Pool, RateLimit: httpapi.RateLimit{
+	slow := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Opts: accept.Opts{Pool: s.Pool}, RateLimit: httpapi.RateLimit{
 		PerSecond: 0.1, Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }}}))
 	t.Cleanup(slow.Close)
 	api.URL = slow.URL

@@ -14,7 +14,7 @@ import (
 
 // handleGetLabelRequest is GET /v1/label-requests/{id}.
 func (s *Server) handleGetLabelRequest(w http.ResponseWriter, r *http.Request, callerID string) {
-	ctx, cancel := context.WithTimeout(r.Context(), s.deps.StoreTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), s.deps.Timeout)
 	defer cancel()
 	in, err := postgres.GetIntent(ctx, s.deps.Pool, callerID, r.PathValue("id"))
 	s.writeLabelRequest(ctx, w, r, in, err)
@@ -34,7 +34,7 @@ func (s *Server) handleFindLabelRequest(w http.ResponseWriter, r *http.Request, 
 		return
 	}
 	infoFrom(r).key = key
-	ctx, cancel := context.WithTimeout(r.Context(), s.deps.StoreTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), s.deps.Timeout)
 	defer cancel()
 	in, err := postgres.GetIntentByKey(ctx, s.deps.Pool, callerID, key)
 	s.writeLabelRequest(ctx, w, r, in, err)
@@ -64,7 +64,7 @@ func (s *Server) labelRequest(ctx context.Context, in *postgres.Intent) (*labels
 
 // handleGetLabel is GET /v1/labels/{label_id}.
 func (s *Server) handleGetLabel(w http.ResponseWriter, r *http.Request, callerID string) {
-	ctx, cancel := context.WithTimeout(r.Context(), s.deps.StoreTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), s.deps.Timeout)
 	defer cancel()
 	l, err := postgres.GetLabel(ctx, s.deps.Pool, callerID, r.PathValue("label_id"))
 	if !found(w, r, err, "label") {

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
 	"github.com/labelkit/labels"
@@ -24,31 +23,19 @@ import (
 
 // Deps are what the API needs.
 type Deps struct {
-	Pool     *pgxpool.Pool
+	// Opts are the accept's: the pool and the notifier, which wakes the
+	// relays after an accept (nil: they poll); KeyRetention, which also
+	// sets Idempotency-Key-Expires of a key not yet final to now plus it;
+	// Timeout, which bounds the database work of every request too;
+	// ClaimWait, the wait for a concurrent request with the same key before
+	// 409; Batch, the accepts per shared transaction (negative: each its
+	// own, as when BeforeCommitFunc, a fault-injection hook, is set).
+	accept.Opts
 	Listener *notify.Listener // wakes Prefer: wait; nil means the sweep alone (WaitSweep)
-	Notifier *notify.Notifier // wakes the relays after an accept; nil means they poll
 	Metrics  *metrics.Metrics
 	Log      zerolog.Logger
-	// KeyRetention sets expires_at of a started record; it is reset at
-	// completion (by the worker's KEY_RETENTION). Idempotency-Key-Expires
-	// of a key not yet final is now plus this (default 24h).
-	KeyRetention time.Duration
-	// StoreTimeout bounds the database work of one request (default 5s).
-	StoreTimeout time.Duration
-	// ClaimWait bounds how long a request waits for a concurrent request with
-	// the same key to commit its claim before answering 409 (default 2s).
-	ClaimWait time.Duration
-	// AfterKeyInsertFunc, when set, runs inside the accept transaction after
-	// the key record and the intent are written; an error aborts the
-	// transaction. For fault-injection tests of the one-transaction accept.
-	AfterKeyInsertFunc func(ctx context.Context) error
 	// OpenAPI is served at /openapi.yaml when set.
 	OpenAPI []byte
-	// AcceptBatch bounds how many accepts share one transaction (group
-	// commit, package accept); 0 means 64, and a negative value gives each
-	// accept a transaction of its own. Each accept has its own when
-	// AfterKeyInsertFunc is set.
-	AcceptBatch int
 	// RateLimit limits each caller's creates in this process (the zero
 	// value: no limit, [DefaultRateLimit]).
 	RateLimit RateLimit
@@ -81,25 +68,12 @@ func NewServer(deps Deps) http.Handler {
 	if deps.Metrics == nil {
 		deps.Metrics = metrics.New(metrics.API)
 	}
-	if deps.StoreTimeout <= 0 {
-		deps.StoreTimeout = 5 * time.Second
-	}
-	if deps.KeyRetention <= 0 {
-		deps.KeyRetention = 24 * time.Hour
-	}
-	batch := deps.AcceptBatch
-	switch {
-	case batch == 0:
-		batch = 64
-	case batch < 0:
-		batch = 1
-	}
+	deps.Opts = deps.Opts.WithDefaults()
 	s := &Server{deps: deps, tokens: &tokenCache{ttl: time.Minute, m: map[string]tokenEntry{}}, limiter: newLimiter(deps.RateLimit), waiters: newWaiters(deps)}
 	if deps.Listener != nil {
 		deps.Listener.Watch(notify.ChannelFinal, s.waiters.notified)
 	}
-	s.accepter = accept.New(accept.Opts{Pool: deps.Pool, Notifier: deps.Notifier, KeyRetention: deps.KeyRetention,
-		ClaimWait: deps.ClaimWait, Batch: batch, Timeout: deps.StoreTimeout, BeforeCommitFunc: deps.AfterKeyInsertFunc})
+	s.accepter = accept.New(deps.Opts)
 	return s.routes()
 }
 
@@ -218,7 +192,7 @@ func (s *Server) authenticate(h func(w http.ResponseWriter, r *http.Request, cal
 		}
 		id, cached := s.tokens.get(token)
 		if !cached {
-			ctx, cancel := context.WithTimeout(r.Context(), s.deps.StoreTimeout)
+			ctx, cancel := context.WithTimeout(r.Context(), s.deps.Timeout)
 			var err error
 			id, err = postgres.Authenticate(ctx, s.deps.Pool, token)
 			cancel()

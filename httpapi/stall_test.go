@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/labelkit/labels/accept"
 	"github.com/labelkit/labels/httpapi"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
@@ -38,7 +39,7 @@ func TestStalledStoreAnswersEachCreateInTime(t *testing.T) {
 	const storeTimeout = time.Second
 	// Batches of 4: a queue that waited batch after batch would take tens of
 	// store timeouts to answer the last of them.
-	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Pool: pool, Log: zerolog.Nop(), StoreTimeout: storeTimeout, AcceptBatch: 4}))
+	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Opts: accept.Opts{Pool: pool, Timeout: storeTimeout, Batch: 4}, Log: zerolog.Nop()}))
 	defer srv.Close()
 	ctx := context.Background()
 	tok, err := postgres.AddCaller(ctx, direct, "fulfilment")

@@ -63,7 +63,7 @@ type waiter struct {
 }
 
 func newWaiters(d Deps) *waiters {
-	r := &waiters{max: d.MaxWaiters, pool: d.Pool, timeout: d.StoreTimeout, every: d.WaitSweep,
+	r := &waiters{max: d.MaxWaiters, pool: d.Pool, timeout: d.Timeout, every: d.WaitSweep,
 		ticks: d.WaitSweepTicks, after: d.WaitAfter, gauge: d.Metrics.Waiters, log: d.Log,
 		byID: map[string][]*waiter{}, kick: make(chan struct{}, 1)}
 	switch {
@@ -215,7 +215,7 @@ func (s *Server) waitFinal(ctx context.Context, w *waiter, callerID string, in *
 			return in, nil
 		case <-w.wake:
 		}
-		qctx, cancel := context.WithTimeout(ctx, s.deps.StoreTimeout)
+		qctx, cancel := context.WithTimeout(ctx, s.deps.Timeout)
 		got, err := postgres.GetIntent(qctx, s.deps.Pool, callerID, in.RequestID)
 		cancel()
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels"
+	"github.com/labelkit/labels/accept"
 	"github.com/labelkit/labels/httpapi"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
@@ -142,7 +143,7 @@ func newWaitAPI(t *testing.T, o waitOpts) *waitAPI {
 	w := &waitAPI{api: api, metrics: metrics.New(metrics.API), reads: reads,
 		ticks: make(chan time.Time), end: make(chan time.Time)}
 	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
-		Pool: api, Listener: listener, Metrics: w.metrics, Log: zerolog.Nop(), MaxWaiters: o.maxWaiters,
+		Opts: accept.Opts{Pool: api}, Listener: listener, Metrics: w.metrics, Log: zerolog.Nop(), MaxWaiters: o.maxWaiters,
 		WaitSweepTicks: w.ticks, WaitAfter: w.after,
 	}))
 	// A request answered at once is answered within the client's timeout, on

@@ -3,6 +3,7 @@ package idempotency
 import (
 	"errors"
 	"strings"
+	"time"
 )
 
 // MaxKeyLen is the longest key accepted, after unquoting.
@@ -76,3 +77,8 @@ func unquote(v string) (string, error) {
 	}
 	return b.String(), nil
 }
+
+// DefaultKeyRetention is KEY_RETENTION's default: how long a completed key
+// is kept (the API sets a started key's expiry by it, the worker a completed
+// one's, and River keeps completed jobs as long).
+const DefaultKeyRetention = 24 * time.Hour

@@ -70,8 +70,9 @@ type BuyLabelConfig struct {
 	Notifier *notify.Notifier
 
 	// BatchMax bounds how many jobs share one lease statement and one
-	// completion statement; 0 means 64, and a negative value turns the
-	// sharing off (every job runs the statements alone).
+	// completion statement (WORKER_BATCH); 0 means [DefaultBatch], and a
+	// negative value turns the sharing off (every job runs the statements
+	// alone).
 	BatchMax int
 
 	// AfterCarrierFunc, when set, runs between the carrier's answer and the
@@ -94,8 +95,9 @@ type BuyLabelWorker struct {
 	completions *group.Group[postgres.Completion, postgres.CompleteResult] // nil: each job alone
 }
 
-// batchMax bounds the jobs of one shared statement.
-const batchMax = 64
+// DefaultBatch is BatchMax's default (WORKER_BATCH's): the most jobs of one
+// shared statement.
+const DefaultBatch = 64
 
 // NewBuyLabelWorker returns a worker.
 func NewBuyLabelWorker(cfg BuyLabelConfig) *BuyLabelWorker {
@@ -106,7 +108,7 @@ func NewBuyLabelWorker(cfg BuyLabelConfig) *BuyLabelWorker {
 	if cfg.BatchMax >= 0 {
 		n := cfg.BatchMax
 		if n == 0 {
-			n = batchMax
+			n = DefaultBatch
 		}
 		w.leases = &group.Group[postgres.LeaseRow, postgres.LeaseOutcome]{Max: n, Flushers: 1, Timeout: cfg.LeaseDuration,
 			Run: func(ctx context.Context, rows []postgres.LeaseRow) ([]postgres.LeaseOutcome, error) {

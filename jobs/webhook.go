@@ -63,14 +63,14 @@ func insertJobs(client *river.Client[pgx.Tx], newArgs func(id string) river.JobA
 }
 
 // WebhookConfig configures a [DeliverWebhookWorker]; zero values take the
-// defaults of docs/operations.md.
+// defaults (DefaultWebhookTimeout…).
 type WebhookConfig struct {
 	Pool         *pgxpool.Pool
-	Timeout      time.Duration // WEBHOOK_TIMEOUT: one attempt (default 15s)
-	RetryBase    time.Duration // WEBHOOK_RETRY_BASE (default 5s)
-	RetryMax     time.Duration // WEBHOOK_RETRY_MAX (default 10h)
-	MaxAttempts  int           // WEBHOOK_MAX_ATTEMPTS (default 12)
-	DisableAfter int           // WEBHOOK_DISABLE_AFTER (default 50)
+	Timeout      time.Duration // WEBHOOK_TIMEOUT: one attempt
+	RetryBase    time.Duration // WEBHOOK_RETRY_BASE
+	RetryMax     time.Duration // WEBHOOK_RETRY_MAX
+	MaxAttempts  int           // WEBHOOK_MAX_ATTEMPTS
+	DisableAfter int           // WEBHOOK_DISABLE_AFTER
 	// Concurrency is the deliveries the process runs at once, River's
 	// MaxWorkers of the queue webhooks (WEBHOOK_CONCURRENCY); the last
 	// quarter of them is kept for endpoints with no attempt in flight.
@@ -93,21 +93,31 @@ type WebhookConfig struct {
 	BeforeSendFunc func(ctx context.Context, eventID string) error
 }
 
+// Defaults of [WebhookConfig] (and of the WEBHOOK_* variables named in
+// each comment); the concurrency's are in webhook_limit.go.
+const (
+	DefaultWebhookTimeout      = 15 * time.Second // WEBHOOK_TIMEOUT
+	DefaultWebhookRetryBase    = 5 * time.Second  // WEBHOOK_RETRY_BASE
+	DefaultWebhookRetryMax     = 10 * time.Hour   // WEBHOOK_RETRY_MAX
+	DefaultWebhookMaxAttempts  = 12               // WEBHOOK_MAX_ATTEMPTS
+	DefaultWebhookDisableAfter = 50               // WEBHOOK_DISABLE_AFTER
+)
+
 func (c *WebhookConfig) defaults() {
 	if c.Timeout <= 0 {
-		c.Timeout = 15 * time.Second
+		c.Timeout = DefaultWebhookTimeout
 	}
 	if c.RetryBase <= 0 {
-		c.RetryBase = 5 * time.Second
+		c.RetryBase = DefaultWebhookRetryBase
 	}
 	if c.RetryMax <= 0 {
-		c.RetryMax = 10 * time.Hour
+		c.RetryMax = DefaultWebhookRetryMax
 	}
 	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = 12
+		c.MaxAttempts = DefaultWebhookMaxAttempts
 	}
 	if c.DisableAfter <= 0 {
-		c.DisableAfter = 50
+		c.DisableAfter = DefaultWebhookDisableAfter
 	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = DefaultWebhookConcurrency

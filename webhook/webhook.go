@@ -33,6 +33,10 @@ const SecretPrefix = "whsec_"
 // secretBytes is the size of a new secret (Standard Webhooks: 24 to 64).
 const secretBytes = 32
 
+// DefaultRotationOverlap is WEBHOOK_ROTATION_OVERLAP's default: how long an
+// endpoint's previous secrets keep signing after a new one is added.
+const DefaultRotationOverlap = 24 * time.Hour
+
 // NewSecret returns a fresh secret as printed (whsec_ + base64) and its raw
 // bytes, the HMAC key.
 func NewSecret() (string, []byte, error) {

@@ -24,40 +24,56 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/rs/zerolog"
 
+	"github.com/labelkit/labels/idempotency"
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/notify"
 	"github.com/labelkit/labels/outbox"
 )
 
-// Config configures a [Worker]. Zero values take the defaults of
-// docs/operations.md.
+// Defaults of [Config]: a zero field takes its default (Config.WithDefaults),
+// and cmd/worker reads its environment with them.
+const (
+	DefaultCarrierTimeout     = 20 * time.Second // CARRIER_TIMEOUT
+	DefaultLeaseDuration      = 30 * time.Second // LEASE_DURATION
+	DefaultConcurrency        = 100              // WORKER_CONCURRENCY
+	DefaultMaxAttempts        = 20               // MAX_ATTEMPTS
+	DefaultRetryBase          = time.Second      // RETRY_BASE
+	DefaultRetryMax           = time.Hour        // RETRY_MAX
+	DefaultSweepInterval      = time.Minute      // SWEEP_INTERVAL
+	DefaultSweepBatch         = 1000             // SWEEP_BATCH
+	DefaultTombstoneRetention = 30 * 24 * time.Hour
+)
+
+// Config configures a [Worker]. Zero values take the defaults above (and
+// KeyRetention idempotency.DefaultKeyRetention, Batch jobs.DefaultBatch,
+// Webhooks jobs.WebhookConfig's).
 type Config struct {
 	Pool    *pgxpool.Pool
 	Carrier jobs.Carrier
-	// CarrierTimeout bounds one carrier call (default 20s); it must be below
-	// LeaseDuration (default 30s).
+	// CarrierTimeout bounds one carrier call; it must be below
+	// LeaseDuration.
 	CarrierTimeout time.Duration
 	LeaseDuration  time.Duration
-	KeyRetention   time.Duration // default 24h
-	Concurrency    int           // carrier calls in flight (default 100)
+	KeyRetention   time.Duration
+	Concurrency    int // carrier calls in flight
 	// RelayBacklog bounds the purchases waiting to run in River's queue
 	// (every worker's together): the relay moves no more intents into River,
 	// and the rest wait in the outbox, where the callers take turns
 	// (outbox.RelayOpts.Backlog). 0: [RelayBacklogPerSlot] × Concurrency;
 	// negative: no bound.
 	RelayBacklog int
-	// Batch bounds the jobs that share a lease or completion statement: 0
-	// means 64, a negative value one statement per job.
+	// Batch bounds the jobs that share a lease or completion statement
+	// (jobs.BuyLabelConfig.BatchMax): a negative value one statement per job.
 	Batch       int
-	MaxAttempts int           // default 20
-	RetryBase   time.Duration // default 1s
-	RetryMax    time.Duration // default 1h
-	// SweepInterval is how often expired keys are purged (default 1m);
-	// negative: no periodic sweep.
+	MaxAttempts int
+	RetryBase   time.Duration
+	RetryMax    time.Duration
+	// SweepInterval is how often expired keys are purged; negative: no
+	// periodic sweep.
 	SweepInterval      time.Duration
-	SweepBatch         int           // default 1000
-	TombstoneRetention time.Duration // default 720h
+	SweepBatch         int
+	TombstoneRetention time.Duration // TOMBSTONE_RETENTION
 
 	Metrics *metrics.Metrics // nil: a fresh set
 	Log     zerolog.Logger
@@ -93,8 +109,8 @@ type Config struct {
 	// Webhooks configures the delivery of completion webhooks (its Pool,
 	// Log and Concurrency are this config's; zero values take the defaults),
 	// on the queue webhooks with WebhookConcurrency deliveries in flight
-	// (default 20), at most Webhooks.EndpointConcurrency of them at one
-	// endpoint (default 4).
+	// (default jobs.DefaultWebhookConcurrency), at most
+	// Webhooks.EndpointConcurrency of them at one endpoint.
 	Webhooks           jobs.WebhookConfig
 	WebhookConcurrency int
 }
@@ -105,35 +121,34 @@ type Config struct {
 // that.
 const RelayBacklogPerSlot = 2
 
-func (c *Config) defaults() {
+// WithDefaults returns c with each zero field set to its default; applied
+// twice it changes nothing more.
+func (c Config) WithDefaults() Config {
 	or := func(d *time.Duration, def time.Duration) {
 		if *d == 0 {
 			*d = def
 		}
 	}
-	or(&c.CarrierTimeout, 20*time.Second)
-	or(&c.LeaseDuration, 30*time.Second)
-	or(&c.KeyRetention, 24*time.Hour)
-	or(&c.RetryBase, time.Second)
-	or(&c.RetryMax, time.Hour)
-	or(&c.SweepInterval, time.Minute)
-	or(&c.TombstoneRetention, 30*24*time.Hour)
+	or(&c.CarrierTimeout, DefaultCarrierTimeout)
+	or(&c.LeaseDuration, DefaultLeaseDuration)
+	or(&c.KeyRetention, idempotency.DefaultKeyRetention)
+	or(&c.RetryBase, DefaultRetryBase)
+	or(&c.RetryMax, DefaultRetryMax)
+	or(&c.SweepInterval, DefaultSweepInterval)
+	or(&c.TombstoneRetention, DefaultTombstoneRetention)
 	or(&c.FetchPollInterval, jobs.FetchPollInterval)
-	or(&c.Webhooks.Timeout, 15*time.Second)
+	or(&c.Webhooks.Timeout, jobs.DefaultWebhookTimeout)
 	if c.Concurrency <= 0 {
-		c.Concurrency = 100
+		c.Concurrency = DefaultConcurrency
 	}
-	switch {
-	case c.RelayBacklog == 0:
+	if c.RelayBacklog == 0 {
 		c.RelayBacklog = RelayBacklogPerSlot * c.Concurrency
-	case c.RelayBacklog < 0:
-		c.RelayBacklog = 0
 	}
 	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = 20
+		c.MaxAttempts = DefaultMaxAttempts
 	}
 	if c.SweepBatch <= 0 {
-		c.SweepBatch = 1000
+		c.SweepBatch = DefaultSweepBatch
 	}
 	if c.WebhookConcurrency <= 0 {
 		c.WebhookConcurrency = jobs.DefaultWebhookConcurrency
@@ -141,6 +156,7 @@ func (c *Config) defaults() {
 	if c.Metrics == nil {
 		c.Metrics = metrics.New(metrics.Worker)
 	}
+	return c
 }
 
 // Worker is a River client with the project's workers, and the relay.
@@ -158,7 +174,7 @@ type Worker struct {
 
 // New builds a worker; [Worker.Start] starts it.
 func New(cfg Config) (*Worker, error) {
-	cfg.defaults()
+	cfg = cfg.WithDefaults()
 	if cfg.CarrierTimeout >= cfg.LeaseDuration {
 		return nil, errors.New("worker: the carrier timeout must be below the lease, or a slow carrier call outlives its lease")
 	}
@@ -239,7 +255,7 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	relay := outbox.NewRelay(cfg.Pool, jobs.DispatchBuyLabels(client), cfg.Log, &outbox.RelayOpts{
-		Backlog:        cfg.RelayBacklog,
+		Backlog:        max(cfg.RelayBacklog, 0), // negative: no bound, outbox's 0
 		Queue:          jobs.QueueLabels,
 		Listener:       cfg.Listener,
 		PollInterval:   cfg.RelayPollInterval,

@@ -16,7 +16,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
+	"github.com/labelkit/labels/accept"
 	"github.com/labelkit/labels/httpapi"
+	"github.com/labelkit/labels/idempotency"
 	"github.com/labelkit/labels/internal/apiserve"
 	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/migrations"
@@ -26,7 +28,8 @@ import (
 
 func main() { cli.Exit(run) }
 
-const usage = `Usage:
+// usage is built from the defaults, the ones cfg is read with.
+var usage = fmt.Sprintf(`Usage:
   api                     serve the HTTP API
   api migrate             apply every migration (ours and River's); safe to repeat
   api caller add NAME     create caller NAME if new, add a token, print it last
@@ -45,23 +48,27 @@ const usage = `Usage:
                           WEBHOOK_SECRET_KEY_OLD); safe to repeat
 
 Flags (override the environment):
-  --addr ADDR             listen address (API_ADDR, default :8080)
+  --addr ADDR             listen address (API_ADDR, default %s)
   --database-url URL      PostgreSQL (DATABASE_URL)
 
 Environment: DATABASE_URL, DATABASE_DIRECT_URL (a direct connection when
 DATABASE_URL is a pooler: LISTEN and migrations), DATABASE_POOLED (default:
-true when DATABASE_DIRECT_URL is set), API_ADDR, KEY_RETENTION (24h), ACCEPT_BATCH (64:
+true when DATABASE_DIRECT_URL is set), API_ADDR, KEY_RETENTION (%s), ACCEPT_BATCH (%d:
 accepts per shared transaction; 0 = one transaction per accept),
-RATE_LIMIT (0: off; creates a second per caller in this process, past which
-429 rate_limited), RATE_LIMIT_BURST (0: RATE_LIMIT), PREFER_WAIT_MAX (1000:
+RATE_LIMIT (%d: off; creates a second per caller in this process, past which
+429 rate_limited), RATE_LIMIT_BURST (0: RATE_LIMIT), PREFER_WAIT_MAX (%d:
 Prefer: wait requests held at once; past it answered at once), LOG_LEVEL
-(info), LOG_FORMAT (json|console); for api webhook: WEBHOOK_ALLOW_INSECURE
+(%s), LOG_FORMAT (json|console); for api webhook: WEBHOOK_ALLOW_INSECURE
 (false: https:// only), WEBHOOK_ALLOW_PRIVATE (false: public hosts only),
-WEBHOOK_ROTATION_OVERLAP (24h), WEBHOOK_SECRET_KEY (base64 of 32 bytes:
+WEBHOOK_ROTATION_OVERLAP (%s), WEBHOOK_SECRET_KEY (base64 of 32 bytes:
 secrets stored encrypted; unset: set and rotate refuse), WEBHOOK_SECRET_KEY_OLD
 (unset; the previous key, for reseal), WEBHOOK_ALLOW_UNSEALED (false; true:
 secrets stored raw without a key, development only).
-`
+`, DefaultAddr, cli.Dur(idempotency.DefaultKeyRetention), accept.DefaultBatch, httpapi.DefaultRateLimit,
+	httpapi.DefaultMaxWaiters, cli.DefaultLogLevel, cli.Dur(webhook.DefaultRotationOverlap))
+
+// DefaultAddr is API_ADDR's default: the API's listen address.
+const DefaultAddr = ":8080"
 
 // Config is the API's configuration, read once in run.
 type Config struct {
@@ -109,19 +116,19 @@ func (c *Config) Validate() error {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	env := &cli.Env{Getenv: getenv}
+	env := cli.NewEnv(ctx, getenv)
 	cfg := Config{
 		Database:     env.Database(),
-		Addr:         env.String("API_ADDR", ":8080"),
-		KeyRetention: env.Duration("KEY_RETENTION", 24*time.Hour),
-		AcceptBatch:  env.Int("ACCEPT_BATCH", 64),
+		Addr:         env.String("API_ADDR", DefaultAddr),
+		KeyRetention: env.Duration("KEY_RETENTION", idempotency.DefaultKeyRetention),
+		AcceptBatch:  env.Int("ACCEPT_BATCH", accept.DefaultBatch),
 		RateLimit:    env.Int("RATE_LIMIT", httpapi.DefaultRateLimit),
 		RateBurst:    env.Int("RATE_LIMIT_BURST", 0),
 		MaxWaiters:   env.Int("PREFER_WAIT_MAX", httpapi.DefaultMaxWaiters),
 
 		WebhookAllowInsecure:   env.Bool("WEBHOOK_ALLOW_INSECURE", false),
 		WebhookAllowPrivate:    env.Bool("WEBHOOK_ALLOW_PRIVATE", false),
-		WebhookRotationOverlap: env.Duration("WEBHOOK_ROTATION_OVERLAP", 24*time.Hour),
+		WebhookRotationOverlap: env.Duration("WEBHOOK_ROTATION_OVERLAP", webhook.DefaultRotationOverlap),
 		WebhookSecretKeys: webhook.SecretKeys{
 			Key:           env.String("WEBHOOK_SECRET_KEY", ""),
 			Old:           env.String("WEBHOOK_SECRET_KEY_OLD", ""),

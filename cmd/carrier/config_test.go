@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/internal/testutil/envdoc"
 )
 
@@ -19,11 +20,13 @@ import (
 func TestConfigMatchesTheTable(t *testing.T) {
 	t.Parallel()
 	rec := envdoc.NewRecorder(nil)
+	ctx := cli.RecordDefaults(context.Background(), rec.Default)
 	// A bad flag value stops it after every variable was read.
-	require.Equal(t, exitUsage, run(context.Background(), []string{"carrier", "--addr", "no port"}, rec.Getenv, io.Discard, io.Discard))
+	require.Equal(t, exitUsage, run(ctx, []string{"carrier", "--addr", "no port"}, rec.Getenv, io.Discard, io.Discard))
 	out := filepath.Join(t.TempDir(), "invoice.csv")
-	require.Equal(t, exitOK, run(context.Background(), []string{"carrier", "invoice", "--day", "2026-12-01", "--lines", "1", "--out", out}, rec.Getenv, io.Discard, io.Discard))
+	require.Equal(t, exitOK, run(ctx, []string{"carrier", "invoice", "--day", "2026-12-01", "--lines", "1", "--out", out}, rec.Getenv, io.Discard, io.Discard))
 	envdoc.Check(t, "carrier", rec.Read())
+	envdoc.CheckDefaults(t, "carrier", rec.Read(), rec.Defaults())
 
 	var cfg Config
 	for _, s := range serveSettings(&cfg) {

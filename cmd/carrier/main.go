@@ -65,6 +65,10 @@ func (c *Config) Validate() error {
 	return c.Sim.Validate()
 }
 
+// DefaultAddr is CARRIER_ADDR's default: the simulator's listen address
+// (carrier.DefaultBaseURL's port).
+const DefaultAddr = ":8090"
+
 // setting is one configuration value: its flag, its variable, its default, and
 // how it lands in the config.
 type setting struct {
@@ -89,7 +93,7 @@ func (v *value) IsBoolFlag() bool   { return v.isBool }
 
 // parse reads args into the settings: a flag when given, else the variable when
 // not empty, else the default. name is the command in messages.
-func (ss settings) parse(name string, args []string, getenv func(string) string) (help bool, err error) {
+func (ss settings) parse(name string, args []string, env *cli.Env) (help bool, err error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
@@ -110,7 +114,7 @@ func (ss settings) parse(name string, args []string, getenv func(string) string)
 	for i, s := range ss {
 		v, source := s.def, "--"+s.flag
 		if s.env != "" {
-			if e := getenv(s.env); e != "" {
+			if e := env.String(s.env, s.def); env.Getenv(s.env) != "" {
 				v, source = e, s.env
 			}
 		}
@@ -131,8 +135,8 @@ func (ss settings) parse(name string, args []string, getenv func(string) string)
 // validate. On --help it prints head and the settings' usage (exit 0), on an
 // error one line prefixed by name (exit 2); ok is true when the command goes
 // on.
-func (ss settings) configure(name, head string, args []string, getenv func(string) string, validate func() error, stdout, stderr io.Writer) (code int, ok bool) {
-	help, err := ss.parse(name, args, getenv)
+func (ss settings) configure(name, head string, args []string, env *cli.Env, validate func() error, stdout, stderr io.Writer) (code int, ok bool) {
+	help, err := ss.parse(name, args, env)
 	if help {
 		fmt.Fprint(stdout, head)
 		ss.usage(stdout)
@@ -218,7 +222,7 @@ func stringSetting(dst *string) func(string) error {
 
 func logSettings(level *zerolog.Level, format *string) settings {
 	return settings{
-		{flag: "log-level", env: "LOG_LEVEL", def: "info", kind: "level", usage: "debug, info, warn or error", set: func(v string) error {
+		{flag: "log-level", env: "LOG_LEVEL", def: cli.DefaultLogLevel, kind: "level", usage: "debug, info, warn or error", set: func(v string) error {
 			switch v {
 			case "debug", "info", "warn", "error":
 				l, _ := zerolog.ParseLevel(v)
@@ -227,7 +231,7 @@ func logSettings(level *zerolog.Level, format *string) settings {
 			}
 			return errors.New("want debug, info, warn or error")
 		}},
-		{flag: "log-format", env: "LOG_FORMAT", def: "json", kind: "format", usage: "json or console", set: func(v string) error {
+		{flag: "log-format", env: "LOG_FORMAT", def: cli.DefaultLogFormat, kind: "format", usage: "json or console", set: func(v string) error {
 			if v != "json" && v != "console" {
 				return errors.New("want json or console")
 			}
@@ -254,15 +258,15 @@ func billingSettings(o *sim.Options, prefix string) settings {
 func serveSettings(c *Config) settings {
 	o := &c.Sim
 	ss := settings{
-		{flag: "addr", env: "CARRIER_ADDR", def: ":8090", kind: "addr", usage: "listen address; 127.0.0.1:0 picks a free port (logged)", set: stringSetting(&c.Addr)},
+		{flag: "addr", env: "CARRIER_ADDR", def: DefaultAddr, kind: "addr", usage: "listen address; 127.0.0.1:0 picks a free port (logged)", set: stringSetting(&c.Addr)},
 		{flag: "token", env: "CARRIER_TOKEN", kind: "token", usage: "bearer token every call must carry (empty: none)", set: stringSetting(&o.Token)},
 		{flag: "latency", env: "SIM_LATENCY", def: "0s", kind: "duration", usage: "latency added to every purchase", set: durationSetting(&o.Latency)},
 		{flag: "latency-jitter", env: "SIM_LATENCY_JITTER", def: "0s", kind: "duration", usage: "most random extra latency", set: durationSetting(&o.LatencyJitter)},
 		{flag: "fail-rate", env: "SIM_FAIL_RATE", def: "0", kind: "share", usage: "share of purchases answered 503 before buying", set: rateSetting(&o.FailRate)},
 		{flag: "drop-reply-rate", env: "SIM_DROP_REPLY_RATE", def: "0", kind: "share", usage: "share of purchases whose reply is dropped after buying", set: rateSetting(&o.DropReplyRate)},
 		{flag: "timeout-rate", env: "SIM_TIMEOUT_RATE", def: "0", kind: "share", usage: "share of purchases that wait --timeout-delay, then buy anyway", set: rateSetting(&o.TimeoutRate)},
-		{flag: "timeout-delay", env: "SIM_TIMEOUT_DELAY", def: "30s", kind: "duration", usage: "how long a timed-out purchase waits (or until the client leaves)", set: durationSetting(&o.TimeoutDelay)},
-		{flag: "void-window", env: "SIM_VOID_WINDOW", def: "720h", kind: "duration", usage: "how long after its purchase a label may be voided (later: 409 void_window_closed)", set: func(v string) error {
+		{flag: "timeout-delay", env: "SIM_TIMEOUT_DELAY", def: cli.Dur(sim.DefaultTimeoutDelay), kind: "duration", usage: "how long a timed-out purchase waits (or until the client leaves)", set: durationSetting(&o.TimeoutDelay)},
+		{flag: "void-window", env: "SIM_VOID_WINDOW", def: cli.Dur(sim.DefaultVoidWindow), kind: "duration", usage: "how long after its purchase a label may be voided (later: 409 void_window_closed)", set: func(v string) error {
 			if err := durationSetting(&o.VoidWindow)(v); err != nil {
 				return err
 			}
@@ -296,7 +300,7 @@ func newLogger(w io.Writer, level zerolog.Level, format string) zerolog.Logger {
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	if len(args) > 1 && args[1] == "invoice" {
-		return runInvoice(args[2:], getenv, stdout, stderr)
+		return runInvoice(ctx, args[2:], getenv, stdout, stderr)
 	}
 	var args1 []string
 	if len(args) > 1 {
@@ -304,7 +308,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	var cfg Config
-	if code, ok := serveSettings(&cfg).configure("carrier", serveUsage, args1, getenv, cfg.Validate, stdout, stderr); !ok {
+	if code, ok := serveSettings(&cfg).configure("carrier", serveUsage, args1, cli.NewEnv(ctx, getenv), cfg.Validate, stdout, stderr); !ok {
 		return code
 	}
 	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
@@ -423,7 +427,7 @@ func logRequests(log zerolog.Logger, next http.Handler) http.Handler {
 }
 
 // runInvoice writes a synthetic invoice: carrier invoice --day … --lines … --out ….
-func runInvoice(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+func runInvoice(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	var (
 		opts      sim.Options
 		day       time.Time
@@ -462,7 +466,7 @@ func runInvoice(args []string, getenv func(string) string, stdout, stderr io.Wri
 	ss = append(ss, logSettings(&level, &format)...)
 
 	validate := func() error { return opts.BillingMix().Validate() }
-	if code, ok := ss.configure("carrier invoice", invoiceUsage, args, getenv, validate, stdout, stderr); !ok {
+	if code, ok := ss.configure("carrier invoice", invoiceUsage, args, cli.NewEnv(ctx, getenv), validate, stdout, stderr); !ok {
 		return code
 	}
 	log := newLogger(stderr, level, format)

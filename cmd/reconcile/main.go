@@ -63,7 +63,8 @@ type Config struct {
 	StuckAfter  time.Duration
 }
 
-const usage = `Usage: reconcile (--invoice FILE | --date YYYY-MM-DD) [flags]
+// usage is built from the defaults, the ones the configuration is read with.
+var usage = fmt.Sprintf(`Usage: reconcile (--invoice FILE | --date YYYY-MM-DD) [flags]
        reconcile void --run RUN_ID [flags]   (reconcile void --help)
 
 Matches a carrier invoice against our labels and completed keys, saves the run
@@ -76,27 +77,28 @@ Flags:
                           or yesterday or today (UTC), as a nightly job runs it
   --format FORMAT         text (a summary), json or csv (every item) (default text)
   --out FILE              write the report to FILE instead of standard output
-  --grace DURATION        unbilled labels younger than this are not reported (default 48h)
-  --stuck-after DURATION  intents pending for longer are stuck (default 1h)
+  --grace DURATION        unbilled labels younger than this are not reported (default %s)
+  --stuck-after DURATION  intents pending for longer are stuck (default %s)
 
 Environment:
-  DATABASE_URL   PostgreSQL connection string (default postgres://localhost:5432/labels?sslmode=disable;
+  DATABASE_URL   PostgreSQL connection string (default %s;
                  when unset and PGHOST or PGDATABASE is set, the PG* variables)
-  CARRIER_URL    carrier base URL, for --date (default http://127.0.0.1:8090)
+  CARRIER_URL    carrier base URL, for --date (default %s)
   CARRIER_TOKEN  bearer token for the carrier (default none)
-  LOG_LEVEL      debug, info, warn or error (default info)
-  LOG_FORMAT     json or console (default json)
+  LOG_LEVEL      debug, info, warn or error (default %s)
+  LOG_FORMAT     json or console (default %s)
 
 Durations use Go's syntax: 90m, 48h, 0s.
-`
+`, cli.Dur(reconcile.DefaultGrace), cli.Dur(reconcile.DefaultStuckAfter), cli.DefaultDatabaseURL,
+	carrier.DefaultBaseURL, cli.DefaultLogLevel, cli.DefaultLogFormat)
 
 // parseConfig reads flags and environment; the error is flag.ErrHelp or the
 // one line to print.
-func parseConfig(args []string, getenv func(string) string) (cfg Config, err error) {
-	if cfg.Settings, err = parseSettings(getenv); err != nil {
+func parseConfig(ctx context.Context, args []string, getenv func(string) string) (cfg Config, err error) {
+	if cfg.Settings, err = parseSettings(ctx, getenv); err != nil {
 		return cfg, err
 	}
-	cfg.CarrierURL = (&cli.Env{Getenv: getenv}).String("CARRIER_URL", "http://127.0.0.1:8090")
+	cfg.CarrierURL = cli.NewEnv(ctx, getenv).String("CARRIER_URL", carrier.DefaultBaseURL)
 	cfg.CarrierToken = getenv("CARRIER_TOKEN")
 
 	fs := newFlagSet("reconcile")
@@ -156,7 +158,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) > 0 && args[0] == "void" {
 		return runVoid(ctx, args[1:], getenv, stdout, stderr)
 	}
-	cfg, err := parseConfig(args, getenv)
+	cfg, err := parseConfig(ctx, args, getenv)
 	if code, ok := refuse(err, "reconcile", usage, stdout, stderr); !ok {
 		return code
 	}
@@ -391,20 +393,20 @@ type Settings struct {
 // parseSettings reads DATABASE_URL (or else the PG* variables, as the other
 // commands read them), DATABASE_POOLED, LOG_LEVEL and LOG_FORMAT. Whether
 // the database URL parses is [Settings.checkDatabaseURL]'s, the last check.
-func parseSettings(getenv func(string) string) (s Settings, err error) {
-	env := &cli.Env{Getenv: getenv}
+func parseSettings(ctx context.Context, getenv func(string) string) (s Settings, err error) {
+	env := cli.NewEnv(ctx, getenv)
 	db := env.Database()
 	if env.Err != nil {
 		return s, env.Err
 	}
 	s.DatabaseURL, s.Pooled = db.URL, db.Pooled
-	switch v := env.String("LOG_LEVEL", "info"); v {
+	switch v := env.String("LOG_LEVEL", cli.DefaultLogLevel); v {
 	case "debug", "info", "warn", "error":
 		s.LogLevel, _ = zerolog.ParseLevel(v)
 	default:
 		return s, fmt.Errorf("invalid LOG_LEVEL %q: want debug, info, warn or error", v)
 	}
-	if s.LogFormat = env.String("LOG_FORMAT", "json"); s.LogFormat != "json" && s.LogFormat != "console" {
+	if s.LogFormat = env.String("LOG_FORMAT", cli.DefaultLogFormat); s.LogFormat != "json" && s.LogFormat != "console" {
 		return s, fmt.Errorf("invalid LOG_FORMAT %q: want json or console", s.LogFormat)
 	}
 	return s, nil

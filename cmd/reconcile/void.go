@@ -14,6 +14,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/reconcile"
 )
@@ -36,7 +37,9 @@ type VoidConfig struct {
 	Wait     time.Duration
 }
 
-const voidUsage = `Usage: reconcile void --run RUN_ID [--category duplicate_charge|billed_without_label] [--dry-run]
+// voidUsage is built from the defaults, the ones the configuration is read
+// with.
+var voidUsage = fmt.Sprintf(`Usage: reconcile void --run RUN_ID [--category duplicate_charge|billed_without_label] [--dry-run]
                       [--format text|json|csv] [--out FILE] [--wait DURATION]
 
 Voids, at the carrier, the extra purchases a saved reconcile run found: for each
@@ -59,20 +62,20 @@ Flags:
   --dry-run           print what would be voided and change nothing
   --format FORMAT     text, json or csv (default text)
   --out FILE          write the report to FILE instead of standard output
-  --wait DURATION     how long to wait for the outcomes (default 2m; 0s: do not wait)
+  --wait DURATION     how long to wait for the outcomes (default %s; 0s: do not wait)
 
 Environment:
-  DATABASE_URL   PostgreSQL connection string (default postgres://localhost:5432/labels?sslmode=disable;
+  DATABASE_URL   PostgreSQL connection string (default %s;
                  when unset and PGHOST or PGDATABASE is set, the PG* variables)
-  LOG_LEVEL      debug, info, warn or error (default info)
-  LOG_FORMAT     json or console (default json)
+  LOG_LEVEL      debug, info, warn or error (default %s)
+  LOG_FORMAT     json or console (default %s)
 
 The workers call the carrier (their CARRIER_URL and CARRIER_TOKEN); this command
 does not.
-`
+`, cli.Dur(defaultVoidWait), cli.DefaultDatabaseURL, cli.DefaultLogLevel, cli.DefaultLogFormat)
 
-func parseVoidConfig(args []string, getenv func(string) string) (cfg VoidConfig, err error) {
-	if cfg.Settings, err = parseSettings(getenv); err != nil {
+func parseVoidConfig(ctx context.Context, args []string, getenv func(string) string) (cfg VoidConfig, err error) {
+	if cfg.Settings, err = parseSettings(ctx, getenv); err != nil {
 		return cfg, err
 	}
 
@@ -107,7 +110,7 @@ func parseVoidConfig(args []string, getenv func(string) string) (cfg VoidConfig,
 
 // runVoid is `reconcile void`. args follow "void".
 func runVoid(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	cfg, err := parseVoidConfig(args, getenv)
+	cfg, err := parseVoidConfig(ctx, args, getenv)
 	if code, ok := refuse(err, "reconcile void", voidUsage, stdout, stderr); !ok {
 		return code
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/labelkit/labels/carrier"
+	"github.com/labelkit/labels/idempotency"
 	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/metrics"
@@ -30,7 +31,8 @@ import (
 
 func main() { cli.Exit(run) }
 
-const usage = `Usage: worker [flags]
+// usage is built from the defaults, the ones cfg is read with.
+var usage = fmt.Sprintf(`Usage: worker [flags]
 
 Runs the outbox relay, the River workers that buy labels, and the key sweeper.
 
@@ -43,22 +45,32 @@ Flags (override the environment):
 
 Environment (defaults): DATABASE_URL, DATABASE_DIRECT_URL (a direct
 connection for LISTEN when DATABASE_URL is a pooler; without it the relay
-and River poll), DATABASE_POOLED (true when DATABASE_DIRECT_URL is set), CARRIER_URL (http://127.0.0.1:8090),
-CARRIER_TOKEN, CARRIER_TIMEOUT (20s), LEASE_DURATION (30s), WORKER_CONCURRENCY
-(100), RELAY_BACKLOG (0: 2 x WORKER_CONCURRENCY purchases waiting in River;
--1: no bound), MAX_ATTEMPTS (20), RETRY_BASE (1s), RETRY_MAX (1h), KEY_RETENTION (24h),
-SWEEP_INTERVAL (1m), SWEEP_BATCH (1000), TOMBSTONE_RETENTION (720h), METRICS_ADDR (127.0.0.1:9091),
-WORKER_BATCH (64: jobs per shared lease or completion statement; 0 = one
+and River poll), DATABASE_POOLED (true when DATABASE_DIRECT_URL is set), CARRIER_URL (%s),
+CARRIER_TOKEN, CARRIER_TIMEOUT (%s), LEASE_DURATION (%s), WORKER_CONCURRENCY
+(%d), RELAY_BACKLOG (0: %d x WORKER_CONCURRENCY purchases waiting in River;
+-1: no bound), MAX_ATTEMPTS (%d), RETRY_BASE (%s), RETRY_MAX (%s), KEY_RETENTION (%s),
+SWEEP_INTERVAL (%s), SWEEP_BATCH (%d), TOMBSTONE_RETENTION (%s), METRICS_ADDR (%s),
+WORKER_BATCH (%d: jobs per shared lease or completion statement; 0 = one
 transaction per job), RECONCILE_SCHEDULE (off), ADMIN_ADDR (off; River UI at /riverui/, needs
-ADMIN_USER and ADMIN_PASSWORD), LOG_LEVEL (info), LOG_FORMAT (json|console).
-Webhook delivery: WEBHOOK_TIMEOUT (15s), WEBHOOK_RETRY_BASE (5s), WEBHOOK_RETRY_MAX
-(10h), WEBHOOK_MAX_ATTEMPTS (12), WEBHOOK_DISABLE_AFTER (50), WEBHOOK_CONCURRENCY (20),
-WEBHOOK_ENDPOINT_CONCURRENCY (4: attempts in flight at one endpoint per process),
+ADMIN_USER and ADMIN_PASSWORD), LOG_LEVEL (%s), LOG_FORMAT (json|console).
+Webhook delivery: WEBHOOK_TIMEOUT (%s), WEBHOOK_RETRY_BASE (%s), WEBHOOK_RETRY_MAX
+(%s), WEBHOOK_MAX_ATTEMPTS (%d), WEBHOOK_DISABLE_AFTER (%d), WEBHOOK_CONCURRENCY (%d),
+WEBHOOK_ENDPOINT_CONCURRENCY (%d: attempts in flight at one endpoint per process),
 WEBHOOK_ALLOW_INSECURE (false), WEBHOOK_ALLOW_PRIVATE (false), WEBHOOK_SECRET_KEY
 (unset; the api's, to open the secrets it sealed: without it no delivery is
 signed), WEBHOOK_SECRET_KEY_OLD (unset; the previous key during a rotation),
 WEBHOOK_ALLOW_UNSEALED (false; true: raw secrets are used, development only).
-`
+`, carrier.DefaultBaseURL, cli.Dur(worker.DefaultCarrierTimeout), cli.Dur(worker.DefaultLeaseDuration),
+	worker.DefaultConcurrency, worker.RelayBacklogPerSlot, worker.DefaultMaxAttempts, cli.Dur(worker.DefaultRetryBase),
+	cli.Dur(worker.DefaultRetryMax), cli.Dur(idempotency.DefaultKeyRetention), cli.Dur(worker.DefaultSweepInterval),
+	worker.DefaultSweepBatch, cli.Dur(worker.DefaultTombstoneRetention), DefaultMetricsAddr, jobs.DefaultBatch,
+	cli.DefaultLogLevel, cli.Dur(jobs.DefaultWebhookTimeout), cli.Dur(jobs.DefaultWebhookRetryBase),
+	cli.Dur(jobs.DefaultWebhookRetryMax), jobs.DefaultWebhookMaxAttempts, jobs.DefaultWebhookDisableAfter,
+	jobs.DefaultWebhookConcurrency, jobs.DefaultWebhookEndpointConcurrency)
+
+// DefaultMetricsAddr is METRICS_ADDR's default: the metrics and health
+// listener.
+const DefaultMetricsAddr = "127.0.0.1:9091"
 
 // Config is the worker's configuration, read once in run.
 type Config struct {
@@ -147,34 +159,34 @@ func (c *Config) Validate() error {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	env := &cli.Env{Getenv: getenv}
+	env := cli.NewEnv(ctx, getenv)
 	cfg := Config{
 		Database:           env.Database(),
-		CarrierURL:         env.String("CARRIER_URL", "http://127.0.0.1:8090"),
+		CarrierURL:         env.String("CARRIER_URL", carrier.DefaultBaseURL),
 		CarrierToken:       env.String("CARRIER_TOKEN", ""),
-		CarrierTimeout:     env.Duration("CARRIER_TIMEOUT", 20*time.Second),
-		LeaseDuration:      env.Duration("LEASE_DURATION", 30*time.Second),
-		Concurrency:        env.Int("WORKER_CONCURRENCY", 100),
+		CarrierTimeout:     env.Duration("CARRIER_TIMEOUT", worker.DefaultCarrierTimeout),
+		LeaseDuration:      env.Duration("LEASE_DURATION", worker.DefaultLeaseDuration),
+		Concurrency:        env.Int("WORKER_CONCURRENCY", worker.DefaultConcurrency),
 		RelayBacklog:       env.Int("RELAY_BACKLOG", 0),
-		Batch:              env.Int("WORKER_BATCH", 64),
-		MaxAttempts:        env.Int("MAX_ATTEMPTS", 20),
-		RetryBase:          env.Duration("RETRY_BASE", time.Second),
-		RetryMax:           env.Duration("RETRY_MAX", time.Hour),
-		KeyRetention:       env.Duration("KEY_RETENTION", 24*time.Hour),
-		SweepInterval:      env.Duration("SWEEP_INTERVAL", time.Minute),
-		SweepBatch:         env.Int("SWEEP_BATCH", 1000),
-		TombstoneRetention: env.Duration("TOMBSTONE_RETENTION", 30*24*time.Hour),
-		MetricsAddr:        env.String("METRICS_ADDR", "127.0.0.1:9091"),
+		Batch:              env.Int("WORKER_BATCH", jobs.DefaultBatch),
+		MaxAttempts:        env.Int("MAX_ATTEMPTS", worker.DefaultMaxAttempts),
+		RetryBase:          env.Duration("RETRY_BASE", worker.DefaultRetryBase),
+		RetryMax:           env.Duration("RETRY_MAX", worker.DefaultRetryMax),
+		KeyRetention:       env.Duration("KEY_RETENTION", idempotency.DefaultKeyRetention),
+		SweepInterval:      env.Duration("SWEEP_INTERVAL", worker.DefaultSweepInterval),
+		SweepBatch:         env.Int("SWEEP_BATCH", worker.DefaultSweepBatch),
+		TombstoneRetention: env.Duration("TOMBSTONE_RETENTION", worker.DefaultTombstoneRetention),
+		MetricsAddr:        env.String("METRICS_ADDR", DefaultMetricsAddr),
 		ReconcileSchedule:  env.String("RECONCILE_SCHEDULE", ""),
 		AdminAddr:          env.String("ADMIN_ADDR", ""),
 		AdminUser:          env.String("ADMIN_USER", ""),
 		AdminPassword:      env.String("ADMIN_PASSWORD", ""),
 
-		WebhookTimeout:       env.Duration("WEBHOOK_TIMEOUT", 15*time.Second),
-		WebhookRetryBase:     env.Duration("WEBHOOK_RETRY_BASE", 5*time.Second),
-		WebhookRetryMax:      env.Duration("WEBHOOK_RETRY_MAX", 10*time.Hour),
-		WebhookMaxAttempts:   env.Int("WEBHOOK_MAX_ATTEMPTS", 12),
-		WebhookDisableAfter:  env.Int("WEBHOOK_DISABLE_AFTER", 50),
+		WebhookTimeout:       env.Duration("WEBHOOK_TIMEOUT", jobs.DefaultWebhookTimeout),
+		WebhookRetryBase:     env.Duration("WEBHOOK_RETRY_BASE", jobs.DefaultWebhookRetryBase),
+		WebhookRetryMax:      env.Duration("WEBHOOK_RETRY_MAX", jobs.DefaultWebhookRetryMax),
+		WebhookMaxAttempts:   env.Int("WEBHOOK_MAX_ATTEMPTS", jobs.DefaultWebhookMaxAttempts),
+		WebhookDisableAfter:  env.Int("WEBHOOK_DISABLE_AFTER", jobs.DefaultWebhookDisableAfter),
 		WebhookConcurrency:   env.Int("WEBHOOK_CONCURRENCY", jobs.DefaultWebhookConcurrency),
 		WebhookPerEndpoint:   env.Int("WEBHOOK_ENDPOINT_CONCURRENCY", jobs.DefaultWebhookEndpointConcurrency),
 		WebhookAllowInsecure: env.Bool("WEBHOOK_ALLOW_INSECURE", false),

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
+	"github.com/labelkit/labels/accept"
 	"github.com/labelkit/labels/api"
 	"github.com/labelkit/labels/httpapi"
 	"github.com/labelkit/labels/metrics"
@@ -20,7 +21,7 @@ import (
 // Options are the API's settings besides the database.
 type Options struct {
 	KeyRetention time.Duration // KEY_RETENTION
-	AcceptBatch  int           // ACCEPT_BATCH, as cli.Batch returns it
+	AcceptBatch  int           // accept.Opts.Batch: ACCEPT_BATCH, as cli.Batch returns it
 	RateLimit    httpapi.RateLimit
 	MaxWaiters   int // httpapi.Deps.MaxWaiters: 0 its default, negative none held (PREFER_WAIT_MAX=0)
 }
@@ -56,16 +57,13 @@ func Start(ctx context.Context, db postgres.Endpoints, o Options, log zerolog.Lo
 	notifier := notify.NewNotifier(pool, 0, log)
 	go notifier.Run(lctx)
 	handler := httpapi.NewServer(httpapi.Deps{
-		Pool:         pool,
-		Listener:     listener,
-		Notifier:     notifier,
-		Metrics:      metrics.New(metrics.API),
-		Log:          log,
-		KeyRetention: o.KeyRetention,
-		OpenAPI:      api.OpenAPI,
-		AcceptBatch:  o.AcceptBatch,
-		RateLimit:    o.RateLimit,
-		MaxWaiters:   o.MaxWaiters,
+		Opts:       accept.Opts{Pool: pool, Notifier: notifier, KeyRetention: o.KeyRetention, Batch: o.AcceptBatch},
+		Listener:   listener,
+		Metrics:    metrics.New(metrics.API),
+		Log:        log,
+		OpenAPI:    api.OpenAPI,
+		RateLimit:  o.RateLimit,
+		MaxWaiters: o.MaxWaiters,
 	})
 	return &Service{Handler: handler, pool: pool, cancel: cancel}, nil
 }

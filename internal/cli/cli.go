@@ -24,6 +24,31 @@ import (
 type Env struct {
 	Getenv func(string) string
 	Err    error
+	// defaults, when set, is told each variable read with its default
+	// (see [RecordDefaults]).
+	defaults func(name string, def any)
+}
+
+// NewEnv returns an Env reading getenv that tells the function ctx carries
+// from [RecordDefaults], if any, each variable's default as it reads it.
+func NewEnv(ctx context.Context, getenv func(string) string) *Env {
+	f, _ := ctx.Value(defaultsKey{}).(func(string, any))
+	return &Env{Getenv: getenv, defaults: f}
+}
+
+type defaultsKey struct{}
+
+// RecordDefaults returns a context whose [NewEnv] Envs call f with every
+// variable they read and the default they read it with: how
+// internal/testutil/envdoc holds the documents' defaults to the code's.
+func RecordDefaults(ctx context.Context, f func(name string, def any)) context.Context {
+	return context.WithValue(ctx, defaultsKey{}, f)
+}
+
+func (e *Env) record(name string, def any) {
+	if e.defaults != nil {
+		e.defaults(name, def)
+	}
 }
 
 func (e *Env) fail(name, val, want string) {
@@ -34,6 +59,7 @@ func (e *Env) fail(name, val, want string) {
 
 // String returns the variable or def when it is unset or empty.
 func (e *Env) String(name, def string) string {
+	e.record(name, def)
 	if v := e.Getenv(name); v != "" {
 		return v
 	}
@@ -59,6 +85,7 @@ func (e *Env) Bool(name string, def bool) bool {
 // a value conv refuses is remembered in e.Err (the first one, saying want)
 // and def returned.
 func parse[T any](e *Env, name string, def T, conv func(string) (T, error), want string) T {
+	e.record(name, def)
 	v := e.Getenv(name)
 	if v == "" {
 		return def
@@ -71,26 +98,36 @@ func parse[T any](e *Env, name string, def T, conv func(string) (T, error), want
 	return x
 }
 
+// DefaultDatabaseURL is DATABASE_URL's default.
+const DefaultDatabaseURL = "postgres://localhost:5432/labels?sslmode=disable"
+
+// Defaults of LOG_LEVEL and LOG_FORMAT.
+const (
+	DefaultLogLevel  = "info"
+	DefaultLogFormat = "json"
+)
+
 // DatabaseURL returns DATABASE_URL; when it is unset and PGHOST or PGDATABASE
 // is set, it returns "" so that pgx reads the PG* variables itself.
 func (e *Env) DatabaseURL() string {
+	e.record("DATABASE_URL", DefaultDatabaseURL)
 	if v := e.Getenv("DATABASE_URL"); v != "" {
 		return v
 	}
 	if e.Getenv("PGHOST") != "" || e.Getenv("PGDATABASE") != "" {
 		return ""
 	}
-	return "postgres://localhost:5432/labels?sslmode=disable"
+	return DefaultDatabaseURL
 }
 
 // Logger builds the logger from LOG_LEVEL and LOG_FORMAT.
 func Logger(e *Env, w io.Writer, service string) zerolog.Logger {
-	level, err := zerolog.ParseLevel(strings.ToLower(e.String("LOG_LEVEL", "info")))
+	level, err := zerolog.ParseLevel(strings.ToLower(e.String("LOG_LEVEL", DefaultLogLevel)))
 	if err != nil || level == zerolog.NoLevel {
 		e.fail("LOG_LEVEL", e.Getenv("LOG_LEVEL"), "want debug, info, warn or error")
 		level = zerolog.InfoLevel
 	}
-	switch f := e.String("LOG_FORMAT", "json"); f {
+	switch f := e.String("LOG_FORMAT", DefaultLogFormat); f {
 	case "json":
 	case "console":
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
@@ -159,10 +196,10 @@ func ServiceContext(ctx context.Context, log zerolog.Logger) (context.Context, c
 	})
 }
 
-// Batch maps a ACCEPT_BATCH or WORKER_BATCH setting, where 0 turns the shared
-// statements off, to httpapi.Deps.AcceptBatch and
-// jobs.BuyLabelConfig.BatchMax, where 0 is their default and a negative value
-// turns them off.
+// Batch maps an ACCEPT_BATCH or WORKER_BATCH setting, where 0 turns the
+// shared statements off, to the Batch of accept.Opts and worker.Config, where
+// 0 is their default and a negative value turns them off: the one encoding
+// of "no shared commits" below the environment.
 func Batch(n int) int {
 	if n == 0 {
 		return -1
@@ -209,4 +246,17 @@ func Endpoints(name string, env *Env, validate func() error, db Database, stderr
 		return e, false
 	}
 	return e, true
+}
+
+// Dur writes d as the documents do: 24h, 1m, 30s, 500ms (not 24h0m0s), for
+// usage texts built from the defaults.
+func Dur(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

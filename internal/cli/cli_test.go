@@ -202,3 +202,10 @@ func TestParse(t *testing.T) {
 		}
 	}
 }
+
+func TestDur(t *testing.T) {
+	for d, want := range map[time.Duration]string{24 * time.Hour: "24h", time.Minute: "1m", 30 * time.Second: "30s",
+		500 * time.Millisecond: "500ms", 90 * time.Minute: "1h30m", 0: "0s", time.Hour + time.Second: "1h0m1s"} {
+		require.Equal(t, want, Dur(d), d)
+	}
+}

@@ -7,8 +7,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/labelkit/labels/worker"
 )
 
 // README's table names the variables of docs/operations.md's, and only
@@ -71,3 +74,64 @@ func TestTableParses(t *testing.T) {
 	require.Contains(t, Documented(t, "carrier"), "SIM_FAIL_RATE")
 	require.NotContains(t, Documented(t, "carrier"), "DATABASE_URL", "all but carrier")
 }
+
+// The default cells read as CheckDefaults says, and a documented default
+// that differs from the code's fails.
+func TestDefaultCells(t *testing.T) {
+	t.Parallel()
+	for cell, want := range map[string]struct {
+		v    string
+		kind cellKind
+	}{
+		"`30s`":                                {"30s", literal},
+		"`0` (off)":                            {"0", literal},
+		"`0`: 2 × `WORKER_CONCURRENCY`":        {"0", literal},
+		"empty":                                {"", empty},
+		"unset":                                {"", empty},
+		"off":                                  {"", off},
+		"`RATE_LIMIT`":                         {"", skip},
+		"`0`: `RATE_LIMIT`":                    {"0", literal},
+		"Go's `100`":                           {"", skip},
+		"`true` when `X` is set, else `false`": {"", skip},
+	} {
+		v, kind := docDefault(cell)
+		require.Equal(t, want.v, v, cell)
+		require.Equal(t, want.kind, kind, cell)
+	}
+	require.NoError(t, matchDefault(30*time.Second, "30s", literal))
+	require.NoError(t, matchDefault(24*time.Hour, "24h", literal))
+	require.NoError(t, matchDefault(64, "64", literal))
+	require.NoError(t, matchDefault(false, "false", literal))
+	require.NoError(t, matchDefault(":8080", ":8080", literal))
+	require.NoError(t, matchDefault("", "", empty))
+	require.NoError(t, matchDefault(0, "", off))
+	require.Error(t, matchDefault(31*time.Second, "30s", literal))
+	require.Error(t, matchDefault(63, "64", literal))
+	require.Error(t, matchDefault("x", "", empty))
+	require.Error(t, matchDefault(1, "", off))
+	require.Error(t, matchDefault(64, "sixty-four", literal))
+
+	// A worker reading LEASE_DURATION with another default than the table's fails.
+	ft := &failTB{TB: t}
+	func() {
+		defer func() { _ = recover() }()
+		CheckDefaults(ft, "worker", []string{"LEASE_DURATION"}, map[string][]any{"LEASE_DURATION": {worker.DefaultLeaseDuration + time.Second}})
+	}()
+	require.True(t, ft.failed, "a default the table does not say fails")
+	ft = &failTB{TB: t}
+	func() {
+		defer func() { _ = recover() }()
+		CheckDefaults(ft, "worker", []string{"LEASE_DURATION"}, map[string][]any{"LEASE_DURATION": {worker.DefaultLeaseDuration, time.Minute}})
+	}()
+	require.True(t, ft.failed, "two defaults for one variable fail")
+	CheckDefaults(t, "worker", []string{"LEASE_DURATION"}, map[string][]any{"LEASE_DURATION": {worker.DefaultLeaseDuration}})
+}
+
+// failTB records a failure instead of ending the test.
+type failTB struct {
+	testing.TB
+	failed bool
+}
+
+func (f *failTB) Errorf(string, ...any) { f.failed = true }
+func (f *failTB) FailNow()              { f.failed = true; panic(f) }

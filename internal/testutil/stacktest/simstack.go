@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels"
+	"github.com/labelkit/labels/accept"
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/carrier/sim"
 	"github.com/labelkit/labels/httpapi"
@@ -28,7 +29,7 @@ import (
 type SimOpts struct {
 	Sim            sim.Options   // the carrier's misbehaviour
 	NoWorker       bool          // API only: intents stay pending
-	LeaseDuration  time.Duration // default 30s
+	LeaseDuration  time.Duration // default worker.DefaultLeaseDuration
 	CarrierTimeout time.Duration // default 5s
 	MaxAttempts    int           // carrier attempts before the saved 502; default 5
 	RetryBase      time.Duration // default 10ms
@@ -92,7 +93,7 @@ func NewSim(t testing.TB, o SimOpts) *SimStack {
 
 	s := &SimStack{T: t, Pool: pool, Sim: carrierSim, CarrierURL: simHTTP.URL, Metrics: m, downtime: o.Downtime}
 	s.newAPI = func() http.Handler {
-		return httpapi.NewServer(httpapi.Deps{Pool: pool, Listener: listener, Notifier: notifier, Metrics: m, Log: log, OpenAPI: o.OpenAPI})
+		return httpapi.NewServer(httpapi.Deps{Opts: accept.Opts{Pool: pool, Notifier: notifier}, Listener: listener, Metrics: m, Log: log, OpenAPI: o.OpenAPI})
 	}
 	s.Faults = &Faults{RetryAfter: "0", next: s.newAPI(), restart: s.Restart}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels"
+	"github.com/labelkit/labels/accept"
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/httpapi"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
@@ -37,7 +38,7 @@ import (
 // Opts tunes a stack.
 type Opts struct {
 	NoWorker         bool          // API only: intents stay pending
-	LeaseDuration    time.Duration // default 30s
+	LeaseDuration    time.Duration // default worker.DefaultLeaseDuration
 	CarrierTimeout   time.Duration // default 5s
 	MaxAttempts      int           // default 5
 	RetryBase        time.Duration // default 10ms
@@ -45,7 +46,7 @@ type Opts struct {
 	AfterKeyInsert   func(ctx context.Context) error
 	ClaimWait        time.Duration // default: the API's
 	BatchMax         int           // the worker's Batch (0: shared statements of 64; -1: none)
-	AcceptBatch      int           // the API's Deps.AcceptBatch (0: shared transactions of 64; -1: none)
+	AcceptBatch      int           // the API's accept.Opts.Batch (0: accept.DefaultBatch; -1: none)
 	// Pool, when set, is used instead of a fresh database (it must be migrated).
 	Pool *pgxpool.Pool
 	// Webhooks configures the webhook delivery (zero values: the defaults,
@@ -93,8 +94,8 @@ func New(t testing.TB, o Opts) *Stack {
 	wg.Go(func() { notifier.Run(ctx) })
 
 	api := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
-		Pool: pool, Listener: listener, Notifier: notifier, Metrics: m, Log: log, AfterKeyInsertFunc: o.AfterKeyInsert, ClaimWait: o.ClaimWait,
-		AcceptBatch: o.AcceptBatch,
+		Opts:     accept.Opts{Pool: pool, Notifier: notifier, BeforeCommitFunc: o.AfterKeyInsert, ClaimWait: o.ClaimWait, Batch: o.AcceptBatch},
+		Listener: listener, Metrics: m, Log: log,
 	}))
 	s.URL = api.URL
 

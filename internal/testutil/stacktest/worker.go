@@ -14,7 +14,7 @@ import (
 // 5 s carrier timeout, 5 carrier attempts, a 10 ms retry base.
 func defaults(lease, carrierTimeout *time.Duration, attempts *int, retryBase *time.Duration) {
 	if *lease == 0 {
-		*lease = 30 * time.Second
+		*lease = worker.DefaultLeaseDuration
 	}
 	if *carrierTimeout == 0 {
 		*carrierTimeout = 5 * time.Second
