@@ -15,6 +15,10 @@
 //	[Release]   the lease given back after an unknown carrier outcome
 //	[Purge]     completed keys past expires_at, leaving tombstones
 //
+// An outcome is a named constant ([AcceptResult], [LeaseResult],
+// [CompleteResult]); the statements select it as the constant's number,
+// written into their text from the constant itself.
+//
 // Callers with one row pass a slice of one; callers with many (the group
 // commit of package accept and of the buy-label worker) pass them all, and
 // each row gets the outcome it would have had alone. The statements that can
