@@ -31,6 +31,9 @@
 // [DispatchIntents] is the relay's take off label_intent_outbox: the callers
 // in turns, and no more than keeps River's queue of purchases (it reads
 // river_job, River's table, for that count only) at a bound.
+// [GetStoreStats] reads the figures of the store gauges (package metrics):
+// the pending intents and the outbox, and, for their counts only, river_job
+// and package reconcile's reconcile_runs.
 //
 // Every time written to or compared with these rows is the database's:
 // the statements use now() (the transaction's start), never a time a process
