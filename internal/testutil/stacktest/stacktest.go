@@ -25,6 +25,7 @@ import (
 	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/httpapi"
+	"github.com/labelkit/labels/internal/apiserve"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/metrics"
@@ -86,16 +87,12 @@ func New(t testing.TB, o Opts) *Stack {
 	m := metrics.New(metrics.API, metrics.Worker)
 	s := &Stack{T: t, Pool: pool, Carrier: NewFakeCarrier(), Metrics: m}
 
-	listener := notify.NewListener(pool.Config().ConnConfig.Copy(), log, notify.ChannelFinal, notify.ChannelIntents)
-	notifier := notify.NewNotifier(pool, 0, log)
-	var wg sync.WaitGroup
-	wg.Go(func() { listener.Run(ctx) })
-	wg.Go(func() { notifier.Run(ctx) })
-
-	api := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
-		Pool: pool, Listener: listener, Notifier: notifier, Metrics: m, Log: log, AfterKeyInsertFunc: o.AfterKeyInsert, ClaimWait: o.ClaimWait,
-		AcceptBatch: o.AcceptBatch,
-	}))
+	// The API's listener also wakes the worker's relay.
+	svc := apiserve.New(ctx, apiserve.Config{Listen: pool.Config().ConnConfig.Copy(), Channels: []string{notify.ChannelIntents},
+		Deps: httpapi.Deps{Pool: pool, Metrics: m, Log: log, AfterKeyInsertFunc: o.AfterKeyInsert, ClaimWait: o.ClaimWait,
+			AcceptBatch: o.AcceptBatch}})
+	listener, notifier := svc.Listener, svc.Notifier
+	api := httptest.NewServer(svc.Handler)
 	s.URL = api.URL
 
 	if !o.NoWorker {
@@ -115,7 +112,7 @@ func New(t testing.TB, o Opts) *Stack {
 			scancel()
 		}
 		cancel()
-		wg.Wait()
+		svc.Close()
 	})
 	return s
 }
