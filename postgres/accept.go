@@ -97,7 +97,7 @@ const (
 // 1, not EXISTS: PostgreSQL may plan an EXISTS as a hashed subplan, which
 // reads the whole table on every run of a generic plan made while it was
 // small.
-const sqlAccept = `
+var sqlAccept = `
 WITH inp AS (
        SELECT *, now() AS created_at, now() + make_interval(secs => retention) AS expires_at
          FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int2[], $5::text[], $6::float8[],
@@ -138,12 +138,12 @@ WITH inp AS (
        INSERT INTO label_intent_outbox (created_at, request_id, caller_id)
        SELECT created_at, request_id, caller_id FROM i)
 SELECT inp.request_id,
-       CASE WHEN i.request_id IS NOT NULL THEN 1
-            WHEN c.key_seen THEN 2
-            WHEN c.parcel_seen THEN 3
-            WHEN NOT c.claimed THEN 4
-            WHEN k.request_id IS NULL THEN 2
-            ELSE 3 END,
+       CASE WHEN i.request_id IS NOT NULL THEN ` + sqlOutcome(AcceptStored) + `
+            WHEN c.key_seen THEN ` + sqlOutcome(AcceptKeyExists) + `
+            WHEN c.parcel_seen THEN ` + sqlOutcome(AcceptParcelTaken) + `
+            WHEN NOT c.claimed THEN ` + sqlOutcome(AcceptBusy) + `
+            WHEN k.request_id IS NULL THEN ` + sqlOutcome(AcceptKeyExists) + `
+            ELSE ` + sqlOutcome(AcceptParcelTaken) + ` END,
        (SELECT true FROM idempotency_tombstones t
          WHERE t.caller_id = inp.caller_id AND t.key_hash = sha256(convert_to(inp.idem_key, 'UTF8')) LIMIT 1) IS NOT NULL
   FROM inp JOIN claim c ON c.request_id = inp.request_id

@@ -57,7 +57,7 @@ const (
 // (in its row and in the saved body, where it takes the place of the zero
 // time the body was rendered with), the key's expires_at, the intent's
 // completed_at and the event's created_at.
-const sqlComplete = `
+var sqlComplete = `
 WITH inp AS (
        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[], $5::int[], $6::text[],
                             $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[],
@@ -117,12 +117,12 @@ WITH inp AS (
         WHERE EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.caller_id = g.caller_id)
        ON CONFLICT DO NOTHING)
 SELECT inp.request_id,
-       CASE WHEN inp.request_id IN (SELECT request_id FROM keys INTERSECT SELECT request_id FROM intents) THEN 1
-            WHEN inp.request_id IN (SELECT request_id FROM ok) THEN 3
+       CASE WHEN inp.request_id IN (SELECT request_id FROM keys INTERSECT SELECT request_id FROM intents) THEN ` + sqlOutcome(Completed) + `
+            WHEN inp.request_id IN (SELECT request_id FROM ok) THEN ` + sqlOutcome(CompleteParcelLabelled) + `
             WHEN EXISTS (SELECT 1 FROM idempotency_keys k
                           WHERE k.caller_id = inp.caller_id AND k.idem_key = inp.idem_key
-                            AND k.state = 'started' AND k.lease_token = inp.token) THEN 4
-            ELSE 2 END
+                            AND k.state = 'started' AND k.lease_token = inp.token) THEN ` + sqlOutcome(CompleteBusy) + `
+            ELSE ` + sqlOutcome(CompleteFenced) + ` END
   FROM inp`
 
 // labelCreatedAtZero is the created_at member of a label rendered with the

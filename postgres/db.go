@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,6 +18,14 @@ type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// sqlOutcome is an outcome constant as the SQL literal that a statement
+// returning an outcome per row ([sqlAccept], [sqlLease], [sqlComplete])
+// selects: the statements are built from the constants, so the numbers
+// cannot drift from their iota order.
+func sqlOutcome[T AcceptResult | LeaseResult | CompleteResult](r T) string {
+	return strconv.Itoa(int(r))
 }
 
 // ErrNotFound says no row matches.

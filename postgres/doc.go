@@ -15,6 +15,10 @@
 //	[Release]   the lease given back after an unknown carrier outcome
 //	[Purge]     completed keys past expires_at, leaving tombstones
 //
+// An outcome is a named constant ([AcceptResult], [LeaseResult],
+// [CompleteResult]); the statements select it as the constant's number,
+// written into their text from the constant itself.
+//
 // Callers with one row pass a slice of one; callers with many (the group
 // commit of package accept and of the buy-label worker) pass them all, and
 // each row gets the outcome it would have had alone. The statements that can
@@ -27,6 +31,9 @@
 // [DispatchIntents] is the relay's take off label_intent_outbox: the callers
 // in turns, and no more than keeps River's queue of purchases (it reads
 // river_job, River's table, for that count only) at a bound.
+// [GetStoreStats] reads the figures of the store gauges (package metrics):
+// the pending intents and the outbox, and, for their counts only, river_job
+// and package reconcile's reconcile_runs.
 //
 // Every time written to or compared with these rows is the database's:
 // the statements use now() (the transaction's start), never a time a process

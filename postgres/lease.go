@@ -67,7 +67,7 @@ type LeaseOutcome struct {
 // transaction that holds the key (the completion), and the key's lock
 // rechecks that state. The final SELECT reads the rows as they were before
 // the statement, which is what tells why a row was not leased.
-const sqlLease = `
+var sqlLease = `
 WITH inp AS (
        SELECT * FROM unnest($1::text[], $2::uuid[]) AS t(request_id, token)),
      cand AS MATERIALIZED (
@@ -90,11 +90,11 @@ WITH inp AS (
         WHERE k.caller_id = c.caller_id AND k.idem_key = c.idem_key
        RETURNING c.request_id AS leased, c.prev, k.attempts, k.locked_until)
 SELECT inp.request_id,
-       CASE WHEN u.leased IS NOT NULL THEN 1
-            WHEN i.request_id IS NULL OR k.caller_id IS NULL THEN 2
-            WHEN i.status <> 'pending' OR k.state = 'completed' THEN 3
-            WHEN k.locked_until > now() THEN 4
-            ELSE 5 END,
+       CASE WHEN u.leased IS NOT NULL THEN ` + sqlOutcome(Leased) + `
+            WHEN i.request_id IS NULL OR k.caller_id IS NULL THEN ` + sqlOutcome(LeaseGone) + `
+            WHEN i.status <> 'pending' OR k.state = 'completed' THEN ` + sqlOutcome(LeaseFinal) + `
+            WHEN k.locked_until > now() THEN ` + sqlOutcome(LeaseHeld) + `
+            ELSE ` + sqlOutcome(LeaseBusy) + ` END,
        coalesce(u.attempts, 0), u.prev IS NOT NULL, k.locked_until, ` + intentColumnsOf + `
   FROM inp
   LEFT JOIN label_intents i ON i.request_id = inp.request_id

@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -247,9 +246,10 @@ func New(cfg Config) (*Worker, error) {
 		RetryPolicy: &jobs.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax},
 		// Finished jobs are kept as long as the keys they completed.
 		CompletedJobRetentionPeriod: cfg.KeyRetention,
-		Logger:                      slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		TestOnly:                    cfg.TestOnly,
-		Hooks:                       []rivertype.Hook{started},
+		// River's warnings and errors, on the process's logger.
+		Logger:   slog.New(NewSlogHandler(cfg.Log, slog.LevelWarn)),
+		TestOnly: cfg.TestOnly,
+		Hooks:    []rivertype.Hook{started},
 	})
 	if err != nil {
 		return nil, err

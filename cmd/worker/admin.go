@@ -18,6 +18,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/rs/zerolog"
 	"riverqueue.com/riverui"
+
+	"github.com/labelkit/labels/worker"
 )
 
 // adminPrefix is where the River UI is mounted on the admin listener.
@@ -53,7 +55,7 @@ func serveAdmin(ctx context.Context, addr, user, password string, client *river.
 	log = log.With().Str("component", "admin").Logger()
 	ui, err := riverui.NewHandler(&riverui.HandlerOpts{
 		Endpoints: riverui.NewEndpoints(client, nil),
-		Logger:    slog.New(&slogToZerolog{log: log}),
+		Logger:    slog.New(worker.NewSlogHandler(log, slog.LevelDebug)),
 		Prefix:    adminPrefix,
 	})
 	if err != nil {
@@ -124,66 +126,4 @@ func truncate(s string, n int) string {
 		return s[:n]
 	}
 	return s
-}
-
-// slogToZerolog hands the River UI's slog records to the worker's logger, so
-// that they come out in the same format as every other line.
-type slogToZerolog struct {
-	log   zerolog.Logger
-	attrs []slog.Attr
-	group string
-}
-
-func (h *slogToZerolog) Enabled(_ context.Context, l slog.Level) bool {
-	return h.log.GetLevel() <= zerologLevel(l)
-}
-
-func (h *slogToZerolog) Handle(_ context.Context, r slog.Record) error {
-	ev := h.log.WithLevel(zerologLevel(r.Level))
-	for _, a := range h.attrs {
-		ev = ev.Interface(a.Key, a.Value.Resolve().Any())
-	}
-	r.Attrs(func(a slog.Attr) bool {
-		ev = ev.Interface(h.prefix()+a.Key, a.Value.Resolve().Any())
-		return true
-	})
-	ev.Msg(r.Message)
-	return nil
-}
-
-func (h *slogToZerolog) WithAttrs(attrs []slog.Attr) slog.Handler {
-	c := *h
-	c.attrs = append([]slog.Attr(nil), h.attrs...)
-	for _, a := range attrs {
-		c.attrs = append(c.attrs, slog.Attr{Key: h.prefix() + a.Key, Value: a.Value})
-	}
-	return &c
-}
-
-func (h *slogToZerolog) prefix() string {
-	if h.group == "" {
-		return ""
-	}
-	return h.group + "."
-}
-
-func (h *slogToZerolog) WithGroup(name string) slog.Handler {
-	c := *h
-	if c.group != "" {
-		name = c.group + "." + name
-	}
-	c.group = name
-	return &c
-}
-
-func zerologLevel(l slog.Level) zerolog.Level {
-	switch {
-	case l >= slog.LevelError:
-		return zerolog.ErrorLevel
-	case l >= slog.LevelWarn:
-		return zerolog.WarnLevel
-	case l >= slog.LevelInfo:
-		return zerolog.InfoLevel
-	}
-	return zerolog.DebugLevel
 }

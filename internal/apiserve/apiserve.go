@@ -1,12 +1,18 @@
-// Package apiserve builds the HTTP API's handler with everything it runs
-// beside it, as cmd/api serves it.
+// Package apiserve builds the HTTP API with everything it runs beside it
+// (the LISTEN connection that wakes Prefer: wait, the NOTIFY flusher that
+// wakes the relays): [New] is the one constructor, as worker.New is the
+// worker's, used by cmd/api (through [Start], which makes its pool) and by
+// the test stacks, so that what is tested is what is deployed.
 package apiserve
 
 import (
 	"context"
 	"net/http"
+	"slices"
+	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
@@ -18,6 +24,64 @@ import (
 	"github.com/labelkit/labels/postgres"
 )
 
+// Config configures an [API].
+type Config struct {
+	// Listen is the connection the listener takes; nil: no listener (through
+	// a pooler without a direct URL), and Prefer: wait has only its sweep.
+	Listen *pgx.ConnConfig
+	// Channels are heard besides notify.ChannelFinal: a test stack's
+	// in-process worker shares the listener (notify.ChannelIntents).
+	Channels []string
+	// Deps are the handler's (httpapi.NewServer); Deps.Pool is the API's
+	// pool, and the API fills in Deps.Listener and Deps.Notifier.
+	Deps httpapi.Deps
+}
+
+// API is the API's handler with its listener and its notifier.
+type API struct {
+	Handler  http.Handler
+	Listener *notify.Listener // nil without Config.Listen
+	Notifier *notify.Notifier
+
+	deps   httpapi.Deps
+	pool   *pgxpool.Pool // closed by Close: the pool Start made
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New starts the listener (on cfg.Listen) and the notifier (on
+// cfg.Deps.Pool), and builds the handler over them. They outlive ctx's
+// cancellation until [API.Close]: in-flight requests still wait for outcomes
+// and notify while the server shuts down.
+func New(ctx context.Context, cfg Config) *API {
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	a := &API{deps: cfg.Deps, cancel: cancel}
+	log := cfg.Deps.Log
+	if cfg.Listen != nil {
+		a.Listener = notify.NewListener(cfg.Listen, log, slices.Concat([]string{notify.ChannelFinal}, cfg.Channels)...)
+		a.wg.Go(func() { a.Listener.Run(lctx) })
+	}
+	a.Notifier = notify.NewNotifier(cfg.Deps.Pool, 0, log)
+	a.wg.Go(func() { a.Notifier.Run(lctx) })
+	a.deps.Listener, a.deps.Notifier = a.Listener, a.Notifier
+	a.Handler = a.NewHandler()
+	return a
+}
+
+// NewHandler returns a fresh handler over the API's pool, listener and
+// notifier, as a restarted process builds one (nothing it caches survives).
+func (a *API) NewHandler() http.Handler { return httpapi.NewServer(a.deps) }
+
+// Close stops the listener and the notifier, waits for them, and closes the
+// pool [Start] made.
+func (a *API) Close() {
+	a.cancel()
+	a.wg.Wait()
+	if a.pool != nil {
+		a.pool.Close()
+	}
+}
+
 // Options are the API's settings besides the database.
 type Options struct {
 	KeyRetention time.Duration // KEY_RETENTION
@@ -26,50 +90,26 @@ type Options struct {
 	MaxWaiters   int // httpapi.Deps.MaxWaiters: 0 its default, negative none held (PREFER_WAIT_MAX=0)
 }
 
-// Service is the API's handler with its pool, its LISTEN connection and its
-// NOTIFY flusher.
-type Service struct {
-	Handler http.Handler
-	pool    *pgxpool.Pool
-	cancel  context.CancelFunc
-}
-
 // Start makes a pool of at least 20 connections from db.Pool (connecting
-// lazily: the API starts, and answers 503, while the database is away),
-// starts the listener (on db.Listen; none through a pooler without a direct
-// URL, and Prefer: wait has only its sweep) and the notifier, and builds the handler.
-// Close ends them.
-func Start(ctx context.Context, db postgres.Endpoints, o Options, log zerolog.Logger) (*Service, error) {
+// lazily: the API starts, and answers 503, while the database is away) and
+// starts the API over it ([New]) as cmd/api serves it, with the listener on
+// db.Listen (none through a pooler without a direct URL). Close also closes
+// the pool.
+func Start(ctx context.Context, db postgres.Endpoints, o Options, log zerolog.Logger) (*API, error) {
 	poolCfg := db.Pool.Copy()
 	poolCfg.MaxConns = max(poolCfg.MaxConns, 20)
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return nil, err
 	}
-	// They outlive ctx's cancellation until Close: in-flight requests still
-	// wait for outcomes and notify while the server shuts down.
-	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	var listener *notify.Listener
-	if lc := db.Listen(); lc != nil {
-		listener = notify.NewListener(lc, log, notify.ChannelFinal)
-		go listener.Run(lctx)
-	}
-	notifier := notify.NewNotifier(pool, 0, log)
-	go notifier.Run(lctx)
-	handler := httpapi.NewServer(httpapi.Deps{
-		Opts:       accept.Opts{Pool: pool, Notifier: notifier, KeyRetention: o.KeyRetention, Batch: o.AcceptBatch},
-		Listener:   listener,
+	a := New(ctx, Config{Listen: db.Listen(), Deps: httpapi.Deps{
+		Opts:       accept.Opts{Pool: pool, KeyRetention: o.KeyRetention, Batch: o.AcceptBatch},
 		Metrics:    metrics.New(metrics.API),
 		Log:        log,
 		OpenAPI:    api.OpenAPI,
 		RateLimit:  o.RateLimit,
 		MaxWaiters: o.MaxWaiters,
-	})
-	return &Service{Handler: handler, pool: pool, cancel: cancel}, nil
-}
-
-// Close stops the listener and the notifier and closes the pool.
-func (s *Service) Close() {
-	s.cancel()
-	s.pool.Close()
+	}})
+	a.pool = pool
+	return a, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/carrier/sim"
 	"github.com/labelkit/labels/httpapi"
+	"github.com/labelkit/labels/internal/apiserve"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/notify"
@@ -85,17 +86,14 @@ func NewSim(t testing.TB, o SimOpts) *SimStack {
 	require.NoError(t, err)
 	simHTTP := httptest.NewServer(carrierSim)
 
-	listener := notify.NewListener(pool.Config().ConnConfig.Copy(), log, notify.ChannelFinal, notify.ChannelIntents)
-	notifier := notify.NewNotifier(pool, 0, log)
-	var wg sync.WaitGroup
-	wg.Go(func() { listener.Run(ctx) })
-	wg.Go(func() { notifier.Run(ctx) })
+	// The API's listener also wakes the worker's relay.
+	svc := apiserve.New(ctx, apiserve.Config{Listen: pool.Config().ConnConfig.Copy(), Channels: []string{notify.ChannelIntents},
+		Deps: httpapi.Deps{Opts: accept.Opts{Pool: pool}, Metrics: m, Log: log, OpenAPI: o.OpenAPI}})
+	listener, notifier := svc.Listener, svc.Notifier
 
 	s := &SimStack{T: t, Pool: pool, Sim: carrierSim, CarrierURL: simHTTP.URL, Metrics: m, downtime: o.Downtime}
-	s.newAPI = func() http.Handler {
-		return httpapi.NewServer(httpapi.Deps{Opts: accept.Opts{Pool: pool, Notifier: notifier}, Listener: listener, Metrics: m, Log: log, OpenAPI: o.OpenAPI})
-	}
-	s.Faults = &Faults{RetryAfter: "0", next: s.newAPI(), restart: s.Restart}
+	s.newAPI = svc.NewHandler
+	s.Faults = &Faults{RetryAfter: "0", next: svc.Handler, restart: s.Restart}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	s.addr = ln.Addr().String()
@@ -116,7 +114,7 @@ func NewSim(t testing.TB, o SimOpts) *SimStack {
 		s.mu.Unlock()
 		s.StopWorker()
 		cancel()
-		wg.Wait()
+		svc.Close()
 		_ = carrierSim.Close()
 		simHTTP.Close()
 	})

@@ -26,6 +26,7 @@ import (
 	"github.com/labelkit/labels/accept"
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/httpapi"
+	"github.com/labelkit/labels/internal/apiserve"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/metrics"
@@ -87,16 +88,12 @@ func New(t testing.TB, o Opts) *Stack {
 	m := metrics.New(metrics.API, metrics.Worker)
 	s := &Stack{T: t, Pool: pool, Carrier: NewFakeCarrier(), Metrics: m}
 
-	listener := notify.NewListener(pool.Config().ConnConfig.Copy(), log, notify.ChannelFinal, notify.ChannelIntents)
-	notifier := notify.NewNotifier(pool, 0, log)
-	var wg sync.WaitGroup
-	wg.Go(func() { listener.Run(ctx) })
-	wg.Go(func() { notifier.Run(ctx) })
-
-	api := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
-		Opts:     accept.Opts{Pool: pool, Notifier: notifier, BeforeCommitFunc: o.AfterKeyInsert, ClaimWait: o.ClaimWait, Batch: o.AcceptBatch},
-		Listener: listener, Metrics: m, Log: log,
-	}))
+	// The API's listener also wakes the worker's relay.
+	svc := apiserve.New(ctx, apiserve.Config{Listen: pool.Config().ConnConfig.Copy(), Channels: []string{notify.ChannelIntents},
+		Deps: httpapi.Deps{Opts: accept.Opts{Pool: pool, BeforeCommitFunc: o.AfterKeyInsert, ClaimWait: o.ClaimWait, Batch: o.AcceptBatch},
+			Metrics: m, Log: log}})
+	listener, notifier := svc.Listener, svc.Notifier
+	api := httptest.NewServer(svc.Handler)
 	s.URL = api.URL
 
 	if !o.NoWorker {
@@ -116,7 +113,7 @@ func New(t testing.TB, o Opts) *Stack {
 			scancel()
 		}
 		cancel()
-		wg.Wait()
+		svc.Close()
 	})
 	return s
 }
