@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -265,7 +266,13 @@ func TestWebhookDisabling(t *testing.T) {
 	second := final("k-2", 8002)
 	require.Equal(t, "endpoint_disabled", dbtest.Scalar[string](t, s.Pool, `SELECT drop_reason FROM webhook_events WHERE request_id = $1`, second))
 	require.Len(t, rc.deliveries(), 1, "a disabled endpoint gets nothing")
-	require.Equal(t, 1.0, testutil.ToFloat64(m.EndpointsDisabled))
+	// The metrics count after the outcome's commit, which final waits for.
+	metricIs := func(want float64, c prometheus.Collector) {
+		t.Helper()
+		require.Eventually(t, func() bool { return testutil.ToFloat64(c) == want }, time.Minute, 10*time.Millisecond,
+			"want %v, have %v", want, testutil.ToFloat64(c))
+	}
+	metricIs(1, m.EndpointsDisabled)
 
 	// set re-enables; now every attempt is a redirect, which is not followed and fails.
 	mu.Lock()
@@ -280,8 +287,8 @@ func TestWebhookDisabling(t *testing.T) {
 	require.Equal(t, 1, hook().FailuresInRow)
 	final("k-4", 8004)
 	require.Equal(t, postgres.WebhookDisabled, hook().State, "two events in a row failed")
-	require.Equal(t, 2.0, testutil.ToFloat64(m.Deliveries.WithLabelValues(metrics.WebhookExhausted)))
-	require.Equal(t, 4.0, testutil.ToFloat64(m.Attempts.WithLabelValues("3xx")))
+	metricIs(2, m.Deliveries.WithLabelValues(metrics.WebhookExhausted))
+	metricIs(4, m.Attempts.WithLabelValues("3xx"))
 	mu.Lock()
 	require.Zero(t, redirected, "no redirect followed")
 	mu.Unlock()
