@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/rs/zerolog"
 
+	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/notify"
 )
 
@@ -23,14 +24,12 @@ type RelayOpts struct {
 	// [DefaultBatchSize]).
 	BatchSize int
 	// Backlog bounds River's backlog for the relay of intents: it moves no
-	// more intents into River than keep the jobs of Queue that are waiting to
-	// run (available, not yet running; every worker's together) at Backlog,
-	// and the rest of a burst waits in the outbox, where the callers take
-	// turns. 0: no bound (River runs whatever is queued in order). The relay
-	// of webhook events ignores it.
+	// more intents into River than keep the jobs of the queue its jobs go to
+	// (jobs.QueueLabels) that are waiting to run (available, not yet running;
+	// every worker's together) at Backlog, and the rest of a burst waits in
+	// the outbox, where the callers take turns. 0: no bound (River runs
+	// whatever is queued in order). The relay of webhook events ignores it.
 	Backlog int
-	// Queue is River's queue the dispatched jobs go to (for Backlog).
-	Queue string
 	// PollInterval is the fallback when no notification arrives (default 1s).
 	PollInterval time.Duration
 	// Listener wakes the relay when an intent is accepted; nil means poll only.
@@ -97,7 +96,7 @@ func newRelay(pool *pgxpool.Pool, insert insertFunc, log zerolog.Logger, opts *R
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		d, err := dispatchIntents(ctx, pool, dispatchOpts{
-			Batch: o.BatchSize, Backlog: o.Backlog, Queue: o.Queue, After: r.after}, insert)
+			Batch: o.BatchSize, Backlog: o.Backlog, Queue: jobs.QueueLabels, After: r.after}, insert)
 		if err == nil {
 			r.after = d.Last
 		}

@@ -256,7 +256,6 @@ func New(cfg Config) (*Worker, error) {
 	}
 	relay := outbox.NewRelay(cfg.Pool, client, cfg.Log, &outbox.RelayOpts{
 		Backlog:        max(cfg.RelayBacklog, 0), // negative: no bound, outbox's 0
-		Queue:          jobs.QueueLabels,
 		Listener:       cfg.Listener,
 		PollInterval:   cfg.RelayPollInterval,
 		OnDispatchFunc: func(n int) { cfg.Metrics.RelayDispatched.Add(float64(n)) },
