@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/oklog/ulid/v2"
 	"github.com/riverqueue/river"
@@ -36,19 +35,6 @@ func (BuyLabelArgs) Kind() string { return "buy_label" }
 // InsertOpts implements river.JobArgsWithInsertOpts.
 func (BuyLabelArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{Queue: QueueLabels, UniqueOpts: river.UniqueOpts{ByArgs: true}}
-}
-
-// DispatchBuyLabels returns the relay's dispatch function: one unique
-// buy_label job per request id, inserted in the relay's transaction.
-func DispatchBuyLabels(client *river.Client[pgx.Tx]) postgres.DispatchFunc {
-	return func(ctx context.Context, tx pgx.Tx, requestIDs []string) error {
-		params := make([]river.InsertManyParams, len(requestIDs))
-		for i, id := range requestIDs {
-			params[i] = river.InsertManyParams{Args: BuyLabelArgs{RequestID: id}}
-		}
-		_, err := client.InsertManyTx(ctx, tx, params)
-		return err
-	}
 }
 
 // Carrier is what the worker needs of the carrier: a purchase under a key.

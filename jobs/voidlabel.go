@@ -44,7 +44,14 @@ func (VoidLabelArgs) InsertOpts() river.InsertOpts {
 // EnqueueVoids returns reconcile.VoidOpts.Enqueue: one unique void_label job
 // per carrier label, inserted in the request's transaction.
 func EnqueueVoids(client *river.Client[pgx.Tx]) reconcile.EnqueueVoids {
-	return insertJobs(client, func(id string) river.JobArgs { return VoidLabelArgs{CarrierLabelID: id} })
+	return func(ctx context.Context, tx pgx.Tx, ids []string) error {
+		params := make([]river.InsertManyParams, len(ids))
+		for i, id := range ids {
+			params[i] = river.InsertManyParams{Args: VoidLabelArgs{CarrierLabelID: id}}
+		}
+		_, err := client.InsertManyTx(ctx, tx, params)
+		return err
+	}
 }
 
 // Voider is what the void job needs of the carrier.

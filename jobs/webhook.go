@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/rs/zerolog"
@@ -40,26 +39,6 @@ func (DeliverWebhookArgs) Kind() string { return "deliver_webhook" }
 // InsertOpts implements river.JobArgsWithInsertOpts.
 func (DeliverWebhookArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{Queue: QueueWebhooks, UniqueOpts: river.UniqueOpts{ByArgs: true}}
-}
-
-// DispatchWebhooks returns the event relay's dispatch function: one unique
-// deliver_webhook job per event, inserted in the relay's transaction.
-func DispatchWebhooks(client *river.Client[pgx.Tx]) postgres.DispatchFunc {
-	return insertJobs(client, func(id string) river.JobArgs { return DeliverWebhookArgs{RequestID: id} })
-}
-
-// insertJobs returns a function that inserts one job per id, with the args
-// newArgs makes of it, in the caller's transaction: the dispatch functions
-// of the relays and of `reconcile void`.
-func insertJobs(client *river.Client[pgx.Tx], newArgs func(id string) river.JobArgs) func(ctx context.Context, tx pgx.Tx, ids []string) error {
-	return func(ctx context.Context, tx pgx.Tx, ids []string) error {
-		params := make([]river.InsertManyParams, len(ids))
-		for i, id := range ids {
-			params[i] = river.InsertManyParams{Args: newArgs(id)}
-		}
-		_, err := client.InsertManyTx(ctx, tx, params)
-		return err
-	}
 }
 
 // WebhookConfig configures a [DeliverWebhookWorker]; zero values take the

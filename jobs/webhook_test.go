@@ -435,7 +435,9 @@ func TestWebhookAttemptLogLine(t *testing.T) {
 		_ = client.Stop(sctx)
 	})
 	require.NoError(t, pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		return jobs.DispatchWebhooks(client)(ctx, tx, []string{lr.ID})
+		// The event relay's insert: one deliver_webhook job for the event.
+		_, err := client.InsertManyTx(ctx, tx, []river.InsertManyParams{{Args: jobs.DeliverWebhookArgs{RequestID: lr.ID}}})
+		return err
 	}))
 	require.Eventually(t, func() bool { st, _ := eventState(t, s, lr.ID); return st == "delivered" }, 30*time.Second, 10*time.Millisecond)
 

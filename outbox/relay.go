@@ -6,11 +6,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 	"github.com/rs/zerolog"
 
+	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/notify"
-	"github.com/labelkit/labels/postgres"
 )
 
 // DefaultBatchSize is the most rows a relay dispatches in one transaction.
@@ -22,14 +24,12 @@ type RelayOpts struct {
 	// [DefaultBatchSize]).
 	BatchSize int
 	// Backlog bounds River's backlog for the relay of intents: it moves no
-	// more intents into River than keep the jobs of Queue that are waiting to
-	// run (available, not yet running; every worker's together) at Backlog,
-	// and the rest of a burst waits in the outbox, where the callers take
-	// turns. 0: no bound (River runs whatever is queued in order). The relay
-	// of webhook events ignores it.
+	// more intents into River than keep the jobs of the queue its jobs go to
+	// (jobs.QueueLabels) that are waiting to run (available, not yet running;
+	// every worker's together) at Backlog, and the rest of a burst waits in
+	// the outbox, where the callers take turns. 0: no bound (River runs
+	// whatever is queued in order). The relay of webhook events ignores it.
 	Backlog int
-	// Queue is River's queue the dispatched jobs go to (for Backlog).
-	Queue string
 	// PollInterval is the fallback when no notification arrives (default 1s).
 	PollInterval time.Duration
 	// Listener wakes the relay when an intent is accepted; nil means poll only.
@@ -44,7 +44,7 @@ type RelayOpts struct {
 // transaction that inserts their jobs, and the jobs are unique by request id
 // besides.
 //
-// The callers take turns (postgres.DispatchIntents), and with a Backlog the
+// The callers take turns (sqlDispatch), and with a Backlog the
 // relay keeps River's queue short: River runs its queue in order, so what is
 // in it is what another caller's next intent waits behind. While River's
 // backlog is at its bound the relay waits for jobs to start ([Relay.JobStarted])
@@ -52,7 +52,7 @@ type RelayOpts struct {
 type Relay struct {
 	opts    RelayOpts
 	log     zerolog.Logger
-	take    func(context.Context) (postgres.Dispatched, error)
+	take    func(context.Context) (dispatched, error)
 	channel string // the notification that wakes it
 	what    string // for its log lines
 
@@ -66,8 +66,15 @@ type Relay struct {
 	after string // the caller served last, where the next batch's round robin starts after
 }
 
-// NewRelay returns a relay; call Run to start it.
-func NewRelay(pool *pgxpool.Pool, dispatch postgres.DispatchFunc, log zerolog.Logger, opts *RelayOpts) *Relay {
+// NewRelay returns the relay of intents (table label_intent_outbox, written
+// by the accept): it inserts their buy_label jobs through client, in its own
+// transaction. Call Run to start it.
+func NewRelay(pool *pgxpool.Pool, client *river.Client[pgx.Tx], log zerolog.Logger, opts *RelayOpts) *Relay {
+	return newRelay(pool, insertBuyLabels(client), log, opts)
+}
+
+// newRelay is [NewRelay] with the insert of the jobs given.
+func newRelay(pool *pgxpool.Pool, insert insertFunc, log zerolog.Logger, opts *RelayOpts) *Relay {
 	o := RelayOpts{}
 	if opts != nil {
 		o = *opts
@@ -85,11 +92,11 @@ func NewRelay(pool *pgxpool.Pool, dispatch postgres.DispatchFunc, log zerolog.Lo
 		// Room is looked for after a quarter of the backlog has started: a
 		// refill is a quarter of it at least, and River's queue never runs dry.
 		startsPerRoom: int64(max(1, o.Backlog/4)), room: make(chan struct{}, 1)}
-	r.take = func(ctx context.Context) (postgres.Dispatched, error) {
+	r.take = func(ctx context.Context) (dispatched, error) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		d, err := postgres.DispatchIntents(ctx, pool, postgres.DispatchOpts{
-			Batch: o.BatchSize, Backlog: o.Backlog, Queue: o.Queue, After: r.after}, dispatch)
+		d, err := dispatchIntents(ctx, pool, dispatchOpts{
+			Batch: o.BatchSize, Backlog: o.Backlog, Queue: jobs.QueueLabels, After: r.after}, insert)
 		if err == nil {
 			r.after = d.Last
 		}
@@ -100,14 +107,20 @@ func NewRelay(pool *pgxpool.Pool, dispatch postgres.DispatchFunc, log zerolog.Lo
 
 // NewEventRelay returns the relay of webhook events (table webhook_events,
 // written by the completion): the same loop over undispatched events, woken
-// by the notification of a final intent. opts.Listener must listen on
-// notify.ChannelFinal to wake it.
-func NewEventRelay(pool *pgxpool.Pool, dispatch postgres.DispatchFunc, log zerolog.Logger, opts *RelayOpts) *Relay {
-	r := NewRelay(pool, dispatch, log, opts)
+// by the notification of a final intent, inserting their deliver_webhook
+// jobs through client. opts.Listener must listen on notify.ChannelFinal to
+// wake it.
+func NewEventRelay(pool *pgxpool.Pool, client *river.Client[pgx.Tx], log zerolog.Logger, opts *RelayOpts) *Relay {
+	return newEventRelay(pool, insertWebhooks(client), log, opts)
+}
+
+// newEventRelay is [NewEventRelay] with the insert of the jobs given.
+func newEventRelay(pool *pgxpool.Pool, insert insertFunc, log zerolog.Logger, opts *RelayOpts) *Relay {
+	r := newRelay(pool, insert, log, opts)
 	batch := r.opts.BatchSize
-	r.take = func(ctx context.Context) (postgres.Dispatched, error) {
-		n, err := postgres.DispatchWebhookEvents(ctx, pool, batch, dispatch)
-		return postgres.Dispatched{Taken: n, Room: batch, Left: n == batch}, err
+	r.take = func(ctx context.Context) (dispatched, error) {
+		n, err := dispatchEvents(ctx, pool, batch, insert)
+		return dispatched{Taken: n, Room: batch, Left: n == batch}, err
 	}
 	r.opts.Backlog, r.channel, r.what = 0, notify.ChannelFinal, "webhook relay"
 	return r
@@ -180,7 +193,7 @@ func (r *Relay) DispatchBatch(ctx context.Context) (int, error) {
 	return d.Taken, err
 }
 
-func (r *Relay) dispatch(ctx context.Context) (postgres.Dispatched, error) {
+func (r *Relay) dispatch(ctx context.Context) (dispatched, error) {
 	d, err := r.take(ctx)
 	if err == nil && d.Taken > 0 && r.opts.OnDispatchFunc != nil {
 		r.opts.OnDispatchFunc(d.Taken)

@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels/internal/testutil/stacktest"
-	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/outbox"
 )
 
@@ -37,7 +36,7 @@ func TestTwoRelaysNeverDoubleDispatch(t *testing.T) {
 	require.NoError(t, err)
 	var dispatched atomic.Int64
 	var calls atomic.Int64
-	dispatch := jobs.DispatchBuyLabels(client)
+	dispatch := outbox.InsertBuyLabels(client)
 	counting := func(ctx context.Context, tx pgx.Tx, ids []string) error {
 		calls.Add(1)
 		return dispatch(ctx, tx, ids)
@@ -45,7 +44,7 @@ func TestTwoRelaysNeverDoubleDispatch(t *testing.T) {
 	ctx := context.Background()
 	var rg sync.WaitGroup
 	for range 2 {
-		relay := outbox.NewRelay(s.Pool, counting, zerolog.Nop(), &outbox.RelayOpts{
+		relay := outbox.NewRelayInserting(s.Pool, counting, zerolog.Nop(), &outbox.RelayOpts{
 			BatchSize:      7,
 			OnDispatchFunc: func(k int) { dispatched.Add(int64(k)) },
 		})

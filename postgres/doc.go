@@ -1,10 +1,18 @@
 // Package postgres owns the pipeline's tables: callers, caller_tokens,
 // idempotency_keys, idempotency_tombstones, label_intents and labels, and the
 // webhook tables (webhook_endpoints, webhook_secrets, webhook_events), whose
-// events the completion writes. Every
-// statement that reads or writes them is here; no other package names them in
-// SQL (reconcile reads labels and keys for its report, and owns its own
-// tables).
+// events the completion writes. Every statement that reads or writes them is
+// here, but for the relays' takes (reconcile reads labels and keys for its
+// report, and owns its own tables).
+//
+// The two outbox tables are shared with package outbox, the hop into River:
+// here, the accept's statement ([Accept]) inserts each stored intent's row of
+// label_intent_outbox, and the completion's ([Complete]) the row of
+// webhook_events; in package outbox, the relays' take statements delete the
+// rows of label_intent_outbox they dispatch and mark those of webhook_events
+// dispatched, in the transaction that inserts their River jobs. Every other
+// statement on webhook_events (a delivery's attempts, the drops, the purge)
+// is here.
 //
 // A state change is one statement over arrays (unnest) that returns an
 // outcome per row:
@@ -28,9 +36,6 @@
 // committed is busy), or wait at most a lock_timeout, so one stuck session
 // delays only the rows it holds.
 //
-// [DispatchIntents] is the relay's take off label_intent_outbox: the callers
-// in turns, and no more than keeps River's queue of purchases (it reads
-// river_job, River's table, for that count only) at a bound.
 // [GetStoreStats] reads the figures of the store gauges (package metrics):
 // the pending intents and the outbox, and, for their counts only, river_job
 // and package reconcile's reconcile_runs.

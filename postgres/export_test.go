@@ -10,7 +10,6 @@ var (
 const (
 	PlanSettings          = planSettings
 	SQLUnclaimParcelTaken = sqlUnclaimParcelTaken
-	SQLDispatch           = sqlDispatch
 	SQLNowRFC3339         = sqlNowRFC3339
 	LabelCreatedAtZero    = labelCreatedAtZero
 )

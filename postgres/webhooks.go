@@ -126,25 +126,6 @@ func ListWebhooks(ctx context.Context, db DB) ([]Webhook, error) {
 	})
 }
 
-// sqlDispatchEvents marks up to $1 of the oldest undispatched events
-// dispatched, skipping those another relay holds, and returns their request
-// ids: the relay's take of sqlDispatch, for webhook events.
-const sqlDispatchEvents = `
-UPDATE webhook_events SET dispatched_at = now()
- WHERE request_id IN (SELECT request_id FROM webhook_events
-                       WHERE dispatched_at IS NULL
-                       ORDER BY created_at
-                       LIMIT $1
-                         FOR UPDATE SKIP LOCKED)
-RETURNING request_id`
-
-// DispatchWebhookEvents is [DispatchIntents] for webhook events: it marks up
-// to batch undispatched events dispatched and hands their request ids to
-// dispatch, in one transaction.
-func DispatchWebhookEvents(ctx context.Context, pool *pgxpool.Pool, batch int, dispatch DispatchFunc) (int, error) {
-	return dispatchBatch(ctx, pool, sqlDispatchEvents, batch, dispatch)
-}
-
 // WebhookEvent is one event as an attempt to deliver it sees it.
 type WebhookEvent struct {
 	RequestID string

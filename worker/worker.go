@@ -254,15 +254,14 @@ func New(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	relay := outbox.NewRelay(cfg.Pool, jobs.DispatchBuyLabels(client), cfg.Log, &outbox.RelayOpts{
+	relay := outbox.NewRelay(cfg.Pool, client, cfg.Log, &outbox.RelayOpts{
 		Backlog:        max(cfg.RelayBacklog, 0), // negative: no bound, outbox's 0
-		Queue:          jobs.QueueLabels,
 		Listener:       cfg.Listener,
 		PollInterval:   cfg.RelayPollInterval,
 		OnDispatchFunc: func(n int) { cfg.Metrics.RelayDispatched.Add(float64(n)) },
 	})
 	started.relay.Store(relay)
-	events := outbox.NewEventRelay(cfg.Pool, jobs.DispatchWebhooks(client), cfg.Log, &outbox.RelayOpts{
+	events := outbox.NewEventRelay(cfg.Pool, client, cfg.Log, &outbox.RelayOpts{
 		Listener:     cfg.Listener,
 		PollInterval: cfg.RelayPollInterval,
 	})
