@@ -44,10 +44,18 @@ func (VoidLabelArgs) InsertOpts() river.InsertOpts {
 // EnqueueVoids returns reconcile.VoidOpts.Enqueue: one unique void_label job
 // per carrier label, inserted in the request's transaction.
 func EnqueueVoids(client *river.Client[pgx.Tx]) reconcile.EnqueueVoids {
+	return InsertByID(client, func(id string) river.JobArgs { return VoidLabelArgs{CarrierLabelID: id} })
+}
+
+// InsertByID returns a function that inserts, in tx, one job per id with
+// the args newArgs makes of it, in one round trip (River's InsertManyTx):
+// the relays' and the void's enqueue, inside the transaction that takes the
+// ids.
+func InsertByID(client *river.Client[pgx.Tx], newArgs func(id string) river.JobArgs) func(ctx context.Context, tx pgx.Tx, ids []string) error {
 	return func(ctx context.Context, tx pgx.Tx, ids []string) error {
 		params := make([]river.InsertManyParams, len(ids))
 		for i, id := range ids {
-			params[i] = river.InsertManyParams{Args: VoidLabelArgs{CarrierLabelID: id}}
+			params[i] = river.InsertManyParams{Args: newArgs(id)}
 		}
 		_, err := client.InsertManyTx(ctx, tx, params)
 		return err

@@ -17,26 +17,13 @@ type insertFunc func(ctx context.Context, tx pgx.Tx, requestIDs []string) error
 // insertBuyLabels returns the intent relay's insert: one buy_label job
 // ([jobs.BuyLabelArgs], unique by request id) per intent.
 func insertBuyLabels(client *river.Client[pgx.Tx]) insertFunc {
-	return insertJobs(client, func(id string) river.JobArgs { return jobs.BuyLabelArgs{RequestID: id} })
+	return jobs.InsertByID(client, func(id string) river.JobArgs { return jobs.BuyLabelArgs{RequestID: id} })
 }
 
 // insertWebhooks returns the event relay's insert: one deliver_webhook job
 // ([jobs.DeliverWebhookArgs], unique by request id) per event.
 func insertWebhooks(client *river.Client[pgx.Tx]) insertFunc {
-	return insertJobs(client, func(id string) river.JobArgs { return jobs.DeliverWebhookArgs{RequestID: id} })
-}
-
-// insertJobs returns an insert of one job per id, with the args newArgs
-// makes of it, all in one InsertManyTx.
-func insertJobs(client *river.Client[pgx.Tx], newArgs func(id string) river.JobArgs) insertFunc {
-	return func(ctx context.Context, tx pgx.Tx, ids []string) error {
-		params := make([]river.InsertManyParams, len(ids))
-		for i, id := range ids {
-			params[i] = river.InsertManyParams{Args: newArgs(id)}
-		}
-		_, err := client.InsertManyTx(ctx, tx, params)
-		return err
-	}
+	return jobs.InsertByID(client, func(id string) river.JobArgs { return jobs.DeliverWebhookArgs{RequestID: id} })
 }
 
 // sqlDispatch takes the next intents off the relay's queue, the callers in
