@@ -31,6 +31,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -187,41 +188,27 @@ func (c *Config) has(phase string) bool { return slices.Contains(c.Phases, phase
 
 // Validate checks what parsing alone cannot.
 func (c *Config) Validate() error {
+	for _, b := range []struct {
+		flag      string
+		v, lo, hi float64
+	}{
+		{"duration", c.Duration.Seconds(), 0.5, 600}, {"rounds", float64(c.Rounds), 1, 20},
+		{"worker-concurrency", float64(c.WorkerConcurrency), 1, 10000},
+		{"accept-batch", float64(c.AcceptBatch), 0, 1000}, {"worker-batch", float64(c.WorkerBatch), 0, 1000},
+		{"warmup", c.Warmup.Seconds(), 0, 60}, {"repeat-share", c.RepeatShare, 0, 0.999999},
+		{"e2e-creates", float64(c.E2ECreates), 1, 1_000_000}, {"e2e-concurrency", float64(c.E2EConcurrency), 1, 1000},
+		{"e2e-rate", c.E2ERate, 0, 100_000}, {"burst-replays", float64(c.BurstReplays), 1, 1_000_000},
+		{"burst-concurrency", float64(c.BurstConcurrency), 1, 1000}, {"live-sim-latency", c.LiveSimLatency.Seconds(), 0, 10},
+		{"replay-concurrency", float64(c.ReplayConcurrency), 1, 1000}, {"replay-rate", c.ReplayRate, 1e-9, 100_000},
+		{"purge-max", c.PurgeMax.Seconds(), 1e-9, math.Inf(1)}, {"reconcile-lines", float64(c.ReconcileLines), 0, 20_000_000},
+	} {
+		if b.v < b.lo || b.v > b.hi {
+			return fmt.Errorf("--%s %g: %g to %g (seconds for a duration)", b.flag, b.v, b.lo, b.hi)
+		}
+	}
 	switch {
-	case c.Duration < 500*time.Millisecond || c.Duration > 10*time.Minute:
-		return fmt.Errorf("--duration %s: 500ms to 10m", c.Duration)
-	case c.Rounds < 1 || c.Rounds > 20:
-		return fmt.Errorf("--rounds %d: 1 to 20", c.Rounds)
-	case c.WorkerConcurrency < 1 || c.WorkerConcurrency > 10000:
-		return fmt.Errorf("--worker-concurrency %d: 1 to 10000", c.WorkerConcurrency)
-	case c.AcceptBatch < 0 || c.AcceptBatch > 1000 || c.WorkerBatch < 0 || c.WorkerBatch > 1000:
-		return fmt.Errorf("--accept-batch %d, --worker-batch %d: 0 to 1000", c.AcceptBatch, c.WorkerBatch)
-	case c.Warmup < 0 || c.Warmup > time.Minute:
-		return fmt.Errorf("--warmup %s: 0 to 1m", c.Warmup)
 	case len(c.Concurrency) == 0:
 		return errors.New("--concurrency: at least one")
-	case c.RepeatShare < 0 || c.RepeatShare >= 1:
-		return fmt.Errorf("--repeat-share %g: 0 to below 1", c.RepeatShare)
-	case c.E2ECreates < 1 || c.E2ECreates > 1_000_000:
-		return fmt.Errorf("--e2e-creates %d: 1 to 1000000", c.E2ECreates)
-	case c.E2EConcurrency < 1 || c.E2EConcurrency > 1000:
-		return fmt.Errorf("--e2e-concurrency %d: 1 to 1000", c.E2EConcurrency)
-	case c.E2ERate < 0 || c.E2ERate > 100_000:
-		return fmt.Errorf("--e2e-rate %g: 0 to 100000", c.E2ERate)
-	case c.BurstReplays < 1 || c.BurstReplays > 1_000_000:
-		return fmt.Errorf("--burst-replays %d: 1 to 1000000", c.BurstReplays)
-	case c.BurstConcurrency < 1 || c.BurstConcurrency > 1000:
-		return fmt.Errorf("--burst-concurrency %d: 1 to 1000", c.BurstConcurrency)
-	case c.LiveSimLatency < 0 || c.LiveSimLatency > 10*time.Second:
-		return fmt.Errorf("--live-sim-latency %s: 0s to 10s", c.LiveSimLatency)
-	case c.ReplayConcurrency < 1 || c.ReplayConcurrency > 1000:
-		return fmt.Errorf("--replay-concurrency %d: 1 to 1000", c.ReplayConcurrency)
-	case c.ReplayRate <= 0 || c.ReplayRate > 100_000:
-		return fmt.Errorf("--replay-rate %g: above 0, at most 100000", c.ReplayRate)
-	case c.PurgeMax <= 0:
-		return fmt.Errorf("--purge-max %s: must be positive", c.PurgeMax)
-	case c.ReconcileLines < 0 || c.ReconcileLines > 20_000_000:
-		return fmt.Errorf("--reconcile-lines %d: 0 to 20000000", c.ReconcileLines)
 	case c.Out == "":
 		return errors.New("--out: a directory is needed")
 	}
