@@ -28,10 +28,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"regexp"
-	"syscall"
 
 	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/internal/fleet"
@@ -95,7 +92,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	// The processes' log lines arrive on their own goroutines.
 	stderr = &cmdline.LockedWriter{W: stderr}
-	ctx, hurry, stopSignals := signalContexts(ctx, stderr)
+	// The first SIGINT or SIGTERM stops what the demo started; a second
+	// cancels hurry, and it kills what it is still stopping gracefully.
+	hurry, cancelHurry := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHurry()
+	ctx, stopSignals := cli.SignalContext(ctx, func() {
+		fmt.Fprintln(stderr, "demo: second signal: killing what still runs")
+		cancelHurry()
+	})
 	defer stopSignals()
 	d := newDemo(cfg, stdout, stderr)
 	err := d.run(ctx)
@@ -115,36 +119,4 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	d.summary()
 	return 0
-}
-
-// signalContexts returns ctx, cancelled on the first SIGINT or SIGTERM, and
-// hurry, cancelled on the second: the demo then kills what it is still
-// stopping gracefully. A third signal gets the default action.
-func signalContexts(parent context.Context, stderr io.Writer) (ctx, hurry context.Context, stop func()) {
-	ctx, cancel := context.WithCancel(parent)
-	hurry, cancelHurry := context.WithCancel(context.WithoutCancel(parent))
-	ch := make(chan os.Signal, 2)
-	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() {
-		defer signal.Stop(ch)
-		select {
-		case s := <-ch:
-			fmt.Fprintf(stderr, "\ndemo: %v: stopping everything it started (again to kill them at once)\n", s)
-			cancel()
-		case <-done:
-			return
-		}
-		select {
-		case s := <-ch:
-			fmt.Fprintf(stderr, "demo: %v again: killing what still runs\n", s)
-			cancelHurry()
-		case <-done:
-		}
-	}()
-	return ctx, hurry, func() {
-		close(done)
-		cancel()
-		cancelHurry()
-	}
 }

@@ -48,6 +48,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/labelkit/labels/internal/proc"
 )
 
 // commands are the cmd/ directories built into /usr/local/bin.
@@ -112,7 +114,7 @@ func sourceDate(s string) (time.Time, error) {
 }
 
 func build(ctx context.Context, tag name.Tag, out, arch string, created time.Time, stderr io.Writer) (v1.Hash, error) {
-	root, err := moduleRoot(ctx)
+	root, err := proc.ModuleRoot()
 	if err != nil {
 		return v1.Hash{}, err
 	}
@@ -136,19 +138,6 @@ func build(ctx context.Context, tag name.Tag, out, arch string, created time.Tim
 		return v1.Hash{}, fmt.Errorf("write %s: %w", out, err)
 	}
 	return img.Digest()
-}
-
-// moduleRoot is the directory of the service's module (the tools' own
-// module requires it from ../), where the commands are built with the
-// service's go.mod.
-func moduleRoot(ctx context.Context) (string, error) {
-	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "github.com/labelkit/labels")
-	cmd.Stderr = os.Stderr
-	b, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("go list -m: %w", err)
-	}
-	return strings.TrimSpace(string(b)), nil
 }
 
 // compile builds the commands into dir: static (no libc in the image), and
