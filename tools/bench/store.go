@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -123,22 +124,12 @@ func fillTemplates() error {
 			// templateOrder - templateOrder%parcelVariants + v has variant v.
 			p := parcelFor(templateOrder - templateOrder%parcelVariants + int64(v))
 			p.OrderID = templateOrder
-			c, err := idempotency.Canonical(p)
-			if err != nil {
-				templatesErr = err
-				return
-			}
-			j, err := json.Marshal(p)
-			if err != nil {
-				templatesErr = err
-				return
-			}
-			if templates[v].canonical, err = split(c); err != nil {
-				templatesErr = err
-				return
-			}
-			if templates[v].payload, err = split(j); err != nil {
-				templatesErr = err
+			c, cerr := idempotency.Canonical(p)
+			j, jerr := json.Marshal(p)
+			var serr, perr error
+			templates[v].canonical, serr = split(c)
+			templates[v].payload, perr = split(j)
+			if templatesErr = errors.Join(cerr, jerr, serr, perr); templatesErr != nil {
 				return
 			}
 		}
