@@ -53,60 +53,20 @@ func main() {
 	os.Exit(code)
 }
 
-const usage = `Usage: bench [flags]
+const (
+	usageHead = `Usage: bench [flags]
 
 Measures the label service on this machine against the pgbench ceiling of its
 own accept transaction, and writes DIR/<date>.json, .md and .png.
 
 Flags:
-  --quick              a smoke run: 3 s loads, 1 k and 10 k keys, 300 creates end to end
-  --long               also replay with 10 M keys in the store
-  --out DIR            where the results go (default bench/results at the module root)
-  --server URL         use this PostgreSQL server (a throwaway labels_bench_* database
-                       is created on it and dropped) instead of a private one
-  --duration D         length of each measured load (default 15s; --quick 3s)
-  --rounds N           the ceiling and the accept at one concurrency alternate in
-                       N rounds of duration/N each, merged (default 3; --quick 1)
-  --warmup D           unmeasured load before each (default 1s)
-  --concurrency LIST   client concurrencies (default 8,32,128)
-  --repeat-share F     share of accept requests that repeat an earlier key and body (default 0.1)
-  --live-sim-latency D the simulator's latency while the accept runs with the pipeline live (default 0s)
-  --e2e-creates N      creates sent end to end per simulator latency (default 16000; --quick 300)
-  --e2e-concurrency N  clients of the end-to-end run (default 32)
-  --e2e-rate R         pace the end-to-end creates at R per second instead of
-                       sending them back to back (default 0: back to back); at a
-                       rate the pipeline keeps up with, the CPU per label is
-                       the figure to compare builds by
-  --sim-latencies LIST simulator latencies end to end (default 0s,50ms)
-  --burst-replays N    keys of each end-to-end burst replayed right after it is final,
-                       closed loop, then read by primary key by pgbench (default 2000; --quick 300)
-  --burst-concurrency N  clients of those replays and of that read (default 16)
-  --replay-sizes LIST  keys in the store for the replays (default 10000,1000000;
-                       --long adds 10000000; --quick 1000,10000)
-  --replay-concurrency N  clients of the replay runs (default 8)
-  --replay-rate R      replays per second of the paced replay run, whose p50/p99
-                       are held to the bar (default 400: the seed's average
-                       create rate, all of it replays)
-  --purge-max D        longest the purge measurement runs (default 20s; --quick 5s)
-  --reconcile-lines N  lines of the reconciliation benchmark (default 200000;
-                       --long 1000000; --quick 10000; 0 skips it)
-  --phases LIST        phases to run (default all: ceiling,accept,live,e2e,replay,store,reconcile;
-                       live is the accept with the pipeline live)
-  --accept-batch N     ACCEPT_BATCH of the api (default 64; 0: one transaction per accept)
-  --worker-batch N     WORKER_BATCH of the worker (default 64; 0: one transaction per job)
-  --worker-concurrency N  WORKER_CONCURRENCY of the end-to-end worker (default 1000: Little's
-                       law for 4,000 labels/s, the bar's 0.4 share of a 10,000 tps
-                       ceiling, when a job holds its slot 91 ms at 50 ms carrier latency
-                       (lease, call, completion) and waits up to River's fetch cooldown
-                       of 100 ms for the next; cmd/worker's own default is 100)
-  --log-level LEVEL    LOG_LEVEL of the api and the worker (default info, as deployed)
-  --bin DIR            prebuilt binaries (api, worker, carrier) instead of building them
-  --keep               keep the database (and the private server's directory)
-
+`
+	usageTail = `
 Without --server the private server is started from the installed PostgreSQL
 binaries (initdb, pg_ctl; as internal/devdb does), listens on 127.0.0.1 only,
 and is stopped and deleted at the end.
 `
+)
 
 // Phases, in the order they run.
 const (
@@ -251,35 +211,47 @@ func progress(w io.Writer) func(format string, args ...any) {
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	cfg := DefaultConfig()
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	quick := fs.Bool("quick", false, "")
-	long := fs.Bool("long", false, "")
-	fs.StringVar(&cfg.Out, "out", "", "")
-	fs.StringVar(&cfg.ServerURL, "server", "", "")
-	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "")
-	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "")
-	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "")
-	conc := fs.String("concurrency", "8,32,128", "")
-	fs.Float64Var(&cfg.RepeatShare, "repeat-share", cfg.RepeatShare, "")
-	fs.IntVar(&cfg.E2ECreates, "e2e-creates", cfg.E2ECreates, "")
-	fs.IntVar(&cfg.E2EConcurrency, "e2e-concurrency", cfg.E2EConcurrency, "")
-	fs.Float64Var(&cfg.E2ERate, "e2e-rate", cfg.E2ERate, "")
-	lats := fs.String("sim-latencies", "0s,50ms", "")
-	fs.DurationVar(&cfg.LiveSimLatency, "live-sim-latency", cfg.LiveSimLatency, "")
-	fs.IntVar(&cfg.BurstReplays, "burst-replays", cfg.BurstReplays, "")
-	fs.IntVar(&cfg.BurstConcurrency, "burst-concurrency", cfg.BurstConcurrency, "")
-	sizes := fs.String("replay-sizes", "", "")
-	fs.IntVar(&cfg.ReplayConcurrency, "replay-concurrency", cfg.ReplayConcurrency, "")
-	fs.Float64Var(&cfg.ReplayRate, "replay-rate", cfg.ReplayRate, "")
-	fs.DurationVar(&cfg.PurgeMax, "purge-max", cfg.PurgeMax, "")
-	fs.IntVar(&cfg.ReconcileLines, "reconcile-lines", cfg.ReconcileLines, "")
-	phases := fs.String("phases", strings.Join(allPhases, ","), "")
-	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "")
-	fs.IntVar(&cfg.AcceptBatch, "accept-batch", cfg.AcceptBatch, "")
-	fs.IntVar(&cfg.WorkerBatch, "worker-batch", cfg.WorkerBatch, "")
-	fs.IntVar(&cfg.WorkerConcurrency, "worker-concurrency", cfg.WorkerConcurrency, "")
-	fs.StringVar(&cfg.BinDir, "bin", "", "")
-	fs.BoolVar(&cfg.Keep, "keep", false, "")
-	if code, ok := cli.Parse(fs, args[1:], usage, stdout, stderr); !ok {
+	quick := fs.Bool("quick", false, "a smoke run: 3 s loads, 1 k and 10 k keys, 300 creates end to end")
+	long := fs.Bool("long", false, "also replay with 10 M keys in the store")
+	fs.StringVar(&cfg.Out, "out", "", "DIR where the results go (default bench/results at the module root)")
+	fs.StringVar(&cfg.ServerURL, "server", "", "URL of a PostgreSQL server to use (a throwaway labels_bench_* database\n\tis created on it and dropped) instead of a private one")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of each measured load (--quick 3s)")
+	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured load before each")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "the ceiling and the accept at one concurrency alternate in N rounds\n\tof duration/N each, merged (--quick 1)")
+	conc := fs.String("concurrency", "8,32,128", "client concurrencies")
+	fs.Float64Var(&cfg.RepeatShare, "repeat-share", cfg.RepeatShare, "share of accept requests that repeat an earlier key and body")
+	fs.IntVar(&cfg.E2ECreates, "e2e-creates", cfg.E2ECreates, "creates sent end to end per simulator latency (--quick 300)")
+	fs.IntVar(&cfg.E2EConcurrency, "e2e-concurrency", cfg.E2EConcurrency, "clients of the end-to-end run")
+	fs.Float64Var(&cfg.E2ERate, "e2e-rate", cfg.E2ERate, "pace the end-to-end creates at R per second (0: back to back); at a rate\n\tthe pipeline keeps up with, the CPU per label is the figure to compare builds by")
+	lats := fs.String("sim-latencies", "0s,50ms", "simulator latencies end to end")
+	fs.DurationVar(&cfg.LiveSimLatency, "live-sim-latency", cfg.LiveSimLatency, "the simulator's latency while the accept runs with the pipeline live")
+	fs.IntVar(&cfg.BurstReplays, "burst-replays", cfg.BurstReplays, "keys of each end-to-end burst replayed right after it is final, closed\n\tloop, then read by primary key by pgbench (--quick 300)")
+	fs.IntVar(&cfg.BurstConcurrency, "burst-concurrency", cfg.BurstConcurrency, "clients of the replays after each burst and of their primary-key read")
+	sizes := fs.String("replay-sizes", "", "keys in the store for the replays (default 10000,1000000; --long adds\n\t10000000; --quick 1000,10000)")
+	fs.IntVar(&cfg.ReplayConcurrency, "replay-concurrency", cfg.ReplayConcurrency, "clients of the replay runs")
+	fs.Float64Var(&cfg.ReplayRate, "replay-rate", cfg.ReplayRate, "replays per second of the paced replay run, whose p50/p99 are held to\n\tthe bar (the seed's average create rate, all of it replays)")
+	fs.DurationVar(&cfg.PurgeMax, "purge-max", cfg.PurgeMax, "longest the purge measurement runs (--quick 5s)")
+	fs.IntVar(&cfg.ReconcileLines, "reconcile-lines", cfg.ReconcileLines, "lines of the reconciliation benchmark (--long 1000000; --quick 10000;\n\t0 skips it)")
+	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run (live is the accept with the pipeline live)")
+	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "LOG_LEVEL of the api and the worker (as deployed)")
+	fs.IntVar(&cfg.AcceptBatch, "accept-batch", cfg.AcceptBatch, "ACCEPT_BATCH of the api (0: one transaction per accept)")
+	fs.IntVar(&cfg.WorkerBatch, "worker-batch", cfg.WorkerBatch, "WORKER_BATCH of the worker (0: one transaction per job)")
+	fs.IntVar(&cfg.WorkerConcurrency, "worker-concurrency", cfg.WorkerConcurrency, "WORKER_CONCURRENCY of the end-to-end worker: Little's law for\n\t"+
+		"4,000 labels/s, the bar's 0.4 share of a 10,000 tps ceiling, when a job holds its slot\n\t"+
+		"91 ms at 50 ms carrier latency and waits up to River's fetch cooldown of 100 ms for\n\tthe next; cmd/worker's own default is 100")
+	fs.StringVar(&cfg.BinDir, "bin", "", "DIR of prebuilt binaries (api, worker, carrier) instead of building them")
+	fs.BoolVar(&cfg.Keep, "keep", false, "keep the database (and the private server's directory)")
+	var usage strings.Builder
+	usage.WriteString(usageHead)
+	fs.VisitAll(func(f *flag.Flag) {
+		def := ""
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && !strings.Contains(f.Usage, "(default") {
+			def = " (default " + f.DefValue + ")"
+		}
+		fmt.Fprintf(&usage, "  --%s\n\t%s%s\n", f.Name, f.Usage, def)
+	})
+	usage.WriteString(usageTail)
+	if code, ok := cli.Parse(fs, args[1:], usage.String(), stdout, stderr); !ok {
 		return code
 	}
 	set := map[string]bool{}
