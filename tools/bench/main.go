@@ -44,6 +44,7 @@ import (
 	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/internal/fleet"
 	"github.com/labelkit/labels/internal/proc"
+	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
 func main() {
@@ -241,17 +242,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		"91 ms at 50 ms carrier latency and waits up to River's fetch cooldown of 100 ms for\n\tthe next; cmd/worker's own default is 100")
 	fs.StringVar(&cfg.BinDir, "bin", "", "DIR of prebuilt binaries (api, worker, carrier) instead of building them")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the database (and the private server's directory)")
-	var usage strings.Builder
-	usage.WriteString(usageHead)
-	fs.VisitAll(func(f *flag.Flag) {
-		def := ""
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && !strings.Contains(f.Usage, "(default") {
-			def = " (default " + f.DefValue + ")"
-		}
-		fmt.Fprintf(&usage, "  --%s\n\t%s%s\n", f.Name, f.Usage, def)
-	})
-	usage.WriteString(usageTail)
-	if code, ok := cli.Parse(fs, args[1:], usage.String(), stdout, stderr); !ok {
+	if code, ok := cli.Parse(fs, args[1:], cmdline.Usage(fs, usageHead, usageTail), stdout, stderr); !ok {
 		return code
 	}
 	set := map[string]bool{}

@@ -46,12 +46,9 @@ signed webhook to a local receiver and its verification, the 201 replay, the
 then a duplicate bought from a carrier without keys, found, voided, netted.
 
 Flags:
-  --database NAME   database to drop and create afresh on the server of
-                    DATABASE_URL (default labels_demo; must start with labels_demo)
-  --bin DIR         use the binaries in DIR (api, worker, carrier, reconcile)
-                    instead of building ./cmd/... into a temporary directory
-  --verbose         copy every process's log lines to stderr
+`
 
+const usageTail = `
 Environment: DATABASE_URL names the PostgreSQL server (its database name is
 not used); without it, 127.0.0.1:5432, else a private server under .pgdata
 (see internal/devdb).
@@ -83,10 +80,10 @@ func (c *Config) Validate() error {
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	cfg := Config{ServerURL: getenv("DATABASE_URL"), Database: "labels_demo"}
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.StringVar(&cfg.Database, "database", cfg.Database, "")
-	fs.StringVar(&cfg.BinDir, "bin", cfg.BinDir, "")
-	fs.BoolVar(&cfg.Verbose, "verbose", cfg.Verbose, "")
-	if code, ok := cli.ParseValid(fs, args[1:], usage, cfg.Validate, stdout, stderr); !ok {
+	fs.StringVar(&cfg.Database, "database", cfg.Database, "NAME of the database to drop and create afresh on the server of\n\tDATABASE_URL (it must start with labels_demo)")
+	fs.StringVar(&cfg.BinDir, "bin", cfg.BinDir, "DIR of prebuilt binaries (api, worker, carrier, reconcile) instead of\n\tbuilding ./cmd/... into a temporary directory")
+	fs.BoolVar(&cfg.Verbose, "verbose", cfg.Verbose, "copy every process's log lines to stderr")
+	if code, ok := cli.ParseValid(fs, args[1:], cmdline.Usage(fs, usage, usageTail), cfg.Validate, stdout, stderr); !ok {
 		return code
 	}
 

@@ -49,23 +49,9 @@ Runs the carrier simulator, the API and N workers together against the
 database of DATABASE_URL, on loopback, until Ctrl-C.
 
 Flags:
-  --workers N          worker processes (default 3)
-  --api-addr ADDR      the API's listen address (default 127.0.0.1:8080)
-  --carrier-addr ADDR  the simulator's listen address (default 127.0.0.1:8090)
-  --admin-addr ADDR    the first worker's River UI listener (default 127.0.0.1:9092; "" for none)
-  --bin DIR            use the binaries in DIR instead of building ./cmd/...
-  --pooler             put PgBouncer (transaction mode, a generated configuration,
-                       a free loopback port) between the processes and PostgreSQL:
-                       DATABASE_URL goes through it, DATABASE_DIRECT_URL (LISTEN)
-                       straight to PostgreSQL; needs the pgbouncer binary
-  --pool-size N        PgBouncer's server connections (default 20)
-  --carrier-state FILE the simulator's state file (SIM_STATE_FILE): its labels and
-                       voids, kept across restarts so that its carrier label ids
-                       never repeat (default $SIM_STATE_FILE when set, else
-                       .task/fleet/carrier.jsonl; --carrier-state "" keeps them
-                       in memory only). Delete it when you drop the database
-  --quiet              do not copy the processes' log lines to stderr
+`
 
+const usageTail = `
 Environment: DATABASE_URL (required; go tool task fleet sets it),
 ADMIN_PASSWORD (default: a random one, printed), and every other variable of
 docs/operations.md, passed on to the processes (CARRIER_TIMEOUT, SIM_*, ...).
@@ -126,16 +112,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cfg.CarrierState = v
 	}
 	fs := flag.NewFlagSet("fleet", flag.ContinueOnError)
-	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "")
-	fs.StringVar(&cfg.APIAddr, "api-addr", cfg.APIAddr, "")
-	fs.StringVar(&cfg.CarrierAddr, "carrier-addr", cfg.CarrierAddr, "")
-	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, "")
-	fs.StringVar(&cfg.BinDir, "bin", cfg.BinDir, "")
-	fs.BoolVar(&cfg.Quiet, "quiet", cfg.Quiet, "")
-	fs.BoolVar(&cfg.Pooler, "pooler", cfg.Pooler, "")
-	fs.IntVar(&cfg.PoolSize, "pool-size", cfg.PoolSize, "")
-	fs.StringVar(&cfg.CarrierState, "carrier-state", cfg.CarrierState, "")
-	if code, ok := cli.ParseValid(fs, args[1:], usage, cfg.Validate, stdout, stderr); !ok {
+	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "worker processes")
+	fs.StringVar(&cfg.APIAddr, "api-addr", cfg.APIAddr, "the API's listen address")
+	fs.StringVar(&cfg.CarrierAddr, "carrier-addr", cfg.CarrierAddr, "the simulator's listen address")
+	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, `the first worker's River UI listener ("" for none)`)
+	fs.StringVar(&cfg.BinDir, "bin", cfg.BinDir, "DIR of binaries to use instead of building ./cmd/...")
+	fs.BoolVar(&cfg.Quiet, "quiet", cfg.Quiet, "do not copy the processes' log lines to stderr")
+	fs.BoolVar(&cfg.Pooler, "pooler", cfg.Pooler, "put PgBouncer (transaction mode, a generated configuration, a free\n\t"+
+		"loopback port) between the processes and PostgreSQL: DATABASE_URL goes through it,\n\t"+
+		"DATABASE_DIRECT_URL (LISTEN) straight to PostgreSQL; needs the pgbouncer binary")
+	fs.IntVar(&cfg.PoolSize, "pool-size", cfg.PoolSize, "PgBouncer's server connections")
+	fs.StringVar(&cfg.CarrierState, "carrier-state", cfg.CarrierState, "FILE: the simulator's state file (SIM_STATE_FILE): its labels and voids,\n\t"+
+		"kept across restarts so that its carrier label ids never repeat (default $SIM_STATE_FILE\n\t"+
+		"when set, else "+DefaultCarrierState+`; "" keeps them in memory only). Delete it when you drop the database`)
+	if code, ok := cli.ParseValid(fs, args[1:], cmdline.Usage(fs, usage, usageTail), cfg.Validate, stdout, stderr); !ok {
 		return code
 	}
 	if cfg.AdminPassword == "" {
