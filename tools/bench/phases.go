@@ -305,43 +305,22 @@ func (h *harness) endToEndAt(ctx context.Context, lat time.Duration) (E2ERun, er
 		// database.
 		replayErr = h.burstReplays(ctx, &r, lo, hi)
 	}
+	var lats []int64
+	var first, last *time.Time
 	if err := h.pool.QueryRow(ctx, `
-		SELECT count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status = 'failed')
-		  FROM label_intents WHERE order_id BETWEEN $1 AND $2`, lo, hi).Scan(&r.Succeeded, &r.Failed); err != nil {
+		SELECT count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status = 'failed'),
+		       coalesce(array_agg((extract(epoch FROM completed_at - created_at) * 1e9)::bigint) FILTER (WHERE completed_at IS NOT NULL), '{}'),
+		       min(created_at) FILTER (WHERE completed_at IS NOT NULL), max(completed_at)
+		  FROM label_intents WHERE order_id BETWEEN $1 AND $2`, lo, hi).Scan(&r.Succeeded, &r.Failed, &lats, &first, &last); err != nil {
 		return r, err
 	}
 	r.CPUPerLabel = perLabel(before, after, r.Succeeded+r.Failed)
 	if werr == nil {
 		r.DB = watch.finish(ctx)
 	}
-	var first, last time.Time
-	rows, err := h.pool.Query(ctx, `
-		SELECT created_at, completed_at FROM label_intents
-		 WHERE order_id BETWEEN $1 AND $2 AND completed_at IS NOT NULL`, lo, hi)
-	if err != nil {
-		return r, err
-	}
-	var lats []int64
-	for rows.Next() {
-		var c, f time.Time
-		if err := rows.Scan(&c, &f); err != nil {
-			rows.Close()
-			return r, err
-		}
-		if first.IsZero() || c.Before(first) {
-			first = c
-		}
-		if f.After(last) {
-			last = f
-		}
-		lats = append(lats, int64(f.Sub(c)))
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return r, err
-	}
 	r.ToFinal = summarize(lats)
-	if secs := last.Sub(first).Seconds(); secs > 0 {
+	if first != nil && last != nil && last.After(*first) {
+		secs := last.Sub(*first).Seconds()
 		r.Seconds = round2(secs)
 		r.CreatesPerSec = round1(float64(len(lats)) / secs)
 	}
