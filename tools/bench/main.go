@@ -6,21 +6,10 @@
 //	go tool task bench -- --quick       (a smoke run: short loads, small stores)
 //	go tool task bench -- --long        (adds replays with 10 M keys in the store)
 //
-// It builds the real binaries and runs them through internal/fleet, starts a
-// private PostgreSQL server in a temporary directory (or uses --server),
-// creates a throwaway database (labels_bench_<random>), migrates it, and runs
-// its phases in order: the pgbench ceiling of the accept's own transaction
-// alternating with the accept, worker stopped and pipeline live
-// (phases.go); end to end, with the replays right after each burst; the
-// replays of a filled store; the store's bytes per key and its purge
-// (store.go); reconciliation (reconcile.go). During every load it records the
-// CPU of each process and of the machine (internal/host) and what the busy
-// backends waited on (dbstat.go). docs/benchmarks.md says what each phase
-// measures and why.
-//
-// It writes DIR/<date>.json, .md (the tables) and .png (the chart) with DIR =
-// --out (default bench/results at the module root). No threshold makes the
-// command fail: benchmarks measure, tests check. Exit status: 0 when every
+// It runs the real binaries (internal/fleet) against a throwaway database on a
+// private PostgreSQL server (or --server), phase by phase as
+// docs/benchmarks.md describes, and writes DIR/<date>.json, .md and .png.
+// No threshold makes the command fail: benchmarks measure, tests check. Exit status: 0 when every
 // phase ran, 1 when a phase failed (the report is still written, naming it),
 // 2 on a bad flag, 130 when interrupted.
 package main

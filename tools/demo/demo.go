@@ -371,24 +371,11 @@ func (d *demo) reuse(ctx context.Context) error {
 // carrierView asks the simulator how many labels it sold: one.
 func (d *demo) carrierView(ctx context.Context) error {
 	d.say.Step("What the carrier saw")
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.carrierURL+"/sim/stats", nil)
+	stats, err := d.carrierStats(ctx, true)
 	if err != nil {
 		return err
 	}
-	r, err := d.send(req)
-	if err != nil {
-		return err
-	}
-	d.say.Request(http.MethodGet, "/sim/stats", nil, nil)
-	d.say.Response(r)
-	var stats struct {
-		Purchases int `json:"purchases"`
-	}
-	if r.code != http.StatusOK || json.Unmarshal(r.body, &stats) != nil {
-		return fmt.Errorf("GET /sim/stats: %s", r)
-	}
-	d.purchases = stats.Purchases
-	if stats.Purchases != 1 {
+	if d.purchases = stats.Purchases; stats.Purchases != 1 {
 		return fmt.Errorf("the carrier sold %d labels, want 1", stats.Purchases)
 	}
 	d.say.Say("Three requests, one purchase: the worker's carrier key (derived from the caller and our key) makes its calls idempotent too.")
@@ -398,22 +385,11 @@ func (d *demo) carrierView(ctx context.Context) error {
 // reconcile matches the carrier's invoice for the label's day against our
 // labels and keys. Discrepancies (exit 1) are findings, shown, not a failure.
 func (d *demo) reconcile(ctx context.Context) error {
-	day := d.labelDay
-	if day.IsZero() {
-		day = time.Now().UTC()
-	}
-	date := day.Format(time.DateOnly)
-	d.say.Step("Reconcile today's invoice (" + date + ", UTC) against our labels and keys")
-	args := []string{"--date", date, "--format", "text", "--grace", "0s"}
-	d.say.Say("$ reconcile %s", strings.Join(args, " "))
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
-	res, err := d.fleet.Command(ctx, "reconcile", map[string]string{"DATABASE_URL": d.dbURL, "CARRIER_URL": d.carrierURL}, args...)
-	if res == nil || (err != nil && res.ExitCode != 1) {
+	d.say.Step("Reconcile today's invoice (" + d.day() + ", UTC) against our labels and keys")
+	res, err := d.reconcileDay(ctx)
+	if err != nil {
 		return err
 	}
-	d.say.Block(res.Stdout)
-	d.say.line("")
 	if res.ExitCode == 0 {
 		d.reconciled = "every invoice line and label matched"
 		d.say.Say("exit 0: %s.", d.reconciled)
