@@ -164,7 +164,6 @@ type entry struct {
 	mode     int64
 	uid, gid int
 	body     []byte
-	from     string // a file on disk to copy instead of body
 }
 
 const (
@@ -193,33 +192,21 @@ func rootfs(bin string, mtime time.Time) ([]byte, error) {
 		{path: "usr/local/bin/", mode: 0o755},
 	}
 	for _, c := range commands {
-		entries = append(entries, entry{path: "usr/local/bin/" + c, mode: 0o755, from: filepath.Join(bin, c)})
+		b, err := os.ReadFile(filepath.Join(bin, c))
+		if err != nil {
+			return nil, err
+		}
+		entries = append(entries, entry{path: "usr/local/bin/" + c, mode: 0o755, body: b})
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].path < entries[j].path })
 
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, e := range entries {
-		h := &tar.Header{
-			Name:    e.path,
-			Mode:    e.mode,
-			Uid:     e.uid,
-			Gid:     e.gid,
-			ModTime: mtime,
-			Format:  tar.FormatPAX,
-		}
+		h := &tar.Header{Name: e.path, Mode: e.mode, Uid: e.uid, Gid: e.gid, ModTime: mtime, Format: tar.FormatPAX,
+			Typeflag: tar.TypeReg, Size: int64(len(e.body))}
 		if strings.HasSuffix(e.path, "/") {
 			h.Typeflag = tar.TypeDir
-		} else {
-			h.Typeflag = tar.TypeReg
-			if e.from != "" {
-				b, err := os.ReadFile(e.from)
-				if err != nil {
-					return nil, err
-				}
-				e.body = b
-			}
-			h.Size = int64(len(e.body))
 		}
 		if err := tw.WriteHeader(h); err != nil {
 			return nil, err
