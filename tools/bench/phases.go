@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,34 +45,29 @@ func (h *harness) ceilingAndAccept(ctx context.Context) error {
 		var ceilParts []PgbenchRun
 		var accParts, liveParts []LoadRun
 		for range rounds {
-			if h.cfg.has(PhaseCeiling) {
-				if err := h.reset(ctx); err != nil {
+			for _, ph := range []string{PhaseCeiling, PhaseAccept, PhaseLive} {
+				if !h.cfg.has(ph) {
+					continue
+				}
+				if err := cmp.Or(ctx.Err(), h.reset(ctx)); err != nil {
 					return err
 				}
-				ceilParts = append(ceilParts, h.runPgbench(ctx, c, slice))
-			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if h.cfg.has(PhaseAccept) {
-				if err := h.reset(ctx); err != nil {
-					return err
+				switch ph {
+				case PhaseCeiling:
+					ceilParts = append(ceilParts, h.runPgbench(ctx, c, slice))
+				case PhaseAccept:
+					r, cpu, db := h.measured(ctx, h.cfg.Warmup, func() LoadRun {
+						return runLoad(ctx, h.acceptSpec("accept", c, slice))
+					})
+					r.CPU, r.DB, r.Backends = cpu, db, h.apiBackends(ctx)
+					accParts = append(accParts, r)
+				case PhaseLive:
+					r, err := h.acceptLive(ctx, c, slice)
+					if err != nil {
+						return fmt.Errorf("accept with the pipeline live, c=%d: %w", c, err)
+					}
+					liveParts = append(liveParts, r)
 				}
-				r, cpu, db := h.measured(ctx, h.cfg.Warmup, func() LoadRun {
-					return runLoad(ctx, h.acceptSpec("accept", c, slice))
-				})
-				r.CPU, r.DB, r.Backends = cpu, db, h.apiBackends(ctx)
-				accParts = append(accParts, r)
-			}
-			if h.cfg.has(PhaseLive) && ctx.Err() == nil {
-				if err := h.reset(ctx); err != nil {
-					return err
-				}
-				r, err := h.acceptLive(ctx, c, slice)
-				if err != nil {
-					return fmt.Errorf("accept with the pipeline live, c=%d: %w", c, err)
-				}
-				liveParts = append(liveParts, r)
 			}
 		}
 		var ceiling *PgbenchRun
