@@ -28,7 +28,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -200,8 +199,10 @@ func (f *session) start(ctx context.Context) error {
 		oneShot = fleet.DatabaseEnv(f.cfg.DatabaseURL, b.URL(f.cfg.DatabaseURL), false)
 	}
 	// The developer's environment is passed on (CARRIER_TIMEOUT, SIM_*,
-	// LOG_LEVEL...), the fleet's on top.
-	fc := fleet.Config{Bins: f.bins, InheritEnv: true, Grace: 2 * time.Minute, StartTimeout: 5 * time.Minute}
+	// LOG_LEVEL...), the fleet's on top; a development fleet allows raw
+	// webhook secrets.
+	db["WEBHOOK_ALLOW_UNSEALED"] = "true"
+	fc := fleet.Config{Bins: f.bins, Env: db, InheritEnv: true, Grace: 2 * time.Minute, StartTimeout: 5 * time.Minute}
 	if !f.cfg.Quiet {
 		fc.OnLine = func(name string, l proc.Line) { fmt.Fprintf(f.stderr, "%-9s %s\n", name, l.Text) }
 	}
@@ -220,14 +221,13 @@ func (f *session) start(ctx context.Context) error {
 		"CARRIER_ADDR": f.cfg.CarrierAddr, "SIM_STATE_FILE": f.cfg.CarrierState}}); err != nil {
 		return err
 	}
-	db = merge(db, devWebhookSecrets)
-	if f.api, err = f.fleet.Start(ctx, fleet.Spec{Bin: "api", Env: merge(db, map[string]string{"API_ADDR": f.cfg.APIAddr})}); err != nil {
+	if f.api, err = f.fleet.Start(ctx, fleet.Spec{Bin: "api", Env: map[string]string{"API_ADDR": f.cfg.APIAddr}}); err != nil {
 		return err
 	}
 	for i := range f.cfg.Workers {
-		env := merge(db)
+		var env map[string]string
 		if i == 0 && f.cfg.AdminAddr != "" {
-			env = merge(db, map[string]string{"ADMIN_ADDR": f.cfg.AdminAddr, "ADMIN_USER": "admin", "ADMIN_PASSWORD": f.cfg.AdminPassword})
+			env = map[string]string{"ADMIN_ADDR": f.cfg.AdminAddr, "ADMIN_USER": "admin", "ADMIN_PASSWORD": f.cfg.AdminPassword}
 		}
 		w, err := f.fleet.Start(ctx, fleet.Spec{Bin: "worker", Name: fmt.Sprintf("worker-%d", i+1), Env: env})
 		if err != nil {
@@ -243,18 +243,6 @@ func (f *session) start(ctx context.Context) error {
 	}
 	f.token, err = f.fleet.AddCaller(ctx, "fleet", oneShot)
 	return err
-}
-
-// devWebhookSecrets is the development allowance for raw webhook secrets.
-var devWebhookSecrets = map[string]string{"WEBHOOK_ALLOW_UNSEALED": "true"}
-
-// merge merges environments, later ones winning.
-func merge(envs ...map[string]string) map[string]string {
-	m := map[string]string{}
-	for _, e := range envs {
-		maps.Copy(m, e)
-	}
-	return m
 }
 
 func (f *session) summary() {
