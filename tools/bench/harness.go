@@ -20,6 +20,7 @@ import (
 	"github.com/labelkit/labels/internal/proc"
 	"github.com/labelkit/labels/tools/bench/internal/host"
 	"github.com/labelkit/labels/tools/bench/internal/scratch"
+	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
 // Order ids: new requests count up from firstOrder; filled keys start at
@@ -251,11 +252,11 @@ func (h *harness) server(ctx context.Context) error {
 		u.Path = "/postgres"
 		conn, err := pgx.Connect(ctx, u.String())
 		if err != nil {
-			return fmt.Errorf("--server %s: %w", redact(h.cfg.ServerURL), err)
+			return fmt.Errorf("--server %s: %w", cmdline.Redact(h.cfg.ServerURL), err)
 		}
 		conn.Close(ctx)
 		h.serverURL = u.String()
-		h.res.Machine.Server = redact(h.serverURL) + " (shared: other work may use it; PostgreSQL's CPU is not measured)"
+		h.res.Machine.Server = cmdline.Redact(h.serverURL) + " (shared: other work may use it; PostgreSQL's CPU is not measured)"
 		return nil
 	}
 	h.privateDir = filepath.Join(h.work, "pg")
@@ -363,20 +364,12 @@ func (h *harness) teardown() error {
 	}
 	if h.work != "" {
 		if h.cfg.Keep {
-			h.logf("kept %s (database %s on %s)", h.work, h.dbName, redact(h.serverURL))
+			h.logf("kept %s (database %s on %s)", h.work, h.dbName, cmdline.Redact(h.serverURL))
 		} else {
 			_ = os.RemoveAll(h.work)
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func redact(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "?"
-	}
-	return p.Redacted()
 }
 
 // reset empties the tables a load writes, and on a private server writes a

@@ -19,6 +19,7 @@ import (
 	"github.com/labelkit/labels/internal/devdb"
 	"github.com/labelkit/labels/internal/fleet"
 	"github.com/labelkit/labels/internal/proc"
+	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
 // The seed's example: a label for parcel 1 of order 918273.
@@ -142,7 +143,7 @@ func (d *demo) database(ctx context.Context) error {
 	if d.dbURL, err = devdb.EnsureDatabase(ctx, server, d.cfg.Database); err != nil {
 		return fmt.Errorf("creating database %s: %w", d.cfg.Database, err)
 	}
-	d.say.Say("server    %s", redact(server))
+	d.say.Say("server    %s", cmdline.Redact(server))
 	d.say.Say("database  %s (dropped and created afresh, so the run starts clean)", d.cfg.Database)
 	d.say.Say("$ api migrate")
 	res, err := d.command(ctx, "api", "migrate")
@@ -522,14 +523,6 @@ func mask(token string) string {
 		return "…"
 	}
 	return token[:8] + "…"
-}
-
-// redact hides a password in a database URL.
-func redact(u string) string {
-	if p, err := url.Parse(u); err == nil {
-		return p.Redacted()
-	}
-	return u
 }
 
 func thousands(n int) string {

@@ -1,12 +1,13 @@
 // Package cmdline is what the commands under tools/ share beyond
 // internal/cli and internal/fleet: a writer several goroutines share, and
-// the usage text made from a command's flags.
+// the usage text made from a command's flags, a URL with its password hidden.
 package cmdline
 
 import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"strings"
 	"sync"
 )
@@ -38,4 +39,12 @@ func Usage(fs *flag.FlagSet, head, tail string) string {
 		fmt.Fprintf(&b, "  --%s\n\t%s%s\n", f.Name, f.Usage, def)
 	})
 	return b.String() + tail
+}
+
+// Redact hides the password of a URL; "?" when it does not parse.
+func Redact(u string) string {
+	if p, err := url.Parse(u); err == nil {
+		return p.Redacted()
+	}
+	return "?"
 }
