@@ -71,35 +71,46 @@ const (
 
 var allPhases = []string{PhaseCeiling, PhaseAccept, PhaseLive, PhaseE2E, PhaseReplay, PhaseStore, PhaseReconcile}
 
+// Loads is the part of the configuration that the results repeat as it is
+// (their setup).
+type Loads struct {
+	Rounds            int      `json:"rounds"`
+	Concurrency       []int    `json:"concurrency"`
+	RepeatShare       float64  `json:"repeat_share"`
+	E2ECreates        int      `json:"e2e_creates"`
+	E2EConcurrency    int      `json:"e2e_concurrency"`
+	E2ERate           float64  `json:"e2e_rate,omitempty"`
+	ReplayConcurrency int      `json:"replay_concurrency"`
+	ReplayRate        float64  `json:"replay_rate"`
+	LogLevel          string   `json:"log_level"`
+	Phases            []string `json:"phases"`
+	// AcceptBatch and WorkerBatch are the api's ACCEPT_BATCH and the
+	// worker's WORKER_BATCH (0: one transaction per accept or job).
+	AcceptBatch int `json:"accept_batch"`
+	WorkerBatch int `json:"worker_batch"`
+	// WorkerConcurrency is the end-to-end worker's WORKER_CONCURRENCY.
+	WorkerConcurrency int `json:"worker_concurrency"`
+	// BurstReplays replays at BurstConcurrency, closed loop, follow each
+	// end-to-end burst.
+	BurstReplays     int `json:"burst_replays"`
+	BurstConcurrency int `json:"burst_concurrency"`
+}
+
 // Config is one run's configuration, read once in run.
 type Config struct {
-	Mode              string // full, quick or long
-	Out               string
-	ServerURL         string // empty: a private server
-	Duration          time.Duration
-	Rounds            int
-	Warmup            time.Duration
-	Concurrency       []int
-	RepeatShare       float64
-	E2ECreates        int
-	E2EConcurrency    int
-	E2ERate           float64
-	SimLatencies      []time.Duration
-	LiveSimLatency    time.Duration
-	BurstReplays      int
-	BurstConcurrency  int
-	ReplaySizes       []int
-	ReplayConcurrency int
-	ReplayRate        float64
-	PurgeMax          time.Duration
-	ReconcileLines    int
-	Phases            []string
-	LogLevel          string
-	AcceptBatch       int // ACCEPT_BATCH of the api
-	WorkerBatch       int // WORKER_BATCH of the worker
-	WorkerConcurrency int // WORKER_CONCURRENCY of the end-to-end worker
-	BinDir            string
-	Keep              bool
+	Loads
+	Mode           string // full, quick or long
+	Out            string
+	ServerURL      string // empty: a private server
+	Duration       time.Duration
+	Warmup         time.Duration
+	SimLatencies   []time.Duration
+	LiveSimLatency time.Duration
+	ReplaySizes    []int
+	PurgeMax       time.Duration
+	ReconcileLines int
+	BinDir         string
+	Keep           bool
 	// Command is what the report says was run.
 	Command string
 	// LogFunc receives progress lines; nil discards them.
@@ -109,27 +120,29 @@ type Config struct {
 // DefaultConfig returns the configuration of a full run.
 func DefaultConfig() Config {
 	return Config{
-		Mode:              "full",
-		Duration:          15 * time.Second,
-		Rounds:            3,
-		Warmup:            time.Second,
-		Concurrency:       []int{8, 32, 128},
-		RepeatShare:       0.1,
-		E2ECreates:        16000,
-		E2EConcurrency:    32,
-		SimLatencies:      []time.Duration{0, 50 * time.Millisecond},
-		BurstReplays:      2000,
-		BurstConcurrency:  16,
-		ReplaySizes:       []int{10_000, 1_000_000},
-		ReplayConcurrency: 8,
-		ReplayRate:        400,
-		PurgeMax:          20 * time.Second,
-		ReconcileLines:    200_000,
-		Phases:            allPhases,
-		LogLevel:          "info",
-		AcceptBatch:       64,
-		WorkerBatch:       64,
-		WorkerConcurrency: 1000,
+		Loads: Loads{
+			Rounds:            3,
+			Concurrency:       []int{8, 32, 128},
+			RepeatShare:       0.1,
+			E2ECreates:        16000,
+			E2EConcurrency:    32,
+			BurstReplays:      2000,
+			BurstConcurrency:  16,
+			ReplayConcurrency: 8,
+			ReplayRate:        400,
+			Phases:            allPhases,
+			LogLevel:          "info",
+			AcceptBatch:       64,
+			WorkerBatch:       64,
+			WorkerConcurrency: 1000,
+		},
+		Mode:           "full",
+		Duration:       15 * time.Second,
+		Warmup:         time.Second,
+		SimLatencies:   []time.Duration{0, 50 * time.Millisecond},
+		ReplaySizes:    []int{10_000, 1_000_000},
+		PurgeMax:       20 * time.Second,
+		ReconcileLines: 200_000,
 	}
 }
 

@@ -52,31 +52,13 @@ type Machine struct {
 
 // Setup is what the loads were.
 type Setup struct {
-	DurationSeconds   float64  `json:"duration_seconds"`
-	Rounds            int      `json:"rounds"`
-	WarmupSeconds     float64  `json:"warmup_seconds"`
-	Concurrency       []int    `json:"concurrency"`
-	RepeatShare       float64  `json:"repeat_share"`
-	E2ECreates        int      `json:"e2e_creates"`
-	E2EConcurrency    int      `json:"e2e_concurrency"`
-	E2ERate           float64  `json:"e2e_rate,omitempty"`
-	ReplayConcurrency int      `json:"replay_concurrency"`
-	ReplayRate        float64  `json:"replay_rate"`
-	LogLevel          string   `json:"log_level"`
-	Phases            []string `json:"phases"`
-	CeilingScript     string   `json:"ceiling_script"`
-	// AcceptBatch and WorkerBatch are the ACCEPT_BATCH and WORKER_BATCH the
-	// api and worker ran with (0: one transaction per accept or job).
-	AcceptBatch int `json:"accept_batch"`
-	WorkerBatch int `json:"worker_batch"`
-	// WorkerConcurrency is the end-to-end worker's WORKER_CONCURRENCY.
-	WorkerConcurrency int `json:"worker_concurrency"`
-	// BurstReplays replays at BurstConcurrency, closed loop, follow each
-	// end-to-end burst; SelectScript is the primary-key read pgbench runs
-	// right after them (its range filled in with the burst's orders).
-	BurstReplays     int    `json:"burst_replays"`
-	BurstConcurrency int    `json:"burst_concurrency"`
-	SelectScript     string `json:"select_script"`
+	Loads
+	DurationSeconds float64 `json:"duration_seconds"`
+	WarmupSeconds   float64 `json:"warmup_seconds"`
+	CeilingScript   string  `json:"ceiling_script"`
+	// SelectScript is the primary-key read pgbench runs right after the
+	// replays that follow each burst (its range filled in with the burst's orders).
+	SelectScript string `json:"select_script"`
 	// LiveSimLatencyMs is the simulator's latency while the accept runs
 	// with the pipeline live.
 	LiveSimLatencyMs float64 `json:"live_sim_latency_ms"`
