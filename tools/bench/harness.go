@@ -19,8 +19,8 @@ import (
 	"github.com/labelkit/labels/internal/fleet"
 	"github.com/labelkit/labels/internal/proc"
 	"github.com/labelkit/labels/tools/bench/internal/host"
-	"github.com/labelkit/labels/tools/bench/internal/scratch"
 	"github.com/labelkit/labels/tools/internal/cmdline"
+	"github.com/labelkit/labels/tools/internal/scratch"
 )
 
 // Order ids: new requests count up from firstOrder; filled keys start at

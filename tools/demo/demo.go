@@ -14,12 +14,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/labelkit/labels/internal/devdb"
 	"github.com/labelkit/labels/internal/fleet"
 	"github.com/labelkit/labels/internal/proc"
 	"github.com/labelkit/labels/tools/internal/cmdline"
+	"github.com/labelkit/labels/tools/internal/scratch"
 )
 
 // The seed's example: a label for parcel 1 of order 918273.
@@ -137,8 +136,9 @@ func (d *demo) database(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("PostgreSQL: %w", err)
 	}
-	if err := dropDatabase(ctx, server, d.cfg.Database); err != nil {
-		return err
+	// Dropped with whatever is still connected to it (a demo interrupted earlier).
+	if err := scratch.Drop(ctx, server, d.cfg.Database, "labels_demo"); err != nil {
+		return fmt.Errorf("dropping database %s: %w", d.cfg.Database, err)
 	}
 	if d.dbURL, err = devdb.EnsureDatabase(ctx, server, d.cfg.Database); err != nil {
 		return fmt.Errorf("creating database %s: %w", d.cfg.Database, err)
@@ -151,20 +151,6 @@ func (d *demo) database(ctx context.Context) error {
 		return err
 	}
 	d.say.Block(res.Stdout)
-	return nil
-}
-
-// dropDatabase drops name on the server of serverURL if it exists, with
-// whatever is still connected to it (a demo interrupted earlier).
-func dropDatabase(ctx context.Context, serverURL, name string) error {
-	conn, err := pgx.Connect(ctx, serverURL)
-	if err != nil {
-		return fmt.Errorf("PostgreSQL: %w", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{name}.Sanitize()+` WITH (FORCE)`); err != nil {
-		return fmt.Errorf("dropping database %s: %w", name, err)
-	}
 	return nil
 }
 
