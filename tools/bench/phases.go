@@ -203,18 +203,11 @@ func (h *harness) ceilingAt(c int) *PgbenchRun {
 		if r.TPS == 0 {
 			continue
 		}
-		if best == nil || abs(r.Concurrency-c) < abs(best.Concurrency-c) {
+		if best == nil || max(r.Concurrency-c, c-r.Concurrency) < max(best.Concurrency-c, c-best.Concurrency) {
 			best = r
 		}
 	}
 	return best
-}
-
-func abs(x int) int {
-	if x < 0 {
-		return -x
-	}
-	return x
 }
 
 // endToEnd sends a fixed number of creates through api, worker and simulator
