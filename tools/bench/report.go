@@ -40,7 +40,7 @@ func checkBar(r *Results) []Check {
 				Note: fmt.Sprintf("%s req/s; %s intents made final a second meanwhile", f0(a.PerSec), f0(a.DrainedPerSec))})
 		}
 		if a.P99ToCeiling > 0 {
-			note := hostNote(a.CPU, nil)
+			note := hostNote(a.CPU)
 			if c := ceilingOf(r, a.Concurrency); c != nil {
 				note = fmt.Sprintf("accept p99 %s ms, pgbench's own %s ms; %s", f2(a.Latency.P99), f2(c.Latency.P99), note)
 			}
@@ -61,7 +61,7 @@ func checkBar(r *Results) []Check {
 			out = append(out, Check{Name: fmt.Sprintf("machine CPU per label end to end, simulator %g ms", e.SimLatencyMs),
 				Measured: u.Machine, Bar: barMachinePerLabel, Unit: "µs", AtMost: true,
 				Note: fmt.Sprintf("client %s · api %s · worker %s · simulator %s · PostgreSQL %s µs: %s µs of the run's own processes, the rest other work on the machine; %s%s",
-					f0(u.Client), f0(u.API), f0(u.Worker), f0(u.Carrier), f0(u.Postgres), f0(u.Ours), ceilingCPUNote(e), hostNote(e.CPU, nil))})
+					f0(u.Client), f0(u.API), f0(u.Worker), f0(u.Carrier), f0(u.Postgres), f0(u.Ours), ceilingCPUNote(e), hostNote(e.CPU))})
 		}
 	}
 	for i := range out {
@@ -93,7 +93,7 @@ func replayTailNote(e E2ERun) string {
 	if s := e.SelectAfter; s != nil && s.Latency.P50 > 0 {
 		note += fmt.Sprintf("; the primary-key SELECT's own p99 / p50 %s (%s / %s ms)", f1(s.Latency.P99/s.Latency.P50), f2(s.Latency.P99), f2(s.Latency.P50))
 	}
-	return note + "; " + hostNote(rp.CPU, nil)
+	return note + "; " + hostNote(rp.CPU)
 }
 
 // ceilingOf is the ceiling measured at concurrency c, or nil.
@@ -107,19 +107,14 @@ func ceilingOf(r *Results, c int) *PgbenchRun {
 }
 
 // hostNote says what the machine did to a latency check's load besides our
-// work: how late the load generator took up its scheduled starts (paced
-// loads), the cores the host stole, and what the kernel's proactive reclaim
+// work: the cores the host stole and what the kernel's proactive reclaim
 // paged out. A p99 on a shared VM follows these (docs/benchmarks.md).
-func hostNote(c CPU, late *Latency) string {
-	var parts []string
-	if late != nil {
-		parts = append(parts, "started late by p99 "+f2(late.P99)+" ms")
-	}
-	parts = append(parts, "host stole "+f2(c.Steal)+" cores")
+func hostNote(c CPU) string {
+	note := "host stole " + f2(c.Steal) + " cores"
 	if c.Pageout != nil {
-		parts = append(parts, "kernel paged out "+f1(*c.Pageout)+" MiB/s")
+		note += ", kernel paged out " + f1(*c.Pageout) + " MiB/s"
 	}
-	return strings.Join(parts, ", ")
+	return note
 }
 
 // count writes 10000 as 10 k and 1000000 as 1 M.
