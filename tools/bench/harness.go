@@ -151,7 +151,7 @@ func (h *harness) setup(ctx context.Context) error {
 		return err
 	}
 	h.res.Machine.Pgbench = pgbenchVersion(h.pgbench)
-	if err := h.binaries(ctx); err != nil {
+	if h.bins, err = fleet.Binaries(ctx, h.cfg.BinDir, filepath.Join(h.work, "bin"), h.logf, "./cmd/api", "./cmd/worker", "./cmd/carrier"); err != nil {
 		return err
 	}
 	if err := h.server(ctx); err != nil {
@@ -215,11 +215,6 @@ func (h *harness) warmWAL(ctx context.Context) error {
 	}
 	h.logf("WAL: %d segments written and recycled in %s", segments, time.Since(began).Round(time.Millisecond))
 	return nil
-}
-
-func (h *harness) binaries(ctx context.Context) (err error) {
-	h.bins, err = fleet.Binaries(ctx, h.cfg.BinDir, filepath.Join(h.work, "bin"), h.logf, "./cmd/api", "./cmd/worker", "./cmd/carrier")
-	return err
 }
 
 // server starts the private server, or checks the one given.
@@ -311,14 +306,6 @@ func (h *harness) startAPI(ctx context.Context) error {
 	h.cpu.api = p.Pid()
 	h.logf("api %s (pid %d)", h.apiURL, p.Pid())
 	return nil
-}
-
-// stop stops the processes given, and returns what did not exit with status 0.
-func (h *harness) stop(procs ...*fleet.Proc) error {
-	if len(procs) == 0 {
-		return nil
-	}
-	return h.fleet.Stop(context.Background(), procs...).Err()
 }
 
 // teardown stops everything it started and drops what it created.

@@ -190,7 +190,7 @@ func (h *harness) stopPipeline(pl *pipeline) error {
 		return nil
 	}
 	h.cpu.worker, h.cpu.carrier = 0, 0
-	err := h.stop(pl.worker, pl.carrier)
+	err := h.fleet.Stop(context.Background(), pl.worker, pl.carrier).Err()
 	pl.worker, pl.carrier = nil, nil
 	return err
 }
