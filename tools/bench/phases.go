@@ -13,24 +13,24 @@ import (
 	"github.com/labelkit/labels/internal/fleet"
 )
 
-// measured runs load while it reads the CPU and the database's counters over
-// the measured window only: from the end of the warm-up to the end of the load.
-func (h *harness) measured(ctx context.Context, warmup time.Duration, load func() LoadRun) (LoadRun, CPU, DB) {
+// measured runs the load while it reads the CPU and the database's counters
+// over the measured window only: from the end of the warm-up to the end of
+// the load.
+func (h *harness) measured(ctx context.Context, spec loadSpec) LoadRun {
 	done := make(chan LoadRun, 1)
-	go func() { done <- load() }()
+	go func() { done <- runLoad(ctx, spec) }()
 	select {
-	case <-time.After(warmup):
+	case <-time.After(spec.Warmup):
 	case <-ctx.Done():
 	}
 	before := h.cpu.read()
 	watch, werr := watchDB(ctx, h.dbURL, h.dbName)
 	r := <-done
-	cpu := since(before, h.cpu.read())
-	var db DB
+	r.CPU = since(before, h.cpu.read())
 	if werr == nil {
-		db = watch.finish(ctx)
+		r.DB = watch.finish(ctx)
 	}
-	return r, cpu, db
+	return r
 }
 
 // ceilingAndAccept runs, at each concurrency, pgbench's ceiling, the accept
@@ -56,10 +56,8 @@ func (h *harness) ceilingAndAccept(ctx context.Context) error {
 				case PhaseCeiling:
 					ceilParts = append(ceilParts, h.runPgbench(ctx, c, slice))
 				case PhaseAccept:
-					r, cpu, db := h.measured(ctx, h.cfg.Warmup, func() LoadRun {
-						return runLoad(ctx, h.acceptSpec("accept", c, slice))
-					})
-					r.CPU, r.DB, r.Backends = cpu, db, h.apiBackends(ctx)
+					r := h.measured(ctx, h.acceptSpec("accept", c, slice))
+					r.Backends = h.apiBackends(ctx)
 					accParts = append(accParts, r)
 				case PhaseLive:
 					r, err := h.acceptLive(ctx, c, slice)
@@ -140,10 +138,7 @@ func (h *harness) acceptLive(ctx context.Context, c int, d time.Duration) (LoadR
 	}
 	defer func() { _ = h.stopPipeline(pl) }()
 	began := time.Now()
-	r, cpu, db := h.measured(ctx, h.cfg.Warmup, func() LoadRun {
-		return runLoad(ctx, h.acceptSpec("accept, pipeline live", c, d))
-	})
-	r.CPU, r.DB = cpu, db
+	r := h.measured(ctx, h.acceptSpec("accept, pipeline live", c, d))
 	if err := h.pool.QueryRow(ctx, `SELECT count(*) FROM label_intents WHERE status <> 'pending'`).Scan(&r.Drained); err != nil {
 		return r, err
 	}
@@ -358,11 +353,8 @@ func (h *harness) endToEndAt(ctx context.Context, lat time.Duration) (E2ERun, er
 // to that read's p99.
 func (h *harness) burstReplays(ctx context.Context, r *E2ERun, lo, hi int64) error {
 	n, c := h.cfg.BurstReplays, h.cfg.BurstConcurrency
-	load, cpu, db := h.measured(ctx, 0, func() LoadRun {
-		return runLoad(ctx, loadSpec{Name: "replay after the burst", BaseURL: h.apiURL, Token: h.token, Concurrency: c,
-			NextOrder: &h.orders, ReplayFrom: lo, ReplayN: hi - lo + 1, Count: int64(n)})
-	})
-	load.CPU, load.DB = cpu, db
+	load := h.measured(ctx, loadSpec{Name: "replay after the burst", BaseURL: h.apiURL, Token: h.token, Concurrency: c,
+		NextOrder: &h.orders, ReplayFrom: lo, ReplayN: hi - lo + 1, Count: int64(n)})
 	r.ReplaysAfter = &load
 	if load.Latency.P50 > 0 {
 		r.ReplayP99OverP50 = round2(load.Latency.P99 / load.Latency.P50)
@@ -426,8 +418,7 @@ func (h *harness) replays(ctx context.Context) error {
 			if paced {
 				spec.Name, spec.Rate = "replay (paced)", h.cfg.ReplayRate
 			}
-			load, cpu, db := h.measured(ctx, h.cfg.Warmup, func() LoadRun { return runLoad(ctx, spec) })
-			load.CPU, load.DB = cpu, db
+			load := h.measured(ctx, spec)
 			if paced {
 				r.Paced = load
 			} else {
