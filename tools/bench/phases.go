@@ -101,29 +101,20 @@ func (h *harness) acceptSpec(name string, c int, d time.Duration) loadSpec {
 }
 
 // mergeAccept merges the rounds of one accept load at concurrency c and
-// holds the result to the ceiling; the error, nil when every request was
-// answered, names the load by name.
+// holds the result to the ceiling there (throughput and p99); the error, nil
+// when every request was answered, names the load by name.
 func mergeAccept(name string, c int, parts []LoadRun, ceiling *PgbenchRun) (LoadRun, error) {
 	r := mergeLoads(parts)
-	toCeiling(&r, ceiling)
+	if ceiling != nil && ceiling.TPS > 0 {
+		r.RatioToCeiling = round3(r.PerSec / ceiling.TPS)
+	}
+	if ceiling != nil && ceiling.Latency.P99 > 0 {
+		r.P99ToCeiling = round3(r.Latency.P99 / ceiling.Latency.P99)
+	}
 	if r.Errors > 0 {
 		return r, fmt.Errorf("%s c=%d: %d errors, first: %s", name, c, r.Errors, r.FirstError)
 	}
 	return r, nil
-}
-
-// toCeiling holds an accept load to the ceiling at its concurrency:
-// throughput and p99.
-func toCeiling(r *LoadRun, c *PgbenchRun) {
-	if c == nil {
-		return
-	}
-	if c.TPS > 0 {
-		r.RatioToCeiling = round3(r.PerSec / c.TPS)
-	}
-	if c.Latency.P99 > 0 {
-		r.P99ToCeiling = round3(r.Latency.P99 / c.Latency.P99)
-	}
 }
 
 // acceptLive runs the accept load at concurrency c for d with a worker and
