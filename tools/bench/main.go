@@ -183,6 +183,11 @@ func (c *Config) Validate() error {
 	if !slices.IsSorted(c.ReplaySizes) {
 		return errors.New("--replay-sizes: give them in increasing order")
 	}
+	for _, d := range c.SimLatencies {
+		if d < 0 || d > 10*time.Second {
+			return fmt.Errorf("--sim-latencies: %s is not between 0s and 10s", d)
+		}
+	}
 	for _, n := range c.ReplaySizes {
 		if n < 10 || n > 100_000_000 {
 			return fmt.Errorf("--replay-sizes: %d is not between 10 and 100000000", n)
@@ -277,25 +282,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			cfg.ReconcileLines = 1_000_000
 		}
 	}
-	var err error
-	if cfg.Concurrency, err = parseInts(*conc); err != nil {
-		fmt.Fprintf(stderr, "bench: --concurrency %q: %v\n", *conc, err)
-		return 2
-	}
+	var errs [3]error
+	cfg.Concurrency, errs[0] = list("concurrency", *conc, strconv.Atoi)
 	if *sizes != "" {
-		if cfg.ReplaySizes, err = parseInts(*sizes); err != nil {
-			fmt.Fprintf(stderr, "bench: --replay-sizes %q: %v\n", *sizes, err)
-			return 2
-		}
+		cfg.ReplaySizes, errs[1] = list("replay-sizes", *sizes, strconv.Atoi)
 	}
-	cfg.SimLatencies = nil
-	for _, s := range strings.Split(*lats, ",") {
-		d, err := time.ParseDuration(strings.TrimSpace(s))
-		if err != nil || d < 0 || d > 10*time.Second {
-			fmt.Fprintf(stderr, "bench: --sim-latencies %q: want durations from 0s to 10s\n", *lats)
-			return 2
-		}
-		cfg.SimLatencies = append(cfg.SimLatencies, d)
+	cfg.SimLatencies, errs[2] = list("sim-latencies", *lats, time.ParseDuration)
+	if err := errors.Join(errs[:]...); err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 2
 	}
 	cfg.Phases = nil
 	for _, p := range strings.Split(*phases, ",") {
@@ -341,14 +336,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return 0
 }
 
-func parseInts(s string) ([]int, error) {
-	var out []int
+// list parses a flag's comma-separated value with parse.
+func list[T any](flag, s string, parse func(string) (T, error)) ([]T, error) {
+	var out []T
 	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
+		v, err := parse(strings.TrimSpace(f))
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("--%s %q: %w", flag, s, err)
 		}
-		out = append(out, n)
+		out = append(out, v)
 	}
 	return out, nil
 }
