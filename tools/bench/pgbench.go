@@ -157,18 +157,17 @@ func (h *harness) pgbenchOnce(ctx context.Context, spec pgbenchSpec) (r PgbenchR
 		r.Error = fmt.Sprintf("pgbench: %v: %s", err, lastLines(text, 5))
 		return r, false
 	}
-	// number is the figure re finds in the output, and whether it found one.
-	number := func(re *regexp.Regexp) (float64, bool) {
-		if m := re.FindStringSubmatch(text); m != nil {
-			return atof(m[1]), true
-		}
-		return 0, false
+	if m := pgbenchTPS.FindStringSubmatch(text); m != nil {
+		r.TPS = round1(atof(m[1]))
 	}
-	tps, _ := number(pgbenchTPS)
-	txns, found := number(pgbenchTxns)
-	failed, _ := number(pgbenchFailed)
-	r.TPS, r.Transactions, r.Failed = round1(tps), int64(txns), int64(failed)
-	stalled = spec.PerClient == 0 && found && r.Transactions == 0
+	m := pgbenchTxns.FindStringSubmatch(text)
+	if m != nil {
+		r.Transactions, _ = strconv.ParseInt(m[1], 10, 64)
+	}
+	stalled = spec.PerClient == 0 && m != nil && r.Transactions == 0
+	if m := pgbenchFailed.FindStringSubmatch(text); m != nil {
+		r.Failed, _ = strconv.ParseInt(m[1], 10, 64)
+	}
 	r.Seconds = float64(secs)
 	if secs == 0 {
 		r.Seconds = round2(wall)
