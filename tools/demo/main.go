@@ -1,26 +1,18 @@
 // Command demo runs the label service end to end on this machine and narrates
-// it: it prepares a fresh database, starts the carrier simulator, the API and a
-// worker, creates a caller, and sends the seed's example (order 918273, parcel
-// 1, 1,450 g, ground, key label:918273:1:v1) three times: new (202, then
-// polled until it succeeded), repeated (201 with Idempotent-Replayed: true) and
-// with a changed weight (422 idempotency_key_reused); the caller's webhook
-// endpoint (a receiver in the demo's process, registered with `api webhook
-// set`) gets the completion, whose signature the demo verifies with
-// client.VerifyWebhook. It then shows what the
-// carrier sold and reconciles today's invoice. Last, the simulator ignores
-// keys and drops one reply, so that parcel 2 is bought twice: reconcile finds
-// the duplicate, `reconcile void` voids it through the worker (a dry run
-// first), and a last reconcile nets its credit. Then it stops everything it
-// started.
+// it: a fresh database, the carrier simulator, the API and a worker, a caller
+// and its webhook receiver; the seed's example three times (202 polled to
+// succeeded, its webhook verified with client.VerifyWebhook, the 201 replay,
+// the 422 for a changed body), the carrier's view and a reconciliation; last
+// a duplicate bought from a carrier without keys, found, voided through the
+// worker (`reconcile void`) and netted. Then it stops everything it started.
 //
 //	go tool task demo            (DATABASE_URL from tools/devdb)
 //	go -C tools run ./demo [flags]
 //
 // Every step checks the answer it expects, so the demo doubles as a smoke test:
 // it exits 0 when all went as described, 1 otherwise (with the last log lines
-// of every process), 2 on a bad flag, 130 when interrupted. Ctrl-C (SIGINT or
-// SIGTERM) stops every process it started, gracefully and in order; a second
-// Ctrl-C kills them at once. Either way the demo cleans up and exits.
+// of every process), 2 on a bad flag, 130 when interrupted. A first Ctrl-C
+// stops what it started, gracefully and in order; a second kills it.
 package main
 
 import (
