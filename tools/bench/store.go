@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -158,7 +159,7 @@ func filledRow(i int64, now time.Time) (key, intent []any, err error) {
 		ParcelNo:       parcel.ParcelNo,
 		LabelVersion:   parcel.LabelVersion,
 		Service:        parcel.Service,
-		TrackingNo:     fmt.Sprintf("%s%012d", trackingPrefix(parcel.Service), order%1_000_000_000_000),
+		TrackingNo:     fmt.Sprintf("%s%012d", cmp.Or(trackingPrefixes[parcel.Service], "GRD"), order%1_000_000_000_000),
 		CarrierLabelID: "CL-" + strconv.FormatInt(order, 36),
 		CostCents:      400 + order%900,
 		Currency:       "USD",
@@ -174,15 +175,8 @@ func filledRow(i int64, now time.Time) (key, intent []any, err error) {
 	return key, intent, nil
 }
 
-func trackingPrefix(service string) string {
-	switch service {
-	case "express":
-		return "EXP"
-	case "overnight":
-		return "OVN"
-	}
-	return "GRD"
-}
+// trackingPrefixes are the simulator's tracking number prefixes (GRD for ground).
+var trackingPrefixes = map[string]string{"express": "EXP", "overnight": "OVN"}
 
 // sizes measures the key records' footprint: heap, indexes and TOAST per row.
 func (h *harness) sizes(ctx context.Context) (*Store, error) {
