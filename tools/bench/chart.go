@@ -71,14 +71,27 @@ func Chart(path string, r *Results) error {
 	for _, xy := range slices.Concat(ceil.perSec, acc.perSec, live.perSec) {
 		ymax = math.Max(ymax, xy.Y)
 	}
-	if err := addLine(thr, &thrLegend, ceil.perSec, "ceiling: pgbench tps", colCeiling, false); err != nil {
-		return err
-	}
-	if err := addLine(thr, &thrLegend, acc.perSec, "accept: requests/s", colAccept, false); err != nil {
-		return err
-	}
-	if err := addLine(thr, &thrLegend, live.perSec, "accept, pipeline live: requests/s", colLive, false); err != nil {
-		return err
+	for _, l := range []struct {
+		p      *plot.Plot
+		legend *plot.Legend
+		xys    plotter.XYs
+		name   string
+		col    color.Color
+		dashed bool
+	}{
+		{thr, &thrLegend, ceil.perSec, "ceiling: pgbench tps", colCeiling, false},
+		{thr, &thrLegend, acc.perSec, "accept: requests/s", colAccept, false},
+		{thr, &thrLegend, live.perSec, "accept, pipeline live: requests/s", colLive, false},
+		{lat, &latLegend, ceil.p50, "ceiling p50", colCeiling, true},
+		{lat, &latLegend, ceil.p99, "ceiling p99", colCeiling, false},
+		{lat, &latLegend, acc.p50, "accept p50", colAccept, true},
+		{lat, &latLegend, acc.p99, "accept p99", colAccept, false},
+		{lat, &latLegend, live.p50, "accept, pipeline live, p50", colLive, true},
+		{lat, &latLegend, live.p99, "accept, pipeline live, p99", colLive, false},
+	} {
+		if err := addLine(l.p, l.legend, l.xys, l.name, l.col, l.dashed); err != nil {
+			return err
+		}
 	}
 	for i, e := range r.EndToEnd {
 		if e.CreatesPerSec <= 0 {
@@ -101,24 +114,6 @@ func Chart(path string, r *Results) error {
 	}
 	thr.Y.Max = ymax * 1.25
 	thr.Add(plotter.NewGrid())
-
-	for _, l := range []struct {
-		xys    plotter.XYs
-		name   string
-		col    color.Color
-		dashed bool
-	}{
-		{ceil.p50, "ceiling p50", colCeiling, true},
-		{ceil.p99, "ceiling p99", colCeiling, false},
-		{acc.p50, "accept p50", colAccept, true},
-		{acc.p99, "accept p99", colAccept, false},
-		{live.p50, "accept, pipeline live, p50", colLive, true},
-		{live.p99, "accept, pipeline live, p99", colLive, false},
-	} {
-		if err := addLine(lat, &latLegend, l.xys, l.name, l.col, l.dashed); err != nil {
-			return err
-		}
-	}
 	lat.Add(plotter.NewGrid())
 
 	// The figure: a title naming the run's date and machine, the two plots,

@@ -28,8 +28,8 @@ type dbWatch struct {
 	stop    chan struct{}
 	done    chan struct{}
 	mu      sync.Mutex
-	counts  map[string]int
-	idleTx  map[string]int // the last statement of backends idle in a transaction
+	counts  map[string]float64
+	idleTx  map[string]float64 // the last statement of backends idle in a transaction
 	samples int
 }
 
@@ -39,7 +39,7 @@ func watchDB(ctx context.Context, url, dbName string) (*dbWatch, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &dbWatch{url: url, dbName: dbName, conn: conn, stop: make(chan struct{}), done: make(chan struct{}), counts: map[string]int{}, idleTx: map[string]int{}}
+	w := &dbWatch{url: url, dbName: dbName, conn: conn, stop: make(chan struct{}), done: make(chan struct{}), counts: map[string]float64{}, idleTx: map[string]float64{}}
 	if w.start, err = w.mark(ctx); err != nil {
 		conn.Close(ctx)
 		return nil, err
@@ -81,7 +81,7 @@ func (w *dbWatch) sample(ctx context.Context) {
 		if err != nil {
 			return
 		}
-		local, idle := map[string]int{}, map[string]int{}
+		local, idle := map[string]float64{}, map[string]float64{}
 		for rows.Next() {
 			var state, typ, ev, query string
 			if rows.Scan(&state, &typ, &ev, &query) != nil {
@@ -126,7 +126,6 @@ func (w *dbWatch) finish(ctx context.Context) DB {
 	if err != nil {
 		return DB{}
 	}
-	secs := end.at.Sub(w.start.at).Seconds()
 	d := DB{
 		Commits:   end.commits - w.start.commits,
 		Rollbacks: end.rollback - w.start.rollback,
@@ -134,36 +133,10 @@ func (w *dbWatch) finish(ctx context.Context) DB {
 		WALSyncs:  end.walSyncs - w.start.walSyncs,
 		Samples:   w.samples,
 	}
-	if secs > 0 {
-		d.CommitsPerSec = round1(float64(d.Commits) / secs)
-	}
-	if d.WALSyncs > 0 {
-		d.CommitsPerSync = round2(float64(d.Commits) / float64(d.WALSyncs))
-	}
+	d.rates(end.at.Sub(w.start.at).Seconds())
 	w.mu.Lock()
-	total := 0
-	for _, v := range w.counts {
-		total += v
-	}
-	for k, v := range w.counts {
-		d.Waits = append(d.Waits, Share{Name: k, Share: round3(float64(v) / float64(total))})
-	}
-	idleTotal := 0
-	for _, v := range w.idleTx {
-		idleTotal += v
-	}
-	for k, v := range w.idleTx {
-		d.IdleInTransactionAfter = append(d.IdleInTransactionAfter, Share{Name: k, Share: round3(float64(v) / float64(idleTotal))})
-	}
-	w.mu.Unlock()
-	sortShares(d.Waits)
-	if len(d.Waits) > 8 {
-		d.Waits = d.Waits[:8]
-	}
-	sortShares(d.IdleInTransactionAfter)
-	if len(d.IdleInTransactionAfter) > 6 {
-		d.IdleInTransactionAfter = d.IdleInTransactionAfter[:6]
-	}
+	defer w.mu.Unlock()
+	d.Waits, d.IdleInTransactionAfter = topShares(w.counts, 0, 8), topShares(w.idleTx, 0, 6)
 	return d
 }
 
@@ -174,14 +147,4 @@ func statementName(q string) string {
 		f = f[:8]
 	}
 	return strings.Join(f, " ")
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

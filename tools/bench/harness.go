@@ -19,7 +19,8 @@ import (
 	"github.com/labelkit/labels/internal/fleet"
 	"github.com/labelkit/labels/internal/proc"
 	"github.com/labelkit/labels/tools/bench/internal/host"
-	"github.com/labelkit/labels/tools/bench/internal/scratch"
+	"github.com/labelkit/labels/tools/internal/cmdline"
+	"github.com/labelkit/labels/tools/internal/scratch"
 )
 
 // Order ids: new requests count up from firstOrder; filled keys start at
@@ -78,29 +79,9 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		Command:   cfg.Command,
 		Mode:      cfg.Mode,
 		Machine:   machine(),
-		Setup: Setup{
-			DurationSeconds:   cfg.Duration.Seconds(),
-			Rounds:            cfg.Rounds,
-			WarmupSeconds:     cfg.Warmup.Seconds(),
-			Concurrency:       cfg.Concurrency,
-			RepeatShare:       cfg.RepeatShare,
-			E2ECreates:        cfg.E2ECreates,
-			E2EConcurrency:    cfg.E2EConcurrency,
-			E2ERate:           cfg.E2ERate,
-			ReplayConcurrency: cfg.ReplayConcurrency,
-			ReplayRate:        cfg.ReplayRate,
-			LogLevel:          cfg.LogLevel,
-			Phases:            cfg.Phases,
-			CeilingScript:     ceilingScript,
-			AcceptBatch:       cfg.AcceptBatch,
-			WorkerBatch:       cfg.WorkerBatch,
-			WorkerConcurrency: cfg.WorkerConcurrency,
-			BurstReplays:      cfg.BurstReplays,
-			BurstConcurrency:  cfg.BurstConcurrency,
-			SelectScript:      selectScript,
-			LiveSimLatencyMs:  float64(cfg.LiveSimLatency.Milliseconds()),
-			GOGC:              serviceGOGC,
-		},
+		Setup: Setup{Loads: cfg.Loads, DurationSeconds: cfg.Duration.Seconds(), WarmupSeconds: cfg.Warmup.Seconds(),
+			CeilingScript: ceilingScript, SelectScript: selectScript,
+			LiveSimLatencyMs: float64(cfg.LiveSimLatency.Milliseconds()), GOGC: serviceGOGC},
 	}
 	h.res.Machine.LoadAverageStart = host.LoadAverage()
 	err := h.setup(ctx)
@@ -170,7 +151,7 @@ func (h *harness) setup(ctx context.Context) error {
 		return err
 	}
 	h.res.Machine.Pgbench = pgbenchVersion(h.pgbench)
-	if err := h.binaries(ctx); err != nil {
+	if h.bins, err = fleet.Binaries(ctx, h.cfg.BinDir, filepath.Join(h.work, "bin"), h.logf, "./cmd/api", "./cmd/worker", "./cmd/carrier"); err != nil {
 		return err
 	}
 	if err := h.server(ctx); err != nil {
@@ -236,11 +217,6 @@ func (h *harness) warmWAL(ctx context.Context) error {
 	return nil
 }
 
-func (h *harness) binaries(ctx context.Context) (err error) {
-	h.bins, err = fleet.Binaries(ctx, h.cfg.BinDir, filepath.Join(h.work, "bin"), h.logf, "./cmd/api", "./cmd/worker", "./cmd/carrier")
-	return err
-}
-
 // server starts the private server, or checks the one given.
 func (h *harness) server(ctx context.Context) error {
 	if h.cfg.ServerURL != "" {
@@ -251,11 +227,11 @@ func (h *harness) server(ctx context.Context) error {
 		u.Path = "/postgres"
 		conn, err := pgx.Connect(ctx, u.String())
 		if err != nil {
-			return fmt.Errorf("--server %s: %w", redact(h.cfg.ServerURL), err)
+			return fmt.Errorf("--server %s: %w", cmdline.Redact(h.cfg.ServerURL), err)
 		}
 		conn.Close(ctx)
 		h.serverURL = u.String()
-		h.res.Machine.Server = redact(h.serverURL) + " (shared: other work may use it; PostgreSQL's CPU is not measured)"
+		h.res.Machine.Server = cmdline.Redact(h.serverURL) + " (shared: other work may use it; PostgreSQL's CPU is not measured)"
 		return nil
 	}
 	h.privateDir = filepath.Join(h.work, "pg")
@@ -332,14 +308,6 @@ func (h *harness) startAPI(ctx context.Context) error {
 	return nil
 }
 
-// stop stops the processes given, and returns what did not exit with status 0.
-func (h *harness) stop(procs ...*fleet.Proc) error {
-	if len(procs) == 0 {
-		return nil
-	}
-	return h.fleet.Stop(context.Background(), procs...).Err()
-}
-
 // teardown stops everything it started and drops what it created.
 func (h *harness) teardown() error {
 	var errs []error
@@ -363,20 +331,12 @@ func (h *harness) teardown() error {
 	}
 	if h.work != "" {
 		if h.cfg.Keep {
-			h.logf("kept %s (database %s on %s)", h.work, h.dbName, redact(h.serverURL))
+			h.logf("kept %s (database %s on %s)", h.work, h.dbName, cmdline.Redact(h.serverURL))
 		} else {
 			_ = os.RemoveAll(h.work)
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func redact(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "?"
-	}
-	return p.Redacted()
 }
 
 // reset empties the tables a load writes, and on a private server writes a

@@ -191,25 +191,17 @@ func runLoad(ctx context.Context, spec loadSpec) LoadRun {
 				if !counted {
 					continue
 				}
-				if err != nil {
-					if ctx.Err() != nil {
-						return
-					}
-					st.errors++
-					if st.firstErr == "" {
-						st.firstErr = err.Error()
-					}
-					continue
+				if err != nil && ctx.Err() != nil {
+					return
 				}
-				st.statuses[status]++
+				if err == nil {
+					st.statuses[status]++
+				}
 				if !ok {
-					st.errors++
-					if st.firstErr == "" {
-						what := "a new key"
-						if repeat {
-							what = "a repeat"
-						}
-						st.firstErr = fmt.Sprintf("%s answered %d", what, status)
+					if st.errors++; st.firstErr == "" && err != nil {
+						st.firstErr = err.Error()
+					} else if st.firstErr == "" {
+						st.firstErr = fmt.Sprintf("%s answered %d", map[bool]string{false: "a new key", true: "a repeat"}[repeat], status)
 					}
 					continue
 				}

@@ -1,6 +1,10 @@
 package main
 
-import "slices"
+import (
+	"cmp"
+	"slices"
+	"strings"
+)
 
 // A load at one concurrency runs in rounds that alternate with the ceiling's
 // (pgbench, accept, pgbench, accept…), so that both see the same machine:
@@ -85,45 +89,43 @@ type weighted[T any] struct {
 }
 
 func mergeCPU(parts []weighted[CPU]) CPU {
-	var c CPU
 	var total float64
 	pageout := true // every part has the figure
 	for _, p := range parts {
 		total += p.w
 		pageout = pageout && p.v.Pageout != nil
 	}
+	var c CPU
 	if total == 0 {
 		return c
 	}
 	var paged float64
+	fields := func(c *CPU) []*float64 {
+		return []*float64{&c.Client, &c.API, &c.Worker, &c.Carrier, &c.Pgbench, &c.Postgres, &c.Machine, &c.Steal}
+	}
+	sum := fields(&c)
 	for _, p := range parts {
-		f := p.w / total
-		c.Client += p.v.Client * f
-		c.API += p.v.API * f
-		c.Worker += p.v.Worker * f
-		c.Carrier += p.v.Carrier * f
-		c.Pgbench += p.v.Pgbench * f
-		c.Postgres += p.v.Postgres * f
-		c.Machine += p.v.Machine * f
-		c.Steal += p.v.Steal * f
+		for i, v := range fields(&p.v) {
+			*sum[i] += *v * p.w / total
+		}
 		if pageout {
-			paged += *p.v.Pageout * f
+			paged += *p.v.Pageout * p.w / total
 		}
 	}
-	out := CPU{Client: round2(c.Client), API: round2(c.API), Worker: round2(c.Worker), Carrier: round2(c.Carrier),
-		Pgbench: round2(c.Pgbench), Postgres: round2(c.Postgres), Machine: round2(c.Machine), Steal: round2(c.Steal)}
+	for _, v := range sum {
+		*v = round2(*v)
+	}
 	if pageout {
 		paged = round2(paged)
-		out.Pageout = &paged
+		c.Pageout = &paged
 	}
-	return out
+	return c
 }
 
 func mergeDB(parts []weighted[DB]) DB {
 	var d DB
 	var secs float64
-	waits := map[string]float64{}
-	idle := map[string]float64{}
+	waits, idle := map[string]float64{}, map[string]float64{}
 	for _, p := range parts {
 		d.Commits += p.v.Commits
 		d.Rollbacks += p.v.Rollbacks
@@ -138,44 +140,35 @@ func mergeDB(parts []weighted[DB]) DB {
 			idle[s.Name] += s.Share * float64(p.v.Samples)
 		}
 	}
+	d.rates(secs)
+	d.Waits, d.IdleInTransactionAfter = topShares(waits, float64(d.Samples), 8), topShares(idle, 0, 6)
+	return d
+}
+
+// rates fills in the commits a second over secs and the commits per WAL flush.
+func (d *DB) rates(secs float64) {
 	if secs > 0 {
 		d.CommitsPerSec = round1(float64(d.Commits) / secs)
 	}
 	if d.WALSyncs > 0 {
 		d.CommitsPerSync = round2(float64(d.Commits) / float64(d.WALSyncs))
 	}
-	if d.Samples > 0 {
-		for k, v := range waits {
-			d.Waits = append(d.Waits, Share{Name: k, Share: round3(v / float64(d.Samples))})
-		}
-	}
-	sortShares(d.Waits)
-	if len(d.Waits) > 8 {
-		d.Waits = d.Waits[:8]
-	}
-	var idleTotal float64
-	for _, v := range idle {
-		idleTotal += v
-	}
-	for k, v := range idle {
-		d.IdleInTransactionAfter = append(d.IdleInTransactionAfter, Share{Name: k, Share: round3(v / idleTotal)})
-	}
-	sortShares(d.IdleInTransactionAfter)
-	if len(d.IdleInTransactionAfter) > 6 {
-		d.IdleInTransactionAfter = d.IdleInTransactionAfter[:6]
-	}
-	return d
 }
 
-// sortShares puts the largest first.
-func sortShares(s []Share) {
-	slices.SortFunc(s, func(a, b Share) int {
-		switch {
-		case a.Share > b.Share:
-			return -1
-		case a.Share < b.Share:
-			return 1
+// topShares turns counts into the n largest shares of total (0: of their
+// sum), the largest first.
+func topShares(counts map[string]float64, total float64, n int) []Share {
+	if total <= 0 {
+		for _, v := range counts {
+			total += v
 		}
-		return compareStrings(a.Name, b.Name)
+	}
+	var s []Share
+	for k, v := range counts {
+		s = append(s, Share{Name: k, Share: round3(v / total)})
+	}
+	slices.SortFunc(s, func(a, b Share) int {
+		return cmp.Or(cmp.Compare(b.Share, a.Share), strings.Compare(a.Name, b.Name))
 	})
+	return s[:min(n, len(s))]
 }

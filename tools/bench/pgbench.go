@@ -91,18 +91,12 @@ type pgbenchSpec struct {
 	PerClient   int // when positive: -t PerClient instead of -T
 }
 
-// stalledRetries is how many times a timed pgbench run that finished
-// without one transaction is run again, each time twice as long.
+// stalledRetries bounds the reruns of a timed pgbench run without a transaction.
 const stalledRetries = 3
 
-// pgbenchRun runs spec (-M prepared, -j 2 at most) and reads its
-// per-transaction log (-l): every transaction's latency, from which the
-// percentiles are taken as the HTTP loads' are (summarize). A timed run in
-// which not one transaction committed (a host that stalled the server
-// for the whole window, as short windows on a loaded machine can
-// see) measured nothing: it runs again for twice as long, up to
-// stalledRetries times, and the run that processed transactions is the
-// result.
+// pgbenchRun runs spec (-M prepared, -j 2 at most), its percentiles taken
+// from the per-transaction log (-l); a timed run in which not one
+// transaction committed runs again for twice as long (docs/benchmarks.md).
 func (h *harness) pgbenchRun(ctx context.Context, spec pgbenchSpec) PgbenchRun {
 	for try := 0; ; try++ {
 		r, stalled := h.pgbenchOnce(ctx, spec)

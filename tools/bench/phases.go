@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,24 +13,24 @@ import (
 	"github.com/labelkit/labels/internal/fleet"
 )
 
-// measured runs load while it reads the CPU and the database's counters over
-// the measured window only: from the end of the warm-up to the end of the load.
-func (h *harness) measured(ctx context.Context, warmup time.Duration, load func() LoadRun) (LoadRun, CPU, DB) {
+// measured runs the load while it reads the CPU and the database's counters
+// over the measured window only: from the end of the warm-up to the end of
+// the load.
+func (h *harness) measured(ctx context.Context, spec loadSpec) LoadRun {
 	done := make(chan LoadRun, 1)
-	go func() { done <- load() }()
+	go func() { done <- runLoad(ctx, spec) }()
 	select {
-	case <-time.After(warmup):
+	case <-time.After(spec.Warmup):
 	case <-ctx.Done():
 	}
 	before := h.cpu.read()
 	watch, werr := watchDB(ctx, h.dbURL, h.dbName)
 	r := <-done
-	cpu := since(before, h.cpu.read())
-	var db DB
+	r.CPU = since(before, h.cpu.read())
 	if werr == nil {
-		db = watch.finish(ctx)
+		r.DB = watch.finish(ctx)
 	}
-	return r, cpu, db
+	return r
 }
 
 // ceilingAndAccept runs, at each concurrency, pgbench's ceiling, the accept
@@ -44,34 +45,27 @@ func (h *harness) ceilingAndAccept(ctx context.Context) error {
 		var ceilParts []PgbenchRun
 		var accParts, liveParts []LoadRun
 		for range rounds {
-			if h.cfg.has(PhaseCeiling) {
-				if err := h.reset(ctx); err != nil {
+			for _, ph := range []string{PhaseCeiling, PhaseAccept, PhaseLive} {
+				if !h.cfg.has(ph) {
+					continue
+				}
+				if err := cmp.Or(ctx.Err(), h.reset(ctx)); err != nil {
 					return err
 				}
-				ceilParts = append(ceilParts, h.runPgbench(ctx, c, slice))
-			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if h.cfg.has(PhaseAccept) {
-				if err := h.reset(ctx); err != nil {
-					return err
+				switch ph {
+				case PhaseCeiling:
+					ceilParts = append(ceilParts, h.runPgbench(ctx, c, slice))
+				case PhaseAccept:
+					r := h.measured(ctx, h.acceptSpec("accept", c, slice))
+					r.Backends = h.apiBackends(ctx)
+					accParts = append(accParts, r)
+				case PhaseLive:
+					r, err := h.acceptLive(ctx, c, slice)
+					if err != nil {
+						return fmt.Errorf("accept with the pipeline live, c=%d: %w", c, err)
+					}
+					liveParts = append(liveParts, r)
 				}
-				r, cpu, db := h.measured(ctx, h.cfg.Warmup, func() LoadRun {
-					return runLoad(ctx, h.acceptSpec("accept", c, slice))
-				})
-				r.CPU, r.DB, r.Backends = cpu, db, h.apiBackends(ctx)
-				accParts = append(accParts, r)
-			}
-			if h.cfg.has(PhaseLive) && ctx.Err() == nil {
-				if err := h.reset(ctx); err != nil {
-					return err
-				}
-				r, err := h.acceptLive(ctx, c, slice)
-				if err != nil {
-					return fmt.Errorf("accept with the pipeline live, c=%d: %w", c, err)
-				}
-				liveParts = append(liveParts, r)
 			}
 		}
 		var ceiling *PgbenchRun
@@ -107,29 +101,20 @@ func (h *harness) acceptSpec(name string, c int, d time.Duration) loadSpec {
 }
 
 // mergeAccept merges the rounds of one accept load at concurrency c and
-// holds the result to the ceiling; the error, nil when every request was
-// answered, names the load by name.
+// holds the result to the ceiling there (throughput and p99); the error, nil
+// when every request was answered, names the load by name.
 func mergeAccept(name string, c int, parts []LoadRun, ceiling *PgbenchRun) (LoadRun, error) {
 	r := mergeLoads(parts)
-	toCeiling(&r, ceiling)
+	if ceiling != nil && ceiling.TPS > 0 {
+		r.RatioToCeiling = round3(r.PerSec / ceiling.TPS)
+	}
+	if ceiling != nil && ceiling.Latency.P99 > 0 {
+		r.P99ToCeiling = round3(r.Latency.P99 / ceiling.Latency.P99)
+	}
 	if r.Errors > 0 {
 		return r, fmt.Errorf("%s c=%d: %d errors, first: %s", name, c, r.Errors, r.FirstError)
 	}
 	return r, nil
-}
-
-// toCeiling holds an accept load to the ceiling at its concurrency:
-// throughput and p99.
-func toCeiling(r *LoadRun, c *PgbenchRun) {
-	if c == nil {
-		return
-	}
-	if c.TPS > 0 {
-		r.RatioToCeiling = round3(r.PerSec / c.TPS)
-	}
-	if c.Latency.P99 > 0 {
-		r.P99ToCeiling = round3(r.Latency.P99 / c.Latency.P99)
-	}
 }
 
 // acceptLive runs the accept load at concurrency c for d with a worker and
@@ -144,10 +129,7 @@ func (h *harness) acceptLive(ctx context.Context, c int, d time.Duration) (LoadR
 	}
 	defer func() { _ = h.stopPipeline(pl) }()
 	began := time.Now()
-	r, cpu, db := h.measured(ctx, h.cfg.Warmup, func() LoadRun {
-		return runLoad(ctx, h.acceptSpec("accept, pipeline live", c, d))
-	})
-	r.CPU, r.DB = cpu, db
+	r := h.measured(ctx, h.acceptSpec("accept, pipeline live", c, d))
 	if err := h.pool.QueryRow(ctx, `SELECT count(*) FROM label_intents WHERE status <> 'pending'`).Scan(&r.Drained); err != nil {
 		return r, err
 	}
@@ -194,7 +176,7 @@ func (h *harness) stopPipeline(pl *pipeline) error {
 		return nil
 	}
 	h.cpu.worker, h.cpu.carrier = 0, 0
-	err := h.stop(pl.worker, pl.carrier)
+	err := h.fleet.Stop(context.Background(), pl.worker, pl.carrier).Err()
 	pl.worker, pl.carrier = nil, nil
 	return err
 }
@@ -207,18 +189,11 @@ func (h *harness) ceilingAt(c int) *PgbenchRun {
 		if r.TPS == 0 {
 			continue
 		}
-		if best == nil || abs(r.Concurrency-c) < abs(best.Concurrency-c) {
+		if best == nil || max(r.Concurrency-c, c-r.Concurrency) < max(best.Concurrency-c, c-best.Concurrency) {
 			best = r
 		}
 	}
 	return best
-}
-
-func abs(x int) int {
-	if x < 0 {
-		return -x
-	}
-	return x
 }
 
 // endToEnd sends a fixed number of creates through api, worker and simulator
@@ -305,43 +280,22 @@ func (h *harness) endToEndAt(ctx context.Context, lat time.Duration) (E2ERun, er
 		// database.
 		replayErr = h.burstReplays(ctx, &r, lo, hi)
 	}
+	var lats []int64
+	var first, last *time.Time
 	if err := h.pool.QueryRow(ctx, `
-		SELECT count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status = 'failed')
-		  FROM label_intents WHERE order_id BETWEEN $1 AND $2`, lo, hi).Scan(&r.Succeeded, &r.Failed); err != nil {
+		SELECT count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status = 'failed'),
+		       coalesce(array_agg((extract(epoch FROM completed_at - created_at) * 1e9)::bigint) FILTER (WHERE completed_at IS NOT NULL), '{}'),
+		       min(created_at) FILTER (WHERE completed_at IS NOT NULL), max(completed_at)
+		  FROM label_intents WHERE order_id BETWEEN $1 AND $2`, lo, hi).Scan(&r.Succeeded, &r.Failed, &lats, &first, &last); err != nil {
 		return r, err
 	}
 	r.CPUPerLabel = perLabel(before, after, r.Succeeded+r.Failed)
 	if werr == nil {
 		r.DB = watch.finish(ctx)
 	}
-	var first, last time.Time
-	rows, err := h.pool.Query(ctx, `
-		SELECT created_at, completed_at FROM label_intents
-		 WHERE order_id BETWEEN $1 AND $2 AND completed_at IS NOT NULL`, lo, hi)
-	if err != nil {
-		return r, err
-	}
-	var lats []int64
-	for rows.Next() {
-		var c, f time.Time
-		if err := rows.Scan(&c, &f); err != nil {
-			rows.Close()
-			return r, err
-		}
-		if first.IsZero() || c.Before(first) {
-			first = c
-		}
-		if f.After(last) {
-			last = f
-		}
-		lats = append(lats, int64(f.Sub(c)))
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return r, err
-	}
 	r.ToFinal = summarize(lats)
-	if secs := last.Sub(first).Seconds(); secs > 0 {
+	if first != nil && last != nil && last.After(*first) {
+		secs := last.Sub(*first).Seconds()
 		r.Seconds = round2(secs)
 		r.CreatesPerSec = round1(float64(len(lats)) / secs)
 	}
@@ -390,11 +344,8 @@ func (h *harness) endToEndAt(ctx context.Context, lat time.Duration) (E2ERun, er
 // to that read's p99.
 func (h *harness) burstReplays(ctx context.Context, r *E2ERun, lo, hi int64) error {
 	n, c := h.cfg.BurstReplays, h.cfg.BurstConcurrency
-	load, cpu, db := h.measured(ctx, 0, func() LoadRun {
-		return runLoad(ctx, loadSpec{Name: "replay after the burst", BaseURL: h.apiURL, Token: h.token, Concurrency: c,
-			NextOrder: &h.orders, ReplayFrom: lo, ReplayN: hi - lo + 1, Count: int64(n)})
-	})
-	load.CPU, load.DB = cpu, db
+	load := h.measured(ctx, loadSpec{Name: "replay after the burst", BaseURL: h.apiURL, Token: h.token, Concurrency: c,
+		NextOrder: &h.orders, ReplayFrom: lo, ReplayN: hi - lo + 1, Count: int64(n)})
 	r.ReplaysAfter = &load
 	if load.Latency.P50 > 0 {
 		r.ReplayP99OverP50 = round2(load.Latency.P99 / load.Latency.P50)
@@ -458,8 +409,7 @@ func (h *harness) replays(ctx context.Context) error {
 			if paced {
 				spec.Name, spec.Rate = "replay (paced)", h.cfg.ReplayRate
 			}
-			load, cpu, db := h.measured(ctx, h.cfg.Warmup, func() LoadRun { return runLoad(ctx, spec) })
-			load.CPU, load.DB = cpu, db
+			load := h.measured(ctx, spec)
 			if paced {
 				r.Paced = load
 			} else {

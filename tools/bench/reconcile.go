@@ -13,7 +13,7 @@ import (
 
 	"github.com/labelkit/labels/internal/devdb"
 	"github.com/labelkit/labels/internal/proc"
-	"github.com/labelkit/labels/tools/bench/internal/scratch"
+	"github.com/labelkit/labels/tools/internal/scratch"
 )
 
 // The reconciliation figure is BenchmarkReconcile's own (in

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -39,7 +40,7 @@ func checkBar(r *Results) []Check {
 				Note: fmt.Sprintf("%s req/s; %s intents made final a second meanwhile", f0(a.PerSec), f0(a.DrainedPerSec))})
 		}
 		if a.P99ToCeiling > 0 {
-			note := hostNote(a.CPU, nil)
+			note := hostNote(a.CPU)
 			if c := ceilingOf(r, a.Concurrency); c != nil {
 				note = fmt.Sprintf("accept p99 %s ms, pgbench's own %s ms; %s", f2(a.Latency.P99), f2(c.Latency.P99), note)
 			}
@@ -60,7 +61,7 @@ func checkBar(r *Results) []Check {
 			out = append(out, Check{Name: fmt.Sprintf("machine CPU per label end to end, simulator %g ms", e.SimLatencyMs),
 				Measured: u.Machine, Bar: barMachinePerLabel, Unit: "µs", AtMost: true,
 				Note: fmt.Sprintf("client %s · api %s · worker %s · simulator %s · PostgreSQL %s µs: %s µs of the run's own processes, the rest other work on the machine; %s%s",
-					f0(u.Client), f0(u.API), f0(u.Worker), f0(u.Carrier), f0(u.Postgres), f0(u.Ours), ceilingCPUNote(e), hostNote(e.CPU, nil))})
+					f0(u.Client), f0(u.API), f0(u.Worker), f0(u.Carrier), f0(u.Postgres), f0(u.Ours), ceilingCPUNote(e), hostNote(e.CPU))})
 		}
 	}
 	for i := range out {
@@ -92,7 +93,7 @@ func replayTailNote(e E2ERun) string {
 	if s := e.SelectAfter; s != nil && s.Latency.P50 > 0 {
 		note += fmt.Sprintf("; the primary-key SELECT's own p99 / p50 %s (%s / %s ms)", f1(s.Latency.P99/s.Latency.P50), f2(s.Latency.P99), f2(s.Latency.P50))
 	}
-	return note + "; " + hostNote(rp.CPU, nil)
+	return note + "; " + hostNote(rp.CPU)
 }
 
 // ceilingOf is the ceiling measured at concurrency c, or nil.
@@ -106,19 +107,14 @@ func ceilingOf(r *Results, c int) *PgbenchRun {
 }
 
 // hostNote says what the machine did to a latency check's load besides our
-// work: how late the load generator took up its scheduled starts (paced
-// loads), the cores the host stole, and what the kernel's proactive reclaim
+// work: the cores the host stole and what the kernel's proactive reclaim
 // paged out. A p99 on a shared VM follows these (docs/benchmarks.md).
-func hostNote(c CPU, late *Latency) string {
-	var parts []string
-	if late != nil {
-		parts = append(parts, "started late by p99 "+f2(late.P99)+" ms")
-	}
-	parts = append(parts, "host stole "+f2(c.Steal)+" cores")
+func hostNote(c CPU) string {
+	note := "host stole " + f2(c.Steal) + " cores"
 	if c.Pageout != nil {
-		parts = append(parts, "kernel paged out "+f1(*c.Pageout)+" MiB/s")
+		note += ", kernel paged out " + f1(*c.Pageout) + " MiB/s"
 	}
-	return strings.Join(parts, ", ")
+	return note
 }
 
 // count writes 10000 as 10 k and 1000000 as 1 M.
@@ -178,6 +174,12 @@ func waitsLine(d DB, n int) string {
 func Markdown(r *Results) string {
 	var b strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	// th writes a table's header row and its alignment row: every column
+	// right-aligned but the last left ones.
+	th := func(header string, left int) {
+		n := strings.Count(header, "|") - 1
+		p("%s\n|%s%s\n", header, strings.Repeat(" ---: |", n-left), strings.Repeat(" --- |", left))
+	}
 	m := r.Machine
 	p("### Benchmark of %s (%s run, %.0f s)\n\n", r.Date, r.Mode, r.Seconds)
 	p("- Machine: %d × %s, %.1f GiB, Linux %s; %s; %s.\n", m.CPUs, m.CPUModel, m.MemoryGiB, m.Kernel, m.GoVersion, firstWords(m.PostgreSQL, 2))
@@ -194,31 +196,16 @@ func Markdown(r *Results) string {
 
 	if len(r.Ceiling) > 0 || len(r.Accept) > 0 {
 		p("**Accept against the ceiling, worker stopped** (pgbench: BEGIN; key row; intent row; COMMIT, same concurrency, same database)\n\n")
-		p("| concurrency | ceiling tps | ceiling p50 / p99 ms | accept req/s | accept p50 / p99 ms | accept / ceiling | p99 / ceiling p99 | CPU cores: client · api · postgres | busy backends (accept) |\n")
-		p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
+		th("| concurrency | ceiling tps | ceiling p50 / p99 ms | accept req/s | accept p50 / p99 ms | accept / ceiling | p99 / ceiling p99 | CPU cores: client · api · postgres | busy backends (accept) |", 1)
 		for _, c := range r.Setup.Concurrency {
-			var ce *PgbenchRun
-			var ac *LoadRun
-			for i := range r.Ceiling {
-				if r.Ceiling[i].Concurrency == c {
-					ce = &r.Ceiling[i]
-				}
-			}
-			for i := range r.Accept {
-				if r.Accept[i].Concurrency == c {
-					ac = &r.Accept[i]
-				}
-			}
 			row := []string{fmt.Sprint(c), "–", "–", "–", "–", "–", "–", "–", "–"}
-			if ce != nil {
+			if ce := ceilingOf(r, c); ce != nil {
 				row[1], row[2] = f0(ce.TPS), f2(ce.Latency.P50)+" / "+f2(ce.Latency.P99)
 			}
-			if ac != nil {
+			if i := slices.IndexFunc(r.Accept, func(a LoadRun) bool { return a.Concurrency == c }); i >= 0 {
+				ac := &r.Accept[i]
 				row[3], row[4] = f0(ac.PerSec), f2(ac.Latency.P50)+" / "+f2(ac.Latency.P99)
-				if ac.RatioToCeiling > 0 {
-					row[5] = f2(ac.RatioToCeiling)
-				}
-				row[6] = ratioCell(ac.P99ToCeiling)
+				row[5], row[6] = ratioCell(ac.RatioToCeiling), ratioCell(ac.P99ToCeiling)
 				row[7] = fmt.Sprintf("%s · %s · %s", f2(ac.CPU.Client), f2(ac.CPU.API), f2(ac.CPU.Postgres))
 				row[8] = waitsLine(ac.DB, 3)
 			}
@@ -229,8 +216,7 @@ func Markdown(r *Results) string {
 	if len(r.AcceptLive) > 0 {
 		p("**Accept with the pipeline live** (a worker, WORKER_CONCURRENCY=%d, and the simulator at %g ms running and draining while the API accepts; the same rounds and ceiling)\n\n",
 			r.Setup.WorkerConcurrency, r.Setup.LiveSimLatencyMs)
-		p("| concurrency | req/s | p50 / p99 ms | / ceiling | p99 / ceiling p99 | made final /s | CPU cores: client · api · worker · simulator · postgres | busy backends |\n")
-		p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
+		th("| concurrency | req/s | p50 / p99 ms | / ceiling | p99 / ceiling p99 | made final /s | CPU cores: client · api · worker · simulator · postgres | busy backends |", 1)
 		for _, a := range r.AcceptLive {
 			p("| %d | %s | %s / %s | %s | %s | %s | %s · %s · %s · %s · %s | %s |\n", a.Concurrency, f0(a.PerSec), f2(a.Latency.P50), f2(a.Latency.P99),
 				ratioCell(a.RatioToCeiling), ratioCell(a.P99ToCeiling), f0(a.DrainedPerSec),
@@ -245,8 +231,7 @@ func Markdown(r *Results) string {
 		}
 		p("**End to end** (api + 1 worker, WORKER_CONCURRENCY=%d, + simulator; %s creates at concurrency %d, %s; created_at → completed_at in the database)\n\n", r.Setup.WorkerConcurrency,
 			count(r.Setup.E2ECreates), r.Setup.E2EConcurrency, paced)
-		p("| simulator latency | submitted /s | creates/s to final | 202 → final p50 / p90 / p99 / max ms | / ceiling | CPU cores: api · worker · postgres | CPU µs per label: client · api · worker · carrier · postgres · ours · machine |\n")
-		p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		th("| simulator latency | submitted /s | creates/s to final | 202 → final p50 / p90 / p99 / max ms | / ceiling | CPU cores: api · worker · postgres | CPU µs per label: client · api · worker · carrier · postgres · ours · machine |", 0)
 		for _, e := range r.EndToEnd {
 			ratio := "–"
 			if e.RatioToCeiling > 0 {
@@ -262,8 +247,7 @@ func Markdown(r *Results) string {
 	if len(r.EndToEnd) > 0 && r.EndToEnd[0].ReplaysAfter != nil {
 		p("**Replays right after each burst** (%d random keys of the burst, just final, replayed by %d clients back to back; then pgbench reads as many key records by primary key at %d)\n\n",
 			r.Setup.BurstReplays, r.Setup.BurstConcurrency, r.Setup.BurstConcurrency)
-		p("| simulator latency | replays/s | p50 / p99 / max ms | p99 / p50 | primary-key SELECT p50 / p99 ms | SELECT p99 / p50 | replay p99 / SELECT p99 |\n")
-		p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		th("| simulator latency | replays/s | p50 / p99 / max ms | p99 / p50 | primary-key SELECT p50 / p99 ms | SELECT p99 / p50 | replay p99 / SELECT p99 |", 0)
 		for _, e := range r.EndToEnd {
 			rp := e.ReplaysAfter
 			if rp == nil {
@@ -283,8 +267,7 @@ func Markdown(r *Results) string {
 	}
 	if len(r.Replays) > 0 {
 		p("**Replays** (completed keys, each request a uniformly random filled key; %d clients)\n\n", r.Setup.ReplayConcurrency)
-		p("| keys in the store | p50 / p99 ms at %g/s | of which the start was late, p50 / p99 ms | at %g/s: CPU cores of the machine · stolen by the host · MiB/s paged out by the kernel | back to back: replays/s | back to back: p50 / p99 ms | fill (COPY) rows/s |\n", r.Setup.ReplayRate, r.Setup.ReplayRate)
-		p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		th(fmt.Sprintf("| keys in the store | p50 / p99 ms at %g/s | of which the start was late, p50 / p99 ms | at %g/s: CPU cores of the machine · stolen by the host · MiB/s paged out by the kernel | back to back: replays/s | back to back: p50 / p99 ms | fill (COPY) rows/s |", r.Setup.ReplayRate, r.Setup.ReplayRate), 0)
 		for _, rp := range r.Replays {
 			late := "–"
 			if l := rp.Paced.StartLateness; l != nil {
@@ -302,8 +285,7 @@ func Markdown(r *Results) string {
 	}
 	if r.Store != nil || r.Reconcile != nil {
 		p("**The store and the batch jobs**\n\n")
-		p("| bytes per key record (heap · indexes · TOAST) | purge keys/s (batch 1000, with tombstones) | reconciliation lines/s |\n")
-		p("| ---: | ---: | ---: |\n")
+		th("| bytes per key record (heap · indexes · TOAST) | purge keys/s (batch 1000, with tombstones) | reconciliation lines/s |", 0)
 		cells := []string{"–", "–", "–"}
 		if s := r.Store; s != nil {
 			cells[0] = fmt.Sprintf("%s (%s · %s · %s) at %s records", f0(s.BytesPerRecord), f0(s.HeapPerRecord), f0(s.IndexPerRecord), f0(s.ToastPerRecord), count(int(s.Rows)))

@@ -52,31 +52,13 @@ type Machine struct {
 
 // Setup is what the loads were.
 type Setup struct {
-	DurationSeconds   float64  `json:"duration_seconds"`
-	Rounds            int      `json:"rounds"`
-	WarmupSeconds     float64  `json:"warmup_seconds"`
-	Concurrency       []int    `json:"concurrency"`
-	RepeatShare       float64  `json:"repeat_share"`
-	E2ECreates        int      `json:"e2e_creates"`
-	E2EConcurrency    int      `json:"e2e_concurrency"`
-	E2ERate           float64  `json:"e2e_rate,omitempty"`
-	ReplayConcurrency int      `json:"replay_concurrency"`
-	ReplayRate        float64  `json:"replay_rate"`
-	LogLevel          string   `json:"log_level"`
-	Phases            []string `json:"phases"`
-	CeilingScript     string   `json:"ceiling_script"`
-	// AcceptBatch and WorkerBatch are the ACCEPT_BATCH and WORKER_BATCH the
-	// api and worker ran with (0: one transaction per accept or job).
-	AcceptBatch int `json:"accept_batch"`
-	WorkerBatch int `json:"worker_batch"`
-	// WorkerConcurrency is the end-to-end worker's WORKER_CONCURRENCY.
-	WorkerConcurrency int `json:"worker_concurrency"`
-	// BurstReplays replays at BurstConcurrency, closed loop, follow each
-	// end-to-end burst; SelectScript is the primary-key read pgbench runs
-	// right after them (its range filled in with the burst's orders).
-	BurstReplays     int    `json:"burst_replays"`
-	BurstConcurrency int    `json:"burst_concurrency"`
-	SelectScript     string `json:"select_script"`
+	Loads
+	DurationSeconds float64 `json:"duration_seconds"`
+	WarmupSeconds   float64 `json:"warmup_seconds"`
+	CeilingScript   string  `json:"ceiling_script"`
+	// SelectScript is the primary-key read pgbench runs right after the
+	// replays that follow each burst (its range filled in with the burst's orders).
+	SelectScript string `json:"select_script"`
 	// LiveSimLatencyMs is the simulator's latency while the accept runs
 	// with the pipeline live.
 	LiveSimLatencyMs float64 `json:"live_sim_latency_ms"`
@@ -104,15 +86,10 @@ type CPU struct {
 	Pgbench  float64 `json:"pgbench_cores,omitempty"`  // the pgbench process
 	Postgres float64 `json:"postgres_cores,omitempty"` // every process of the private server (0 with --server)
 	Machine  float64 `json:"machine_cores"`            // everything on the machine (/proc/stat), other work included
-	// Steal is the cores' time stolen by the host (/proc/stat's steal): a
-	// virtual machine's cores ready to run while the host ran other work.
-	// It is not in Machine; latencies grow with it.
+	// Steal is the cores the host stole (/proc/stat's steal), not in Machine.
 	Steal float64 `json:"steal_cores"`
-	// Pageout is the MiB a second that the kernel's proactive reclaim (its
-	// DAMON pageout schemes) paged out during the load, across the whole
-	// machine; absent when the kernel runs none or its figures cannot be
-	// had (refreshing them takes root). It stalls the backends whose shared
-	// buffers it pages out (see host.ProactiveReclaim).
+	// Pageout is the MiB a second the kernel's proactive reclaim paged out
+	// (host.PagedOut); absent without a figure.
 	Pageout *float64 `json:"pageout_mib_per_s,omitempty"`
 }
 
@@ -123,8 +100,7 @@ type CPUPerLabel struct {
 	Worker   float64 `json:"worker"`
 	Carrier  float64 `json:"carrier"`
 	Postgres float64 `json:"postgres,omitempty"` // 0 with --server
-	// Ours is the sum of the parties above: the run's own processes. The
-	// machine's figure beyond it is other work sharing the cores.
+	// Ours is the sum of the run's own processes above.
 	Ours    float64 `json:"ours"`
 	Machine float64 `json:"machine"` // everything on the machine, other work included
 }
@@ -138,15 +114,11 @@ type DB struct {
 	WALBytes       int64   `json:"wal_bytes"`
 	WALSyncs       int64   `json:"wal_syncs"` // WAL flushes (pg_stat_wal.wal_sync): with group commit, fewer than commits
 	CommitsPerSync float64 `json:"commits_per_sync"`
-	// Waits is the share of sampled busy backends (active or idle in
-	// transaction) in each state: "CPU" (active, no wait event), "ClientRead
-	// in transaction" (waiting for the application's next statement), or
-	// "Type:Event".
+	// Waits is the share of sampled busy backends in each state (waitName).
 	Waits   []Share `json:"waits"`
 	Samples int     `json:"wait_samples"`
-	// IdleInTransactionAfter is, for the backends found idle in a
-	// transaction (waiting for their client), the statement they ran last:
-	// which transactions spend their time in round trips.
+	// IdleInTransactionAfter is the last statement of the backends found
+	// idle in a transaction: which transactions spend their time in round trips.
 	IdleInTransactionAfter []Share `json:"idle_in_transaction_after,omitempty"`
 }
 
@@ -191,11 +163,7 @@ type LoadRun struct {
 	NewLatency  Latency        `json:"new_latency"`
 	RepLatency  Latency        `json:"repeat_latency"`
 	// StartLateness, for a paced load, is how late the clients took up
-	// their scheduled starts, counted requests only: the pacer's timer and
-	// the hand-off to an idle client, or a wait for a client to come free
-	// when all are busy. Latency is measured from the scheduled start, so
-	// it includes this; what goes beyond a busy service's share is the load
-	// generator's machine waking it late.
+	// their scheduled starts (Latency, measured from them, includes it).
 	StartLateness *Latency `json:"start_lateness,omitempty"`
 	CPU           CPU      `json:"cpu"`
 	DB            DB       `json:"db"`
@@ -206,9 +174,8 @@ type LoadRun struct {
 	// and P99ToCeiling the load's p99 over pgbench's p99 there.
 	RatioToCeiling float64 `json:"ratio_to_ceiling,omitempty"`
 	P99ToCeiling   float64 `json:"p99_to_ceiling_p99,omitempty"`
-	// Drained, with the pipeline live, is how many intents the worker made
-	// final while the load ran (its warm-up included), DrainedPerSec that
-	// over the time from the load's start to the count.
+	// Drained, with the pipeline live, is the intents made final during the
+	// load and its warm-up, DrainedPerSec that a second.
 	Drained       int64   `json:"drained,omitempty"`
 	DrainedPerSec float64 `json:"drained_per_sec,omitempty"`
 	Rounds        int     `json:"rounds,omitempty"`
@@ -234,9 +201,7 @@ type E2ERun struct {
 	// ToFinal is completed_at - created_at of every intent.
 	ToFinal Latency `json:"to_final"`
 	CPU     CPU     `json:"cpu"`
-	// CPUPerLabel is the CPU spent per label from the first create to the
-	// last final, in microseconds: the cost of a label, which a pipeline
-	// that keeps up (a paced run, --e2e-rate) reads without its backlog.
+	// CPUPerLabel is the CPU µs per label from the first create to the last final.
 	CPUPerLabel CPUPerLabel `json:"cpu_us_per_label"`
 	DB          DB          `json:"db"`
 	// Ceiling is pgbench at the run's concurrency, run right before it, and
@@ -249,18 +214,13 @@ type E2ERun struct {
 	CeilingTPS         float64 `json:"ceiling_tps,omitempty"`
 	RatioToCeiling     float64 `json:"ratio_to_ceiling,omitempty"`
 	CeilingConcurrency int     `json:"ceiling_concurrency,omitempty"`
-	// CeilingCPUPerTx is the machine's CPU in microseconds per transaction
-	// of those two ceilings (their machine core-seconds over their
-	// transactions), and CPUPerLabelToCeiling the run's machine CPU per
-	// label over it: the same host's price of the two-row transaction, which
-	// an absolute CPU figure moves with.
+	// CeilingCPUPerTx is the machine's CPU µs per transaction of those two
+	// ceilings, CPUPerLabelToCeiling the run's machine CPU per label over it.
 	CeilingCPUPerTx      float64 `json:"ceiling_machine_us_per_tx,omitempty"`
 	CPUPerLabelToCeiling float64 `json:"machine_cpu_per_label_to_ceiling_tx,omitempty"`
-	// ReplaysAfter is BurstReplays random keys of the burst replayed right
-	// after it became final (the worker still running), closed loop at
-	// BurstConcurrency; SelectAfter is pgbench reading as many key records by
-	// primary key at the same concurrency right after that. The ratios are
-	// the replays' p99 over their p50 and over the SELECT's p99.
+	// ReplaysAfter is the replays right after the burst became final,
+	// SelectAfter pgbench's primary-key read right after them; the ratios
+	// are the replays' p99 over their p50 and over the SELECT's p99.
 	ReplaysAfter           *LoadRun    `json:"replays_after_burst,omitempty"`
 	SelectAfter            *PgbenchRun `json:"pk_select_after_burst,omitempty"`
 	ReplayP99OverP50       float64     `json:"replay_p99_over_p50,omitempty"`

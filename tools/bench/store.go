@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -123,22 +125,12 @@ func fillTemplates() error {
 			// templateOrder - templateOrder%parcelVariants + v has variant v.
 			p := parcelFor(templateOrder - templateOrder%parcelVariants + int64(v))
 			p.OrderID = templateOrder
-			c, err := idempotency.Canonical(p)
-			if err != nil {
-				templatesErr = err
-				return
-			}
-			j, err := json.Marshal(p)
-			if err != nil {
-				templatesErr = err
-				return
-			}
-			if templates[v].canonical, err = split(c); err != nil {
-				templatesErr = err
-				return
-			}
-			if templates[v].payload, err = split(j); err != nil {
-				templatesErr = err
+			c, cerr := idempotency.Canonical(p)
+			j, jerr := json.Marshal(p)
+			var serr, perr error
+			templates[v].canonical, serr = split(c)
+			templates[v].payload, perr = split(j)
+			if templatesErr = errors.Join(cerr, jerr, serr, perr); templatesErr != nil {
 				return
 			}
 		}
@@ -167,7 +159,7 @@ func filledRow(i int64, now time.Time) (key, intent []any, err error) {
 		ParcelNo:       parcel.ParcelNo,
 		LabelVersion:   parcel.LabelVersion,
 		Service:        parcel.Service,
-		TrackingNo:     fmt.Sprintf("%s%012d", trackingPrefix(parcel.Service), order%1_000_000_000_000),
+		TrackingNo:     fmt.Sprintf("%s%012d", cmp.Or(trackingPrefixes[parcel.Service], "GRD"), order%1_000_000_000_000),
 		CarrierLabelID: "CL-" + strconv.FormatInt(order, 36),
 		CostCents:      400 + order%900,
 		Currency:       "USD",
@@ -183,15 +175,8 @@ func filledRow(i int64, now time.Time) (key, intent []any, err error) {
 	return key, intent, nil
 }
 
-func trackingPrefix(service string) string {
-	switch service {
-	case "express":
-		return "EXP"
-	case "overnight":
-		return "OVN"
-	}
-	return "GRD"
-}
+// trackingPrefixes are the simulator's tracking number prefixes (GRD for ground).
+var trackingPrefixes = map[string]string{"express": "EXP", "overnight": "OVN"}
 
 // sizes measures the key records' footprint: heap, indexes and TOAST per row.
 func (h *harness) sizes(ctx context.Context) (*Store, error) {

@@ -14,11 +14,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/labelkit/labels/internal/devdb"
 	"github.com/labelkit/labels/internal/fleet"
 	"github.com/labelkit/labels/internal/proc"
+	"github.com/labelkit/labels/tools/internal/cmdline"
+	"github.com/labelkit/labels/tools/internal/scratch"
 )
 
 // The seed's example: a label for parcel 1 of order 918273.
@@ -136,13 +136,14 @@ func (d *demo) database(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("PostgreSQL: %w", err)
 	}
-	if err := dropDatabase(ctx, server, d.cfg.Database); err != nil {
-		return err
+	// Dropped with whatever is still connected to it (a demo interrupted earlier).
+	if err := scratch.Drop(ctx, server, d.cfg.Database, "labels_demo"); err != nil {
+		return fmt.Errorf("dropping database %s: %w", d.cfg.Database, err)
 	}
 	if d.dbURL, err = devdb.EnsureDatabase(ctx, server, d.cfg.Database); err != nil {
 		return fmt.Errorf("creating database %s: %w", d.cfg.Database, err)
 	}
-	d.say.Say("server    %s", redact(server))
+	d.say.Say("server    %s", cmdline.Redact(server))
 	d.say.Say("database  %s (dropped and created afresh, so the run starts clean)", d.cfg.Database)
 	d.say.Say("$ api migrate")
 	res, err := d.command(ctx, "api", "migrate")
@@ -150,20 +151,6 @@ func (d *demo) database(ctx context.Context) error {
 		return err
 	}
 	d.say.Block(res.Stdout)
-	return nil
-}
-
-// dropDatabase drops name on the server of serverURL if it exists, with
-// whatever is still connected to it (a demo interrupted earlier).
-func dropDatabase(ctx context.Context, serverURL, name string) error {
-	conn, err := pgx.Connect(ctx, serverURL)
-	if err != nil {
-		return fmt.Errorf("PostgreSQL: %w", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{name}.Sanitize()+` WITH (FORCE)`); err != nil {
-		return fmt.Errorf("dropping database %s: %w", name, err)
-	}
 	return nil
 }
 
@@ -371,24 +358,11 @@ func (d *demo) reuse(ctx context.Context) error {
 // carrierView asks the simulator how many labels it sold: one.
 func (d *demo) carrierView(ctx context.Context) error {
 	d.say.Step("What the carrier saw")
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.carrierURL+"/sim/stats", nil)
+	stats, err := d.carrierStats(ctx, true)
 	if err != nil {
 		return err
 	}
-	r, err := d.send(req)
-	if err != nil {
-		return err
-	}
-	d.say.Request(http.MethodGet, "/sim/stats", nil, nil)
-	d.say.Response(r)
-	var stats struct {
-		Purchases int `json:"purchases"`
-	}
-	if r.code != http.StatusOK || json.Unmarshal(r.body, &stats) != nil {
-		return fmt.Errorf("GET /sim/stats: %s", r)
-	}
-	d.purchases = stats.Purchases
-	if stats.Purchases != 1 {
+	if d.purchases = stats.Purchases; stats.Purchases != 1 {
 		return fmt.Errorf("the carrier sold %d labels, want 1", stats.Purchases)
 	}
 	d.say.Say("Three requests, one purchase: the worker's carrier key (derived from the caller and our key) makes its calls idempotent too.")
@@ -398,22 +372,11 @@ func (d *demo) carrierView(ctx context.Context) error {
 // reconcile matches the carrier's invoice for the label's day against our
 // labels and keys. Discrepancies (exit 1) are findings, shown, not a failure.
 func (d *demo) reconcile(ctx context.Context) error {
-	day := d.labelDay
-	if day.IsZero() {
-		day = time.Now().UTC()
-	}
-	date := day.Format(time.DateOnly)
-	d.say.Step("Reconcile today's invoice (" + date + ", UTC) against our labels and keys")
-	args := []string{"--date", date, "--format", "text", "--grace", "0s"}
-	d.say.Say("$ reconcile %s", strings.Join(args, " "))
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
-	res, err := d.fleet.Command(ctx, "reconcile", map[string]string{"DATABASE_URL": d.dbURL, "CARRIER_URL": d.carrierURL}, args...)
-	if res == nil || (err != nil && res.ExitCode != 1) {
+	d.say.Step("Reconcile today's invoice (" + d.day() + ", UTC) against our labels and keys")
+	res, err := d.reconcileDay(ctx)
+	if err != nil {
 		return err
 	}
-	d.say.Block(res.Stdout)
-	d.say.line("")
 	if res.ExitCode == 0 {
 		d.reconciled = "every invoice line and label matched"
 		d.say.Say("exit 0: %s.", d.reconciled)
@@ -546,14 +509,6 @@ func mask(token string) string {
 		return "…"
 	}
 	return token[:8] + "…"
-}
-
-// redact hides a password in a database URL.
-func redact(u string) string {
-	if p, err := url.Parse(u); err == nil {
-		return p.Redacted()
-	}
-	return u
 }
 
 func thousands(n int) string {

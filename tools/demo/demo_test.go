@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels/internal/devdb"
+	"github.com/labelkit/labels/tools/internal/scratch"
 )
 
 // TestDemo runs the whole demo, as `go tool task demo` does, against a
@@ -99,7 +100,7 @@ func dropTestDatabase(t *testing.T, name string) {
 		t.Logf("dropping %s: %v", name, err)
 		return
 	}
-	if err := dropDatabase(ctx, server, name); err != nil {
+	if err := scratch.Drop(ctx, server, name, "labels_demo"); err != nil {
 		t.Logf("dropping %s: %v", name, err)
 	}
 }

@@ -1,26 +1,18 @@
 // Command demo runs the label service end to end on this machine and narrates
-// it: it prepares a fresh database, starts the carrier simulator, the API and a
-// worker, creates a caller, and sends the seed's example (order 918273, parcel
-// 1, 1,450 g, ground, key label:918273:1:v1) three times: new (202, then
-// polled until it succeeded), repeated (201 with Idempotent-Replayed: true) and
-// with a changed weight (422 idempotency_key_reused); the caller's webhook
-// endpoint (a receiver in the demo's process, registered with `api webhook
-// set`) gets the completion, whose signature the demo verifies with
-// client.VerifyWebhook. It then shows what the
-// carrier sold and reconciles today's invoice. Last, the simulator ignores
-// keys and drops one reply, so that parcel 2 is bought twice: reconcile finds
-// the duplicate, `reconcile void` voids it through the worker (a dry run
-// first), and a last reconcile nets its credit. Then it stops everything it
-// started.
+// it: a fresh database, the carrier simulator, the API and a worker, a caller
+// and its webhook receiver; the seed's example three times (202 polled to
+// succeeded, its webhook verified with client.VerifyWebhook, the 201 replay,
+// the 422 for a changed body), the carrier's view and a reconciliation; last
+// a duplicate bought from a carrier without keys, found, voided through the
+// worker (`reconcile void`) and netted. Then it stops everything it started.
 //
 //	go tool task demo            (DATABASE_URL from tools/devdb)
 //	go -C tools run ./demo [flags]
 //
 // Every step checks the answer it expects, so the demo doubles as a smoke test:
 // it exits 0 when all went as described, 1 otherwise (with the last log lines
-// of every process), 2 on a bad flag, 130 when interrupted. Ctrl-C (SIGINT or
-// SIGTERM) stops every process it started, gracefully and in order; a second
-// Ctrl-C kills them at once. Either way the demo cleans up and exits.
+// of every process), 2 on a bad flag, 130 when interrupted. A first Ctrl-C
+// stops what it started, gracefully and in order; a second kills it.
 package main
 
 import (
@@ -28,10 +20,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"regexp"
-	"syscall"
 
 	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/internal/fleet"
@@ -49,12 +38,9 @@ signed webhook to a local receiver and its verification, the 201 replay, the
 then a duplicate bought from a carrier without keys, found, voided, netted.
 
 Flags:
-  --database NAME   database to drop and create afresh on the server of
-                    DATABASE_URL (default labels_demo; must start with labels_demo)
-  --bin DIR         use the binaries in DIR (api, worker, carrier, reconcile)
-                    instead of building ./cmd/... into a temporary directory
-  --verbose         copy every process's log lines to stderr
+`
 
+const usageTail = `
 Environment: DATABASE_URL names the PostgreSQL server (its database name is
 not used); without it, 127.0.0.1:5432, else a private server under .pgdata
 (see internal/devdb).
@@ -86,16 +72,23 @@ func (c *Config) Validate() error {
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	cfg := Config{ServerURL: getenv("DATABASE_URL"), Database: "labels_demo"}
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.StringVar(&cfg.Database, "database", cfg.Database, "")
-	fs.StringVar(&cfg.BinDir, "bin", cfg.BinDir, "")
-	fs.BoolVar(&cfg.Verbose, "verbose", cfg.Verbose, "")
-	if code, ok := cli.ParseValid(fs, args[1:], usage, cfg.Validate, stdout, stderr); !ok {
+	fs.StringVar(&cfg.Database, "database", cfg.Database, "NAME of the database to drop and create afresh on the server of\n\tDATABASE_URL (it must start with labels_demo)")
+	fs.StringVar(&cfg.BinDir, "bin", cfg.BinDir, "DIR of prebuilt binaries (api, worker, carrier, reconcile) instead of\n\tbuilding ./cmd/... into a temporary directory")
+	fs.BoolVar(&cfg.Verbose, "verbose", cfg.Verbose, "copy every process's log lines to stderr")
+	if code, ok := cli.ParseValid(fs, args[1:], cmdline.Usage(fs, usage, usageTail), cfg.Validate, stdout, stderr); !ok {
 		return code
 	}
 
 	// The processes' log lines arrive on their own goroutines.
 	stderr = &cmdline.LockedWriter{W: stderr}
-	ctx, hurry, stopSignals := signalContexts(ctx, stderr)
+	// The first SIGINT or SIGTERM stops what the demo started; a second
+	// cancels hurry, and it kills what it is still stopping gracefully.
+	hurry, cancelHurry := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHurry()
+	ctx, stopSignals := cli.SignalContext(ctx, func() {
+		fmt.Fprintln(stderr, "demo: second signal: killing what still runs")
+		cancelHurry()
+	})
 	defer stopSignals()
 	d := newDemo(cfg, stdout, stderr)
 	err := d.run(ctx)
@@ -115,36 +108,4 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	d.summary()
 	return 0
-}
-
-// signalContexts returns ctx, cancelled on the first SIGINT or SIGTERM, and
-// hurry, cancelled on the second: the demo then kills what it is still
-// stopping gracefully. A third signal gets the default action.
-func signalContexts(parent context.Context, stderr io.Writer) (ctx, hurry context.Context, stop func()) {
-	ctx, cancel := context.WithCancel(parent)
-	hurry, cancelHurry := context.WithCancel(context.WithoutCancel(parent))
-	ch := make(chan os.Signal, 2)
-	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() {
-		defer signal.Stop(ch)
-		select {
-		case s := <-ch:
-			fmt.Fprintf(stderr, "\ndemo: %v: stopping everything it started (again to kill them at once)\n", s)
-			cancel()
-		case <-done:
-			return
-		}
-		select {
-		case s := <-ch:
-			fmt.Fprintf(stderr, "demo: %v again: killing what still runs\n", s)
-			cancelHurry()
-		case <-done:
-		}
-	}()
-	return ctx, hurry, func() {
-		close(done)
-		cancel()
-		cancelHurry()
-	}
 }

@@ -77,7 +77,7 @@ func (d *demo) duplicate(ctx context.Context) error {
 			break
 		}
 	}
-	stats, err := d.carrierStats(ctx)
+	stats, err := d.carrierStats(ctx, false)
 	if err != nil {
 		return err
 	}
@@ -93,7 +93,7 @@ func (d *demo) duplicate(ctx context.Context) error {
 // parcel 2 is a duplicate_charge.
 func (d *demo) findDuplicate(ctx context.Context) error {
 	d.say.Step("Reconcile again: the second purchase is found")
-	res, err := d.reconcileRun(ctx, "--date", d.day(), "--format", "text", "--grace", "0s")
+	res, err := d.reconcileDay(ctx)
 	if err != nil {
 		return err
 	}
@@ -128,7 +128,7 @@ func (d *demo) voidDuplicate(ctx context.Context) error {
 	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "outcomes 1 voided") || strings.Contains(res.Stdout, " "+d.dupKept+" ") {
 		return fmt.Errorf("void exit %d, want 0 with the other carrier label voided:\n%s", res.ExitCode, res.Stdout)
 	}
-	stats, err := d.carrierStats(ctx)
+	stats, err := d.carrierStats(ctx, false)
 	if err != nil {
 		return err
 	}
@@ -143,7 +143,7 @@ func (d *demo) voidDuplicate(ctx context.Context) error {
 // afterVoid reconciles once more: the duplicate and its credit net out.
 func (d *demo) afterVoid(ctx context.Context) error {
 	d.say.Step("Reconcile after the void: the credit nets against the duplicate")
-	res, err := d.reconcileRun(ctx, "--date", d.day(), "--format", "text", "--grace", "0s")
+	res, err := d.reconcileDay(ctx)
 	if err != nil {
 		return err
 	}
@@ -173,6 +173,11 @@ func (d *demo) reconcileRun(ctx context.Context, args ...string) (*proc.Result, 
 	return res, nil
 }
 
+// reconcileDay reconciles the labels' day.
+func (d *demo) reconcileDay(ctx context.Context) (*proc.Result, error) {
+	return d.reconcileRun(ctx, "--date", d.day(), "--format", "text", "--grace", "0s")
+}
+
 // day is the UTC day of the labels, as reconcile --date takes it.
 func (d *demo) day() string {
 	day := d.labelDay
@@ -189,15 +194,16 @@ type simStats struct {
 	Voids     int `json:"voids"`
 }
 
-func (d *demo) carrierStats(ctx context.Context) (simStats, error) {
+// carrierStats reads GET /sim/stats, shown as request and answer when show.
+func (d *demo) carrierStats(ctx context.Context, show bool) (simStats, error) {
 	var st simStats
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.carrierURL+"/sim/stats", nil)
+	r, err := d.carrier(ctx, http.MethodGet, "/sim/stats", "")
 	if err != nil {
 		return st, err
 	}
-	r, err := d.send(req)
-	if err != nil {
-		return st, err
+	if show {
+		d.say.Request(http.MethodGet, "/sim/stats", nil, nil)
+		d.say.Response(r)
 	}
 	if r.code != http.StatusOK || json.Unmarshal(r.body, &st) != nil {
 		return st, fmt.Errorf("GET /sim/stats: %s", r)
@@ -206,17 +212,19 @@ func (d *demo) carrierStats(ctx context.Context) (simStats, error) {
 }
 
 func (d *demo) carrierPost(ctx context.Context, path, body string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.carrierURL+path, strings.NewReader(body))
+	r, err := d.carrier(ctx, http.MethodPost, path, body)
+	if err == nil && r.code != http.StatusOK {
+		err = fmt.Errorf("POST %s: %s: %s", path, r, r.body)
+	}
+	return err
+}
+
+// carrier sends a request to the simulator.
+func (d *demo) carrier(ctx context.Context, method, path, body string) (*response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, d.carrierURL+path, strings.NewReader(body))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	r, err := d.send(req)
-	if err != nil {
-		return err
-	}
-	if r.code != http.StatusOK {
-		return fmt.Errorf("POST %s: %s: %s", path, r, r.body)
-	}
-	return nil
+	return d.send(req)
 }

@@ -28,7 +28,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,23 +48,9 @@ Runs the carrier simulator, the API and N workers together against the
 database of DATABASE_URL, on loopback, until Ctrl-C.
 
 Flags:
-  --workers N          worker processes (default 3)
-  --api-addr ADDR      the API's listen address (default 127.0.0.1:8080)
-  --carrier-addr ADDR  the simulator's listen address (default 127.0.0.1:8090)
-  --admin-addr ADDR    the first worker's River UI listener (default 127.0.0.1:9092; "" for none)
-  --bin DIR            use the binaries in DIR instead of building ./cmd/...
-  --pooler             put PgBouncer (transaction mode, a generated configuration,
-                       a free loopback port) between the processes and PostgreSQL:
-                       DATABASE_URL goes through it, DATABASE_DIRECT_URL (LISTEN)
-                       straight to PostgreSQL; needs the pgbouncer binary
-  --pool-size N        PgBouncer's server connections (default 20)
-  --carrier-state FILE the simulator's state file (SIM_STATE_FILE): its labels and
-                       voids, kept across restarts so that its carrier label ids
-                       never repeat (default $SIM_STATE_FILE when set, else
-                       .task/fleet/carrier.jsonl; --carrier-state "" keeps them
-                       in memory only). Delete it when you drop the database
-  --quiet              do not copy the processes' log lines to stderr
+`
 
+const usageTail = `
 Environment: DATABASE_URL (required; go tool task fleet sets it),
 ADMIN_PASSWORD (default: a random one, printed), and every other variable of
 docs/operations.md, passed on to the processes (CARRIER_TIMEOUT, SIM_*, ...).
@@ -126,16 +111,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cfg.CarrierState = v
 	}
 	fs := flag.NewFlagSet("fleet", flag.ContinueOnError)
-	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "")
-	fs.StringVar(&cfg.APIAddr, "api-addr", cfg.APIAddr, "")
-	fs.StringVar(&cfg.CarrierAddr, "carrier-addr", cfg.CarrierAddr, "")
-	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, "")
-	fs.StringVar(&cfg.BinDir, "bin", cfg.BinDir, "")
-	fs.BoolVar(&cfg.Quiet, "quiet", cfg.Quiet, "")
-	fs.BoolVar(&cfg.Pooler, "pooler", cfg.Pooler, "")
-	fs.IntVar(&cfg.PoolSize, "pool-size", cfg.PoolSize, "")
-	fs.StringVar(&cfg.CarrierState, "carrier-state", cfg.CarrierState, "")
-	if code, ok := cli.ParseValid(fs, args[1:], usage, cfg.Validate, stdout, stderr); !ok {
+	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "worker processes")
+	fs.StringVar(&cfg.APIAddr, "api-addr", cfg.APIAddr, "the API's listen address")
+	fs.StringVar(&cfg.CarrierAddr, "carrier-addr", cfg.CarrierAddr, "the simulator's listen address")
+	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, `the first worker's River UI listener ("" for none)`)
+	fs.StringVar(&cfg.BinDir, "bin", cfg.BinDir, "DIR of binaries to use instead of building ./cmd/...")
+	fs.BoolVar(&cfg.Quiet, "quiet", cfg.Quiet, "do not copy the processes' log lines to stderr")
+	fs.BoolVar(&cfg.Pooler, "pooler", cfg.Pooler, "put PgBouncer (transaction mode, a generated configuration, a free\n\t"+
+		"loopback port) between the processes and PostgreSQL: DATABASE_URL goes through it,\n\t"+
+		"DATABASE_DIRECT_URL (LISTEN) straight to PostgreSQL; needs the pgbouncer binary")
+	fs.IntVar(&cfg.PoolSize, "pool-size", cfg.PoolSize, "PgBouncer's server connections")
+	fs.StringVar(&cfg.CarrierState, "carrier-state", cfg.CarrierState, "FILE: the simulator's state file (SIM_STATE_FILE): its labels and voids,\n\t"+
+		"kept across restarts so that its carrier label ids never repeat (default $SIM_STATE_FILE\n\t"+
+		"when set, else "+DefaultCarrierState+`; "" keeps them in memory only). Delete it when you drop the database`)
+	if code, ok := cli.ParseValid(fs, args[1:], cmdline.Usage(fs, usage, usageTail), cfg.Validate, stdout, stderr); !ok {
 		return code
 	}
 	if cfg.AdminPassword == "" {
@@ -210,8 +199,10 @@ func (f *session) start(ctx context.Context) error {
 		oneShot = fleet.DatabaseEnv(f.cfg.DatabaseURL, b.URL(f.cfg.DatabaseURL), false)
 	}
 	// The developer's environment is passed on (CARRIER_TIMEOUT, SIM_*,
-	// LOG_LEVEL...), the fleet's on top.
-	fc := fleet.Config{Bins: f.bins, InheritEnv: true, Grace: 2 * time.Minute, StartTimeout: 5 * time.Minute}
+	// LOG_LEVEL...), the fleet's on top; a development fleet allows raw
+	// webhook secrets.
+	db["WEBHOOK_ALLOW_UNSEALED"] = "true"
+	fc := fleet.Config{Bins: f.bins, Env: db, InheritEnv: true, Grace: 2 * time.Minute, StartTimeout: 5 * time.Minute}
 	if !f.cfg.Quiet {
 		fc.OnLine = func(name string, l proc.Line) { fmt.Fprintf(f.stderr, "%-9s %s\n", name, l.Text) }
 	}
@@ -230,14 +221,13 @@ func (f *session) start(ctx context.Context) error {
 		"CARRIER_ADDR": f.cfg.CarrierAddr, "SIM_STATE_FILE": f.cfg.CarrierState}}); err != nil {
 		return err
 	}
-	db = merge(db, devWebhookSecrets)
-	if f.api, err = f.fleet.Start(ctx, fleet.Spec{Bin: "api", Env: merge(db, map[string]string{"API_ADDR": f.cfg.APIAddr})}); err != nil {
+	if f.api, err = f.fleet.Start(ctx, fleet.Spec{Bin: "api", Env: map[string]string{"API_ADDR": f.cfg.APIAddr}}); err != nil {
 		return err
 	}
 	for i := range f.cfg.Workers {
-		env := merge(db)
+		var env map[string]string
 		if i == 0 && f.cfg.AdminAddr != "" {
-			env = merge(db, map[string]string{"ADMIN_ADDR": f.cfg.AdminAddr, "ADMIN_USER": "admin", "ADMIN_PASSWORD": f.cfg.AdminPassword})
+			env = map[string]string{"ADMIN_ADDR": f.cfg.AdminAddr, "ADMIN_USER": "admin", "ADMIN_PASSWORD": f.cfg.AdminPassword}
 		}
 		w, err := f.fleet.Start(ctx, fleet.Spec{Bin: "worker", Name: fmt.Sprintf("worker-%d", i+1), Env: env})
 		if err != nil {
@@ -253,18 +243,6 @@ func (f *session) start(ctx context.Context) error {
 	}
 	f.token, err = f.fleet.AddCaller(ctx, "fleet", oneShot)
 	return err
-}
-
-// devWebhookSecrets is the development allowance for raw webhook secrets.
-var devWebhookSecrets = map[string]string{"WEBHOOK_ALLOW_UNSEALED": "true"}
-
-// merge merges environments, later ones winning.
-func merge(envs ...map[string]string) map[string]string {
-	m := map[string]string{}
-	for _, e := range envs {
-		maps.Copy(m, e)
-	}
-	return m
 }
 
 func (f *session) summary() {

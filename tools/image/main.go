@@ -48,6 +48,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/labelkit/labels/internal/proc"
 )
 
 // commands are the cmd/ directories built into /usr/local/bin.
@@ -112,7 +114,7 @@ func sourceDate(s string) (time.Time, error) {
 }
 
 func build(ctx context.Context, tag name.Tag, out, arch string, created time.Time, stderr io.Writer) (v1.Hash, error) {
-	root, err := moduleRoot(ctx)
+	root, err := proc.ModuleRoot()
 	if err != nil {
 		return v1.Hash{}, err
 	}
@@ -136,19 +138,6 @@ func build(ctx context.Context, tag name.Tag, out, arch string, created time.Tim
 		return v1.Hash{}, fmt.Errorf("write %s: %w", out, err)
 	}
 	return img.Digest()
-}
-
-// moduleRoot is the directory of the service's module (the tools' own
-// module requires it from ../), where the commands are built with the
-// service's go.mod.
-func moduleRoot(ctx context.Context) (string, error) {
-	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "github.com/labelkit/labels")
-	cmd.Stderr = os.Stderr
-	b, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("go list -m: %w", err)
-	}
-	return strings.TrimSpace(string(b)), nil
 }
 
 // compile builds the commands into dir: static (no libc in the image), and
@@ -175,7 +164,6 @@ type entry struct {
 	mode     int64
 	uid, gid int
 	body     []byte
-	from     string // a file on disk to copy instead of body
 }
 
 const (
@@ -204,33 +192,21 @@ func rootfs(bin string, mtime time.Time) ([]byte, error) {
 		{path: "usr/local/bin/", mode: 0o755},
 	}
 	for _, c := range commands {
-		entries = append(entries, entry{path: "usr/local/bin/" + c, mode: 0o755, from: filepath.Join(bin, c)})
+		b, err := os.ReadFile(filepath.Join(bin, c))
+		if err != nil {
+			return nil, err
+		}
+		entries = append(entries, entry{path: "usr/local/bin/" + c, mode: 0o755, body: b})
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].path < entries[j].path })
 
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, e := range entries {
-		h := &tar.Header{
-			Name:    e.path,
-			Mode:    e.mode,
-			Uid:     e.uid,
-			Gid:     e.gid,
-			ModTime: mtime,
-			Format:  tar.FormatPAX,
-		}
+		h := &tar.Header{Name: e.path, Mode: e.mode, Uid: e.uid, Gid: e.gid, ModTime: mtime, Format: tar.FormatPAX,
+			Typeflag: tar.TypeReg, Size: int64(len(e.body))}
 		if strings.HasSuffix(e.path, "/") {
 			h.Typeflag = tar.TypeDir
-		} else {
-			h.Typeflag = tar.TypeReg
-			if e.from != "" {
-				b, err := os.ReadFile(e.from)
-				if err != nil {
-					return nil, err
-				}
-				e.body = b
-			}
-			h.Size = int64(len(e.body))
 		}
 		if err := tw.WriteHeader(h); err != nil {
 			return nil, err

@@ -1,6 +1,6 @@
-// Package scratch makes the throwaway databases the bench and its capacity
-// measurement run in: a random name under a prefix of their own, a pool to
-// it, and a drop that refuses any database not under that prefix.
+// Package scratch makes the throwaway databases the bench and the demo run
+// in: a random name under a prefix of their own, a pool to it, and a drop
+// that refuses any database not under that prefix.
 package scratch
 
 import (
