@@ -60,7 +60,6 @@ func (s *Server) handleCreateLabel(w http.ResponseWriter, r *http.Request, calle
 		writeInvalid(w, r, errs)
 		return
 	}
-	wait, waitOK := parsePreferWait(r.Header.Values("Prefer"))
 
 	ctx, cancel := context.WithTimeout(r.Context(), s.deps.Timeout)
 	d, err := s.accepter.Accept(ctx, callerID, key, parcel)
@@ -110,24 +109,10 @@ func (s *Server) handleCreateLabel(w http.ResponseWriter, r *http.Request, calle
 		writeSaved(w, d.Key.ResponseStatus, d.Key.ResponseBody, replayed)
 		return
 	}
-	in := d.Intent
-	retryAfter := 1 // seconds, of a 202
-	if in.Status == labels.StatusPending && waitOK && wait > 0 {
-		if held, ok := s.waiters.add(in.RequestID); ok {
-			w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
-			final, err := s.waitFinal(r.Context(), held, callerID, in, wait)
-			if err != nil {
-				writeError(w, r, err)
-				return
-			}
-			in = final
-		} else {
-			// As many requests are held as this process may: answered at
-			// once, as without the preference, and to come back no sooner
-			// than the wait asked would have answered.
-			s.deps.Metrics.WaitOutcomes.WithLabelValues("capped").Inc()
-			retryAfter = int(wait / time.Second)
-		}
+	in, retryAfter, err := s.holdForOutcome(w, r, callerID, d.Intent)
+	if err != nil {
+		writeError(w, r, err)
+		return
 	}
 	if in.Status == labels.StatusPending {
 		if ownKey {
@@ -147,6 +132,27 @@ func (s *Server) handleCreateLabel(w http.ResponseWriter, r *http.Request, calle
 		setKeyExpires(w, in.CompletedAt.Add(s.deps.KeyRetention))
 	}
 	writeSaved(w, status, body, replayed)
+}
+
+// holdForOutcome honours Prefer: wait=N for a pending intent (api.md): it
+// holds the request until the intent is final or N seconds have passed,
+// without a database connection, and returns the intent as it then is and
+// the Retry-After of an answer that is still pending (1, or the wait asked
+// when this process holds as many requests as it may: then the request is
+// answered at once, as without the preference).
+func (s *Server) holdForOutcome(w http.ResponseWriter, r *http.Request, callerID string, in *postgres.Intent) (*postgres.Intent, int, error) {
+	wait, ok := parsePreferWait(r.Header.Values("Prefer"))
+	if in.Status != labels.StatusPending || !ok || wait <= 0 {
+		return in, 1, nil
+	}
+	held, ok := s.waiters.add(in.RequestID)
+	if !ok {
+		s.deps.Metrics.WaitOutcomes.WithLabelValues("capped").Inc()
+		return in, int(wait / time.Second), nil
+	}
+	w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
+	final, err := s.waitFinal(r.Context(), held, callerID, in, wait)
+	return final, 1, err
 }
 
 // setKeyExpires sets Idempotency-Key-Expires: when the key's record may be

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/labelkit/labels"
@@ -17,7 +18,8 @@ func (s *Server) handleGetLabelRequest(w http.ResponseWriter, r *http.Request, c
 	ctx, cancel := context.WithTimeout(r.Context(), s.deps.Timeout)
 	defer cancel()
 	in, err := postgres.GetIntent(ctx, s.deps.Pool, callerID, r.PathValue("id"))
-	s.writeLabelRequest(ctx, w, r, in, err)
+	cancel()
+	s.writeLabelRequest(w, r, callerID, in, err)
 }
 
 // handleFindLabelRequest is GET /v1/label-requests?idempotency_key=K.
@@ -37,14 +39,24 @@ func (s *Server) handleFindLabelRequest(w http.ResponseWriter, r *http.Request, 
 	ctx, cancel := context.WithTimeout(r.Context(), s.deps.Timeout)
 	defer cancel()
 	in, err := postgres.GetIntentByKey(ctx, s.deps.Pool, callerID, key)
-	s.writeLabelRequest(ctx, w, r, in, err)
+	cancel()
+	s.writeLabelRequest(w, r, callerID, in, err)
 }
 
-func (s *Server) writeLabelRequest(ctx context.Context, w http.ResponseWriter, r *http.Request, in *postgres.Intent, err error) {
+// writeLabelRequest answers a label request read by id or by key, held
+// first for its outcome when the request prefers to wait (as the create is).
+func (s *Server) writeLabelRequest(w http.ResponseWriter, r *http.Request, callerID string, in *postgres.Intent, err error) {
 	if !found(w, r, err, "label request") {
 		return
 	}
 	infoFrom(r).requestID = in.RequestID
+	in, retryAfter, err := s.holdForOutcome(w, r, callerID, in)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.deps.Timeout)
+	defer cancel()
 	lr, err := s.labelRequest(ctx, in)
 	if err != nil {
 		writeError(w, r, err)
@@ -52,7 +64,7 @@ func (s *Server) writeLabelRequest(ctx context.Context, w http.ResponseWriter, r
 	}
 	body, _ := json.Marshal(lr)
 	if in.Status == labels.StatusPending {
-		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
 	}
 	writeJSON(w, http.StatusOK, body)
 }

@@ -404,3 +404,56 @@ func TestPreferWaitSweepFindsWhatNoNotificationSaid(t *testing.T) {
 		require.Equal(t, "wait=30", a.Header.Get("Preference-Applied"))
 	})
 }
+
+// getAsync sends a GET with Prefer: wait=30 from a goroutine other than the
+// test's.
+func getAsync(url, token, path string) (stacktest.Response, error) {
+	req, err := http.NewRequest(http.MethodGet, url+path, nil)
+	if err != nil {
+		return stacktest.Response{}, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Prefer", "wait=30")
+	resp, err := (&http.Client{Timeout: 5 * time.Minute}).Do(req)
+	if err != nil {
+		return stacktest.Response{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return stacktest.Response{Status: resp.StatusCode, Header: resp.Header, Body: b}, err
+}
+
+// GET /v1/label-requests/{id} and GET /v1/label-requests?idempotency_key=K
+// honour Prefer: wait=N as the create does (api.md): held while the intent
+// is pending, answered with the final label request once it is.
+func TestGetLabelRequestHonoursPreferWait(t *testing.T) {
+	t.Parallel()
+	stack := stacktest.New(t, stacktest.Opts{LeaseDuration: time.Hour, CarrierTimeout: 30 * time.Minute})
+	stack.Carrier.StallFirst(1)
+	w := newWaitAPI(t, waitOpts{pool: stack.Pool})
+	tok := w.Token("fulfilment")
+	created, err := postAsync(w.URL, tok, "k-get", stacktest.ParcelBody(700, 1, 100), "")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, created.Status, string(created.Body))
+	lr := stacktest.Decode[labels.LabelRequest](t, created.Body)
+
+	paths := []string{"/v1/label-requests/" + lr.ID, "/v1/label-requests?idempotency_key=k-get"}
+	answers := make([]stacktest.Response, len(paths))
+	errs := make([]error, len(paths))
+	var wg sync.WaitGroup
+	for i, p := range paths {
+		wg.Go(func() { answers[i], errs[i] = getAsync(w.URL, tok, p) })
+	}
+	w.held(len(paths))
+	close(stack.Carrier.Release)
+	wg.Wait()
+	for i, a := range answers {
+		require.NoError(t, errs[i], paths[i])
+		require.Equal(t, http.StatusOK, a.Status, "%s: %s", paths[i], a.Body)
+		require.Equal(t, "wait=30", a.Header.Get("Preference-Applied"), paths[i])
+		require.Empty(t, a.Header.Get("Retry-After"), paths[i])
+		got := stacktest.Decode[labels.LabelRequest](t, a.Body)
+		require.Equal(t, labels.StatusSucceeded, got.Status, paths[i])
+		require.NotNil(t, got.Label, paths[i])
+	}
+}
