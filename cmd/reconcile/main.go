@@ -152,6 +152,9 @@ func parseDate(v string, now time.Time) (time.Time, error) {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if cli.PrintVersion("reconcile", args, stdout) {
+		return 0
+	}
 	if len(args) > 0 {
 		args = args[1:]
 	}
