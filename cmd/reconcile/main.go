@@ -348,11 +348,11 @@ func (p *progress) report(pr reconcile.Progress) {
 		if time.Since(p.last) < 200*time.Millisecond {
 			return
 		}
-		line = fmt.Sprintf("reconcile: %s lines read", thousands(pr.LinesRead))
+		line = fmt.Sprintf("reconcile: %s read", linesOf(pr.LinesRead))
 	case "match":
-		line = fmt.Sprintf("reconcile: %s lines read; %s", thousands(pr.LinesRead), pr.Step)
+		line = fmt.Sprintf("reconcile: %s read; %s", linesOf(pr.LinesRead), pr.Step)
 	case "done":
-		fmt.Fprintf(p.w, "\r\033[Kreconcile: %s lines read, %s matched\n", thousands(pr.LinesRead), thousands(pr.LinesMatched))
+		fmt.Fprintf(p.w, "\r\033[Kreconcile: %s read, %s matched\n", linesOf(pr.LinesRead), thousands(pr.LinesMatched))
 		p.shown = false
 		return
 	default:
@@ -370,6 +370,14 @@ func (p *progress) end() {
 	if p.shown {
 		fmt.Fprintln(p.w)
 	}
+}
+
+// linesOf is "1 line", "25,000 lines".
+func linesOf(n int) string {
+	if n == 1 {
+		return "1 line"
+	}
+	return thousands(n) + " lines"
 }
 
 func thousands(n int) string {
