@@ -51,6 +51,7 @@ type imageConfig struct {
 		Env        []string
 		WorkingDir string
 		Entrypoint []string
+		Labels     map[string]string
 		Cmd        []string
 	} `json:"config"`
 }
@@ -155,7 +156,7 @@ func buildImage(t *testing.T, dir, file string) builtImage {
 func TestImage(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
-		t.Skip("builds the image (four binaries): not under -short")
+		t.Skip("builds the image (three binaries): not under -short")
 	}
 	dir := t.TempDir()
 	img := buildImage(t, dir, "a.tar")
@@ -178,6 +179,29 @@ func TestImage(t *testing.T) {
 	require.Equal(t, "/home/nonroot", cf.Config.WorkingDir)
 	require.Empty(t, cf.Config.Entrypoint, "every manifest names its command")
 	require.Empty(t, cf.Config.Cmd)
+	// The OCI labels: the version and revision the binaries were built from
+	// (the version: the tag tools/image names the image with when the
+	// binaries carry none, as in a git worktree), where the source is and its
+	// license.
+	head, err := exec.CommandContext(t.Context(), "git", "rev-parse", "HEAD").Output()
+	require.NoError(t, err, "git rev-parse HEAD")
+	apiInfo, err := buildinfo.Read(bytes.NewReader(img.files["/usr/local/bin/api"].body))
+	require.NoError(t, err, "the build information of api")
+	for _, s := range apiInfo.Settings {
+		if s.Key == "vcs.revision" {
+			require.Equal(t, strings.TrimSpace(string(head)), s.Value, "api's VCS stamp, where the go command made one")
+		}
+	}
+	version := apiInfo.Main.Version
+	if version == "" || version == "(devel)" {
+		version = "v1.0.0"
+	}
+	require.Equal(t, map[string]string{
+		"org.opencontainers.image.version":  version,
+		"org.opencontainers.image.revision": strings.TrimSpace(string(head)),
+		"org.opencontainers.image.source":   "https://github.com/labelkit/labels",
+		"org.opencontainers.image.licenses": "Apache-2.0",
+	}, cf.Config.Labels)
 	require.Equal(t, 1, img.layers)
 
 	// The layer: sorted, fixed times and owners, the few files a static Go
@@ -201,12 +225,15 @@ func TestImage(t *testing.T) {
 	requireIDLine(t, img, "/etc/group", "nonroot:x:65532:")
 	requireIDLine(t, img, "/etc/group", "root:x:0:")
 
-	// /usr/local/bin holds one static binary of every command.
+	// /usr/local/bin holds one static binary of every command but the
+	// carrier simulator, which stays out of the production image.
 	dirs, err := filepath.Glob("../cmd/*/main.go")
 	require.NoError(t, err)
 	var commands, binaries []string
 	for _, m := range dirs {
-		commands = append(commands, filepath.Base(filepath.Dir(m)))
+		if c := filepath.Base(filepath.Dir(m)); c != "carrier" {
+			commands = append(commands, c)
+		}
 	}
 	for p := range img.files {
 		if d, f := filepath.Split(p); d == "/usr/local/bin/" && f != "" {
@@ -215,7 +242,8 @@ func TestImage(t *testing.T) {
 	}
 	slices.Sort(commands)
 	slices.Sort(binaries)
-	require.Equal(t, commands, binaries, "the image holds every binary of cmd/ and nothing else in /usr/local/bin")
+	require.Equal(t, commands, binaries, "the image holds every binary of cmd/ but the simulator, and nothing else in /usr/local/bin")
+	require.NotContains(t, img.files, "/usr/local/bin/carrier", "the simulator is not in the production image")
 	for _, c := range binaries {
 		requireStaticBinary(t, img, "/usr/local/bin/"+c)
 	}
@@ -278,6 +306,11 @@ func TestImage(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "api --help from the image: %s", out)
 	require.Contains(t, string(out), "api migrate")
+	cmd = exec.CommandContext(ctx, api, "--version")
+	cmd.Env = []string{"PATH=/usr/local/bin"}
+	out, err = cmd.CombinedOutput()
+	require.NoError(t, err, "api --version from the image: %s", out)
+	require.True(t, strings.HasPrefix(string(out), "api "), "api --version: %s", out)
 }
 
 // Without building the image (-short too): every command the manifests and
@@ -379,7 +412,6 @@ func requireStaticBinary(t *testing.T, img builtImage, path string) {
 	}
 	require.Equal(t, "0", settings["CGO_ENABLED"], path)
 	require.Equal(t, "true", settings["-trimpath"], path)
-	require.NotContains(t, settings, "vcs.revision", "%s: no VCS stamp", path)
 	require.True(t, slices.ContainsFunc(bi.Deps, func(m *debug.Module) bool {
 		return m.Path == "golang.org/x/crypto/x509roots/fallback"
 	}), "%s embeds the fallback CA roots", path)

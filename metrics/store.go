@@ -42,7 +42,7 @@ func NewStoreCollector(pool *pgxpool.Pool) *StoreCollector {
 		pendingByAge:  prometheus.NewDesc("labels_intents_pending_by_age", "Accepted intents not yet final, by age: <1m, 1m-10m, 10m-1h, >1h.", []string{"age"}, nil),
 		oldestPending: prometheus.NewDesc("labels_intents_oldest_pending_seconds", "Age of the oldest intent not yet final.", nil, nil),
 		outboxLag:     prometheus.NewDesc("labels_outbox_lag_seconds", "Age of the oldest intent the relay has not dispatched yet.", nil, nil),
-		jobs:          prometheus.NewDesc("labels_river_jobs", "River jobs by queue and state (completed, discarded and cancelled left out).", []string{"queue", "state"}, nil),
+		jobs:          prometheus.NewDesc("labels_river_jobs", "River jobs by queue and state (completed, discarded and cancelled left out; 0 for a state with none).", []string{"queue", "state"}, nil),
 		up:            prometheus.NewDesc("labels_store_up", "1 when the scrape could read the database.", nil, nil),
 		reconcileItems: prometheus.NewDesc("labels_reconcile_last_run_items",
 			"Items of the latest reconciliation run, by category (matched included); read from the database, so runs of the reconcile command count too.", []string{"category"}, nil),

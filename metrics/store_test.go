@@ -103,6 +103,17 @@ func TestRiverJobsByQueueAndState(t *testing.T) {
 	require.Equal(t, 1.0, value(t, g, "labels_river_jobs", "queue", jobs.QueueLabels, "state", "retryable"))
 	_, ok := sample(t, g, "labels_river_jobs", "queue", jobs.QueueLabels, "state", "completed")
 	require.False(t, ok, "completed jobs are not queue depth")
+
+	// A state with no job reads 0 rather than disappearing, in every queue
+	// a job is in and every queue River works (river_queue).
+	require.Equal(t, 0.0, value(t, g, "labels_river_jobs", "queue", jobs.QueueMaintenance, "state", "retryable"))
+	exec(t, pool, `UPDATE river_job SET state = 'completed', finalized_at = now()`)
+	exec(t, pool, `INSERT INTO river_queue (name, created_at, metadata, updated_at) VALUES ($1, now(), '{}', now())`, jobs.QueueLabels)
+	for _, state := range []string{"available", "pending", "retryable", "running", "scheduled"} {
+		require.Equal(t, 0.0, value(t, g, "labels_river_jobs", "queue", jobs.QueueLabels, "state", state), state)
+	}
+	_, ok = sample(t, g, "labels_river_jobs", "queue", jobs.QueueLabels, "state", "completed")
+	require.False(t, ok, "finished states are not exported, not even as zeros")
 }
 
 // The latest reconciliation run's counts are exposed by category, whichever

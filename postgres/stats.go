@@ -16,8 +16,9 @@ type StoreStats struct {
 	OldestPending time.Duration // age of the oldest intent not yet final (0: none)
 	OutboxLag     time.Duration // age of the oldest intent the relay has not dispatched (0: none)
 	// Jobs counts River's jobs by queue and state, completed, discarded and
-	// cancelled left out; those read before an error when river_job could
-	// not be read.
+	// cancelled left out, zeros included (every other state of every queue
+	// River knows or a job is in); those read before an error when river_job
+	// could not be read.
 	Jobs []JobCount
 	// LastRun is the latest reconciliation run; nil when there is none or
 	// it could not be read (reconcile_runs is package reconcile's).
@@ -71,9 +72,26 @@ func GetStoreStats(ctx context.Context, db DB) (StoreStats, error) {
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
+// sqlRiverJobCounts counts River's unfinished jobs by queue and state, with
+// a zero for every state of every queue that has none: a queue is River's
+// (river_queue: the queues a running client works) or one an unfinished job
+// is in, the states are river_job_state's but the finished ones. A gauge
+// therefore reads 0 when its jobs are done instead of disappearing.
+const sqlRiverJobCounts = `
+WITH unfinished AS (
+  SELECT queue, state::text AS state, count(*) AS n FROM river_job
+   WHERE state NOT IN ('completed', 'discarded', 'cancelled') GROUP BY queue, state),
+queues AS (SELECT name AS queue FROM river_queue UNION SELECT queue FROM unfinished),
+states AS (
+  SELECT s::text AS state FROM unnest(enum_range(NULL::river_job_state)) AS s
+   WHERE s::text NOT IN ('completed', 'discarded', 'cancelled'))
+SELECT q.queue, s.state, coalesce(u.n, 0)
+  FROM queues q CROSS JOIN states s
+  LEFT JOIN unfinished u ON u.queue = q.queue AND u.state = s.state
+ ORDER BY 1, 2`
+
 func riverJobCounts(ctx context.Context, db DB) []JobCount {
-	rows, err := db.Query(ctx, `SELECT queue, state::text, count(*) FROM river_job
-		WHERE state NOT IN ('completed', 'discarded', 'cancelled') GROUP BY queue, state`)
+	rows, err := db.Query(ctx, sqlRiverJobCounts)
 	if err != nil {
 		return nil
 	}

@@ -45,7 +45,7 @@ func (r *Report) WriteText(_ context.Context, w io.Writer) error {
 		b.WriteString("(voided: the charges the carrier credited back for a void)\n")
 	}
 	if n := r.Discrepancies(); n > 0 {
-		fmt.Fprintf(&b, "\n%s discrepancies: exit status 1\n", thousands(int64(n)))
+		fmt.Fprintf(&b, "\n%s: exit status 1\n", countOf(n, "discrepancy", "discrepancies"))
 	} else if r.Counts[Voided] > 0 {
 		b.WriteString("\nevery item matched or voided: exit status 0\n")
 	} else {

@@ -1,6 +1,10 @@
 package reconcile
 
-import "testing"
+import (
+	"context"
+	"strings"
+	"testing"
+)
 
 func TestNeutralise(t *testing.T) {
 	t.Parallel()
@@ -46,6 +50,50 @@ func TestNeutralise(t *testing.T) {
 		}
 		if again := neutralise(got); again != got {
 			t.Errorf("neutralise(neutralise(%q)) = %q, want %q: neutralised once is enough", tc.in, again, got)
+		}
+	}
+}
+
+// Counts printed in the text reports agree with their noun.
+func TestCountedNouns(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		n    int
+		want string
+	}{{0, "0 discrepancies"}, {1, "1 discrepancy"}, {2, "2 discrepancies"}, {1200, "1,200 discrepancies"}} {
+		if got := countOf(tc.n, "discrepancy", "discrepancies"); got != tc.want {
+			t.Errorf("countOf(%d) = %q, want %q", tc.n, got, tc.want)
+		}
+	}
+	var b strings.Builder
+	r := &Report{Counts: map[string]int{Matched: 3, DuplicateCharge: 1}}
+	if err := r.WriteText(context.Background(), &b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "\n1 discrepancy: exit status 1\n") {
+		t.Errorf("one discrepancy's report:\n%s", b.String())
+	}
+}
+
+// A void with nothing to void does not claim that every targeted label is
+// voided.
+func TestVoidTextWithNothingToVoid(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		items []VoidItem
+		want  string
+	}{
+		{nil, "\nnothing was to be voided: exit status 0\n"},
+		{[]VoidItem{{Refs: Refs{CarrierLabelID: "c1"}, Outcome: VoidKept}}, "\nnothing was to be voided: exit status 0\n"},
+		{[]VoidItem{{Refs: Refs{CarrierLabelID: "c1"}, Outcome: VoidVoided}}, "\nevery targeted label is voided: exit status 0\n"},
+	} {
+		var b strings.Builder
+		r := &VoidReport{RunID: 1, Category: DuplicateCharge, Items: tc.items, Counts: map[string]int{}}
+		if err := r.WriteText(&b); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(b.String(), tc.want) {
+			t.Errorf("items %v: report\n%s\nwant it to end %q", tc.items, b.String(), tc.want)
 		}
 	}
 }

@@ -56,6 +56,8 @@ func (r *VoidReport) WriteText(w io.Writer) error {
 	switch code := r.ExitCode(); {
 	case r.DryRun:
 		b.WriteString("\ndry run: nothing changed: exit status 0\n")
+	case code == 0 && r.Targets() == 0:
+		b.WriteString("\nnothing was to be voided: exit status 0\n")
 	case code == 0:
 		b.WriteString("\nevery targeted label is voided: exit status 0\n")
 	default:
@@ -66,10 +68,16 @@ func (r *VoidReport) WriteText(w io.Writer) error {
 
 // plural is "1 item", "2 items".
 func plural(n int, noun string) string {
+	return countOf(n, noun, noun+"s")
+}
+
+// countOf is n with the noun's singular or plural, n in thousands:
+// "1 discrepancy", "1,200 discrepancies".
+func countOf(n int, one, many string) string {
 	if n == 1 {
-		return "1 " + noun
+		return "1 " + one
 	}
-	return fmt.Sprintf("%d %ss", n, noun)
+	return thousands(int64(n)) + " " + many
 }
 
 // voidJSONItem is a VoidItem with absent values as null.

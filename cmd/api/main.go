@@ -116,6 +116,9 @@ func (c *Config) Validate() error {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if cli.PrintVersion("api", args, stdout) {
+		return 0
+	}
 	env := cli.NewEnv(ctx, getenv)
 	cfg := Config{
 		Database:     env.Database(),

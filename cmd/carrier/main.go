@@ -299,6 +299,9 @@ func newLogger(w io.Writer, level zerolog.Level, format string) zerolog.Logger {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if cli.PrintVersion("carrier", args, stdout) {
+		return 0
+	}
 	if len(args) > 1 && args[1] == "invoice" {
 		return runInvoice(ctx, args[2:], getenv, stdout, stderr)
 	}

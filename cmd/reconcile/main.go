@@ -152,6 +152,9 @@ func parseDate(v string, now time.Time) (time.Time, error) {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if cli.PrintVersion("reconcile", args, stdout) {
+		return 0
+	}
 	if len(args) > 0 {
 		args = args[1:]
 	}
@@ -345,11 +348,11 @@ func (p *progress) report(pr reconcile.Progress) {
 		if time.Since(p.last) < 200*time.Millisecond {
 			return
 		}
-		line = fmt.Sprintf("reconcile: %s lines read", thousands(pr.LinesRead))
+		line = fmt.Sprintf("reconcile: %s read", linesOf(pr.LinesRead))
 	case "match":
-		line = fmt.Sprintf("reconcile: %s lines read; %s", thousands(pr.LinesRead), pr.Step)
+		line = fmt.Sprintf("reconcile: %s read; %s", linesOf(pr.LinesRead), pr.Step)
 	case "done":
-		fmt.Fprintf(p.w, "\r\033[Kreconcile: %s lines read, %s matched\n", thousands(pr.LinesRead), thousands(pr.LinesMatched))
+		fmt.Fprintf(p.w, "\r\033[Kreconcile: %s read, %s matched\n", linesOf(pr.LinesRead), thousands(pr.LinesMatched))
 		p.shown = false
 		return
 	default:
@@ -367,6 +370,14 @@ func (p *progress) end() {
 	if p.shown {
 		fmt.Fprintln(p.w)
 	}
+}
+
+// linesOf is "1 line", "25,000 lines".
+func linesOf(n int) string {
+	if n == 1 {
+		return "1 line"
+	}
+	return thousands(n) + " lines"
 }
 
 func thousands(n int) string {

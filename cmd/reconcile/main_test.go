@@ -291,6 +291,9 @@ func TestProgress(t *testing.T) {
 	require.Equal(t, "\r\033[Kreconcile: 25,000 lines read"+
 		"\r\033[Kreconcile: 1,000,000 lines read; match by carrier key"+
 		"\r\033[Kreconcile: 1,000,000 lines read, 998,123 matched\n", out.String())
+	out.Reset()
+	p.report(reconcile.Progress{Phase: "done", LinesRead: 1, LinesMatched: 1})
+	require.Equal(t, "\r\033[Kreconcile: 1 line read, 1 matched\n", out.String())
 	require.False(t, isTerminal(&out))
 	// A regular file is an *os.File but no terminal: quiet too.
 	f, err := os.CreateTemp(t.TempDir(), "stderr")

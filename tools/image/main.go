@@ -1,20 +1,31 @@
 // Command image builds the service's container image without Docker and
-// without pulling a base image, as ko does: it compiles the four commands as
+// without pulling a base image, as ko does: it compiles the service's
+// commands (api, worker, reconcile; with --dev also the carrier simulator) as
 // static binaries and writes them, with the few files a static Go binary
 // expects of distroless static nonroot, as one layer on an empty base.
 //
-//	go -C tools run ./image --out labels-image.tar [--name registry.example.com/labelkit/labels:v1.0.0] [--arch amd64]
+//	go -C tools run ./image --out labels-image.tar [--name registry.example.com/labelkit/labels:v1.0.0] [--arch amd64] [--source URL] [--dev]
 //
 // The tarball is `docker save`'s format (docker load -i, podman load -i,
 // crane push, skopeo copy docker-archive:…), tagged with --name; the image
 // digest is printed on stdout. The image:
 //
-//	/usr/local/bin/{api,worker,reconcile,carrier}  0755, CGO_ENABLED=0, -trimpath, no build id, no VCS stamp
+//	/usr/local/bin/{api,worker,reconcile}          0755, CGO_ENABLED=0, -trimpath, no build id, the VCS stamp
+//	                                                when the checkout has one (carrier too with --dev)
 //	/etc/passwd, /etc/group                         root (0) and nonroot (65532, home /home/nonroot)
 //	/home/nonroot                                   0700, owned by nonroot; /root 0700
 //	/tmp                                            1777
 //	config                                          User 65532:65532, Env PATH=/usr/local/bin,
-//	                                                WorkingDir /home/nonroot, no Entrypoint or Cmd
+//	                                                WorkingDir /home/nonroot, no Entrypoint or Cmd,
+//	                                                Labels org.opencontainers.image.version (the module's
+//	                                                version the binaries carry, else --name's tag),
+//	                                                .revision (their VCS revision, else git rev-parse HEAD;
+//	                                                absent when neither is known), .source (--source,
+//	                                                default https://github.com/labelkit/labels) and
+//	                                                .licenses (Apache-2.0)
+//
+// The production image leaves the carrier simulator out: --dev adds it (a
+// development image, for a test cluster with no real carrier).
 //
 // There is no shell and no CA bundle: each command embeds the Mozilla roots
 // (golang.org/x/crypto/x509roots/fallback, used only where the system has
@@ -31,6 +42,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"debug/buildinfo"
 	"errors"
 	"flag"
 	"fmt"
@@ -38,6 +50,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -52,14 +65,20 @@ import (
 	"github.com/labelkit/labels/internal/proc"
 )
 
-// commands are the cmd/ directories built into /usr/local/bin.
-var commands = []string{"api", "worker", "reconcile", "carrier"}
+// commands are the cmd/ directories built into /usr/local/bin; devCommands
+// are added with --dev.
+var (
+	commands    = []string{"api", "worker", "reconcile"}
+	devCommands = []string{"carrier"}
+)
 
 const (
-	defaultName = "registry.example.com/labelkit/labels:v1.0.0"
-	nonroot     = 65532
-	home        = "/home/nonroot"
-	binDir      = "/usr/local/bin"
+	defaultName   = "registry.example.com/labelkit/labels:v1.0.0"
+	defaultSource = "https://github.com/labelkit/labels"
+	license       = "Apache-2.0"
+	nonroot       = 65532
+	home          = "/home/nonroot"
+	binDir        = "/usr/local/bin"
 )
 
 func main() {
@@ -72,6 +91,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	out := fs.String("out", "labels-image.tar", "the tarball to write")
 	ref := fs.String("name", defaultName, "the image's name (repository:tag) in the tarball")
 	arch := fs.String("arch", "amd64", "GOARCH of the binaries and the image (linux)")
+	source := fs.String("source", defaultSource, "the source repository's URL (label org.opencontainers.image.source)")
+	dev := fs.Bool("dev", false, "add the carrier simulator (a development image)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -92,7 +113,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "image: SOURCE_DATE_EPOCH: %v\n", err)
 		return 2
 	}
-	digest, err := build(ctx, tag, *out, *arch, created, stderr)
+	cmds := commands
+	if *dev {
+		cmds = append(slices.Clone(commands), devCommands...)
+	}
+	digest, err := build(ctx, buildSpec{tag: tag, out: *out, arch: *arch, source: *source, commands: cmds, created: created}, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "image: %v\n", err)
 		return 1
@@ -113,7 +138,15 @@ func sourceDate(s string) (time.Time, error) {
 	return time.Unix(n, 0).UTC(), nil
 }
 
-func build(ctx context.Context, tag name.Tag, out, arch string, created time.Time, stderr io.Writer) (v1.Hash, error) {
+// buildSpec is what one build makes.
+type buildSpec struct {
+	tag               name.Tag
+	out, arch, source string
+	commands          []string
+	created           time.Time
+}
+
+func build(ctx context.Context, spec buildSpec, stderr io.Writer) (v1.Hash, error) {
 	root, err := proc.ModuleRoot()
 	if err != nil {
 		return v1.Hash{}, err
@@ -123,28 +156,34 @@ func build(ctx context.Context, tag name.Tag, out, arch string, created time.Tim
 		return v1.Hash{}, err
 	}
 	defer os.RemoveAll(bin)
-	if err := compile(ctx, root, bin, arch, stderr); err != nil {
+	if err := compile(ctx, root, bin, spec.arch, spec.commands, stderr); err != nil {
 		return v1.Hash{}, err
 	}
-	layerTar, err := rootfs(bin, created)
+	layerTar, err := rootfs(bin, spec.commands, spec.created)
 	if err != nil {
 		return v1.Hash{}, err
 	}
-	img, err := assemble(layerTar, arch, created)
+	labels, err := ociLabels(ctx, root, filepath.Join(bin, spec.commands[0]), spec)
 	if err != nil {
 		return v1.Hash{}, err
 	}
-	if err := tarball.WriteToFile(out, tag, img); err != nil {
-		return v1.Hash{}, fmt.Errorf("write %s: %w", out, err)
+	img, err := assemble(layerTar, spec, labels)
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	if err := tarball.WriteToFile(spec.out, spec.tag, img); err != nil {
+		return v1.Hash{}, fmt.Errorf("write %s: %w", spec.out, err)
 	}
 	return img.Digest()
 }
 
 // compile builds the commands into dir: static (no libc in the image), and
-// without paths, build ids or VCS stamps that would change the bytes from one
-// checkout or machine to another.
-func compile(ctx context.Context, root, dir, arch string, stderr io.Writer) error {
-	args := []string{"build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w -buildid=", "-o", dir + string(filepath.Separator)}
+// without paths or build ids that would change the bytes from one checkout or
+// machine to another. The VCS stamp (revision, commit time, a modified tree)
+// is the same for the same commit, and makes `--version` and `go version -m`
+// name it; a checkout the go command cannot read it from builds without.
+func compile(ctx context.Context, root, dir, arch string, commands []string, stderr io.Writer) error {
+	args := []string{"build", "-trimpath", "-buildvcs=auto", "-ldflags=-s -w -buildid=", "-o", dir + string(filepath.Separator)}
 	for _, c := range commands {
 		args = append(args, "./cmd/"+c)
 	}
@@ -178,7 +217,7 @@ const (
 // rootfs writes the layer's tar: what distroless static nonroot gives a
 // static Go binary, and the binaries. Owners are root except nonroot's home,
 // which it must be able to write, as in distroless.
-func rootfs(bin string, mtime time.Time) ([]byte, error) {
+func rootfs(bin string, commands []string, mtime time.Time) ([]byte, error) {
 	entries := []entry{
 		{path: "etc/", mode: 0o755},
 		{path: "etc/group", mode: 0o644, body: []byte(group)},
@@ -223,7 +262,8 @@ func rootfs(bin string, mtime time.Time) ([]byte, error) {
 
 // assemble puts the layer on an empty base with the runtime configuration.
 // No Entrypoint or Cmd: every manifest and unit names its command.
-func assemble(layerTar []byte, arch string, created time.Time) (v1.Image, error) {
+func assemble(layerTar []byte, spec buildSpec, labels map[string]string) (v1.Image, error) {
+	created := spec.created
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(layerTar)), nil
 	})
@@ -235,7 +275,7 @@ func assemble(layerTar []byte, arch string, created time.Time) (v1.Image, error)
 		History: v1.History{
 			Created:   v1.Time{Time: created},
 			CreatedBy: "go -C tools run ./image",
-			Comment:   "api, worker, reconcile and carrier in " + binDir + "; /etc/passwd, /etc/group, " + home + ", /tmp",
+			Comment:   strings.Join(spec.commands, ", ") + " in " + binDir + "; /etc/passwd, /etc/group, " + home + ", /tmp",
 		},
 	})
 	if err != nil {
@@ -246,12 +286,50 @@ func assemble(layerTar []byte, arch string, created time.Time) (v1.Image, error)
 		return nil, err
 	}
 	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", arch
+	cf.OS, cf.Architecture = "linux", spec.arch
 	cf.Created = v1.Time{Time: created}
 	cf.Config = v1.Config{
 		User:       strconv.Itoa(nonroot) + ":" + strconv.Itoa(nonroot),
 		Env:        []string{"PATH=" + binDir},
 		WorkingDir: home,
+		Labels:     labels,
 	}
 	return mutate.ConfigFile(img, cf)
+}
+
+// ociLabels are the image's org.opencontainers.image labels: the version and
+// revision the binary at bin was built from (its build information; the
+// revision from git when the go command stamped none, as in a git worktree),
+// the source repository and the license.
+func ociLabels(ctx context.Context, root, bin string, spec buildSpec) (map[string]string, error) {
+	info, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		return nil, fmt.Errorf("read the build information of %s: %w", filepath.Base(bin), err)
+	}
+	version := info.Main.Version
+	if version == "" || version == "(devel)" {
+		version = spec.tag.TagStr()
+	}
+	revision := ""
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" {
+			revision = s.Value
+		}
+	}
+	if revision == "" {
+		cmd := exec.CommandContext(ctx, "git", "rev-parse", "HEAD")
+		cmd.Dir = root
+		if out, err := cmd.Output(); err == nil {
+			revision = strings.TrimSpace(string(out))
+		}
+	}
+	labels := map[string]string{
+		"org.opencontainers.image.version":  version,
+		"org.opencontainers.image.source":   spec.source,
+		"org.opencontainers.image.licenses": license,
+	}
+	if revision != "" {
+		labels["org.opencontainers.image.revision"] = revision
+	}
+	return labels, nil
 }

@@ -2,9 +2,13 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/stretchr/testify/require"
 )
 
@@ -46,4 +50,24 @@ func TestSourceDate(t *testing.T) {
 	d, err = sourceDate("1796399663")
 	require.NoError(t, err)
 	require.Equal(t, "2026-12-04T15:54:23Z", d.Format("2006-01-02T15:04:05Z07:00"))
+}
+
+// The labels name the version and revision the binary carries (a test
+// binary carries neither version nor VCS stamp: the tag, and git's HEAD),
+// the --source URL and the license.
+func TestOCILabels(t *testing.T) {
+	t.Parallel()
+	self, err := os.Executable()
+	require.NoError(t, err)
+	tag, err := name.NewTag("registry.example.com/labelkit/labels:v9.8.7")
+	require.NoError(t, err)
+	labels, err := ociLabels(t.Context(), ".", self, buildSpec{tag: tag, source: "https://example.com/fork"})
+	require.NoError(t, err)
+	require.Equal(t, "v9.8.7", labels["org.opencontainers.image.version"])
+	require.Equal(t, "https://example.com/fork", labels["org.opencontainers.image.source"])
+	require.Equal(t, "Apache-2.0", labels["org.opencontainers.image.licenses"])
+	if head, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil {
+		require.Equal(t, strings.TrimSpace(string(head)), labels["org.opencontainers.image.revision"])
+	}
+	require.Equal(t, defaultSource, "https://github.com/labelkit/labels")
 }
