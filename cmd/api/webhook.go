@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/labelkit/labels/migrations"
 	"github.com/labelkit/labels/postgres"
 	"github.com/labelkit/labels/webhook"
 )
@@ -68,6 +69,9 @@ func webhookCmd(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, args [
 		return fail(1, "%v", err)
 	}
 	defer pool.Close()
+	if err := migrations.Check(ctx, pool); err != nil {
+		return fail(1, "%v", err)
+	}
 	switch args[0] {
 	case "set":
 		caller, url := args[1], args[2]
