@@ -41,7 +41,8 @@ var usage = fmt.Sprintf(`Usage:
                           sign too for WEBHOOK_ROTATION_OVERLAP
   api webhook delete CALLER
                           stop deliveries; undelivered events are dropped
-  api webhook list        caller, URL, state, failures in a row (tab-separated)
+  api webhook list        caller, URL, state, failures in a row, why disabled
+                          (tab-separated, after a header row)
   api webhook reseal [--batch N]
                           seal every stored signing secret with
                           WEBHOOK_SECRET_KEY (those raw or sealed with

@@ -18,8 +18,8 @@ import (
 	"github.com/labelkit/labels/postgres"
 )
 
-// oneLine requires s to be one line naming `api migrate` (and no SQLSTATE).
-func oneLine(t *testing.T, s string) {
+// requireOneLine requires s to be one line naming `api migrate` (and no SQLSTATE).
+func requireOneLine(t *testing.T, s string) {
 	t.Helper()
 	s = strings.TrimSpace(s)
 	require.NotContains(t, s, "\n", "one line: %q", s)
@@ -39,12 +39,12 @@ func TestSchemaBehind(t *testing.T) {
 		e := env(map[string]string{"DATABASE_URL": url, "API_ADDR": "127.0.0.1:0"})
 		var errb bytes.Buffer
 		require.Equal(t, 1, run(ctx, []string{"api"}, e, io.Discard, &errb), name)
-		oneLine(t, errb.String())
+		requireOneLine(t, errb.String())
 		require.Contains(t, errb.String(), "refusing to start")
 		for prefix, args := range map[string][]string{"api caller add": {"api", "caller", "add", "fulfilment"}, "api webhook": {"api", "webhook", "list"}} {
 			errb.Reset()
 			require.Equal(t, 1, run(ctx, args, e, io.Discard, &errb), "%s: %s", name, args)
-			oneLine(t, errb.String())
+			requireOneLine(t, errb.String())
 			require.True(t, strings.HasPrefix(errb.String(), prefix+": the database schema is behind"), errb.String())
 		}
 		require.Equal(t, 0, run(ctx, []string{"api", "migrate"}, e, io.Discard, io.Discard), name)
