@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -38,7 +39,11 @@ func TestSchemaBehind(t *testing.T) {
 	for name, url := range map[string]string{"never migrated": emptyURL, "one behind": migratedURL} {
 		e := env(map[string]string{"DATABASE_URL": url, "API_ADDR": "127.0.0.1:0"})
 		var errb bytes.Buffer
-		require.Equal(t, 1, run(ctx, []string{"api"}, e, io.Discard, &errb), name)
+		// Bounded: an API that served anyway would stop (exit 0) at the deadline.
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		code := run(sctx, []string{"api"}, e, io.Discard, &errb)
+		cancel()
+		require.Equal(t, 1, code, name)
 		requireOneLine(t, errb.String())
 		require.Contains(t, errb.String(), "refusing to start")
 		for prefix, args := range map[string][]string{"api caller add": {"api", "caller", "add", "fulfilment"}, "api webhook": {"api", "webhook", "list"}} {
