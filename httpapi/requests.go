@@ -10,6 +10,7 @@ import (
 
 	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/idempotency"
+	"github.com/labelkit/labels/migrations"
 	"github.com/labelkit/labels/postgres"
 )
 
@@ -104,14 +105,23 @@ func handleHealthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
 }
 
-// handleReadyz is 200 when the database answers, 503 store_unavailable (with
-// Retry-After, as every request answers it then) otherwise: a failed ping of
-// any kind means the requests cannot be served.
+// handleReadyz is 200 when the database answers and its schema is current
+// (Deps.Ready), 503 store_unavailable (with Retry-After, as every request
+// answers it then) otherwise: a failed ping of any kind means the requests
+// cannot be served, and a schema behind the binary that they would fail.
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	if err := s.deps.Pool.Ping(ctx); err != nil {
-		writeProblem(w, r, labels.CodeStoreUnavailable, "the database does not answer")
+	ready := s.deps.Ready
+	if ready == nil {
+		ready = s.deps.Pool.Ping
+	}
+	if err := ready(ctx); err != nil {
+		detail := "the database does not answer"
+		if migrations.IsBehind(err) {
+			detail = err.Error()
+		}
+		writeProblem(w, r, labels.CodeStoreUnavailable, detail)
 		return
 	}
 	writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`))

@@ -52,6 +52,10 @@ type Deps struct {
 	// time.After as a held request's deadline: for tests, which drive both.
 	WaitSweepTicks <-chan time.Time
 	WaitAfter      func(time.Duration) <-chan time.Time
+	// Ready answers /readyz: nil when the requests can be served (nil
+	// Ready: a ping of the pool). A *migrations.BehindError is answered
+	// with its message, which names `api migrate`.
+	Ready func(context.Context) error
 }
 
 // Server is the HTTP API.

@@ -245,6 +245,16 @@ func (w *DeliverWebhookWorker) work(ctx context.Context, requestID string, log *
 	if err != nil {
 		return "error", err
 	}
+	// Every failed attempt says why, at warn: the cause is otherwise only
+	// in webhook_events.last_error (a worker without the allowances the URL
+	// needs refuses every delivery). Never the secret, nor the body.
+	if !o.Delivered {
+		cause := sendErr
+		if cause == nil {
+			cause = fmt.Errorf("the endpoint answered %d", status)
+		}
+		*log = log.With().AnErr("cause", cause).Logger()
+	}
 	if disabled {
 		cfg.Metrics.EndpointsDisabled.Inc()
 		log.Warn().Str("url", ev.URL).Msg("webhook endpoint disabled")
@@ -262,7 +272,7 @@ func (w *DeliverWebhookWorker) work(ctx context.Context, requestID string, log *
 		return "exhausted", nil
 	}
 	delay := RetryDelay(cfg.RetryBase, cfg.RetryMax, ev.Attempt, retryAfter)
-	log.Info().Str("result", result).Dur("retry_in", delay).Msg("webhook attempt failed")
+	log.Warn().Str("result", result).Dur("retry_in", delay).Msg("webhook attempt failed")
 	return "retry", river.JobSnooze(delay)
 }
 

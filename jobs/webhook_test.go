@@ -366,6 +366,7 @@ func TestWebhookPrivateAddressRefusedAtDelivery(t *testing.T) {
 		s.WaitFinal(tok, lr.ID)
 		require.Eventually(t, func() bool { st, _ := eventState(t, s, lr.ID); return st == "dropped" }, time.Minute, 10*time.Millisecond, host)
 		require.Contains(t, dbtest.Scalar[string](t, s.Pool, `SELECT last_error FROM webhook_events WHERE request_id = $1`, lr.ID), "refused to connect")
+		require.Contains(t, dbtest.Scalar[string](t, s.Pool, `SELECT last_error FROM webhook_events WHERE request_id = $1`, lr.ID), "WEBHOOK_ALLOW_PRIVATE=true")
 	}
 	require.Empty(t, rc.deliveries())
 	require.Equal(t, 4.0, testutil.ToFloat64(m.Attempts.WithLabelValues("refused")))
@@ -394,7 +395,6 @@ func TestRetryDelay(t *testing.T) {
 func TestWebhookAttemptLogLine(t *testing.T) {
 	t.Parallel()
 	s := stacktest.New(t, stacktest.Opts{NoWorker: true})
-	ctx := context.Background()
 	rc := newReceiver(t, func(n int, _ *http.Request) (int, http.Header) {
 		if n == 1 {
 			return http.StatusInternalServerError, nil
@@ -404,42 +404,18 @@ func TestWebhookAttemptLogLine(t *testing.T) {
 	tok := s.Token("fulfilment")
 	secret := setHook(t, s, "fulfilment", rc.srv.URL)
 	lr := s.Accept(tok, "k-log", stacktest.ParcelBody(77, 1, 900))
-	// Completed as the buy-label worker does, which writes the event.
-	lease := uuid.New()
-	leases, err := postgres.TakeLeases(ctx, s.Pool, []postgres.LeaseRow{{RequestID: lr.ID, Token: lease}}, time.Minute)
-	require.NoError(t, err)
-	p := labels.NewProblem(labels.CodeCarrierRejected, "rejected")
-	in := leases[0].Intent
-	outs, err := postgres.Complete(ctx, s.Pool, []postgres.Completion{{RequestID: in.RequestID, CallerID: in.CallerID, Key: in.Key,
-		Token: lease, Status: p.Status, Body: p.Body()}}, time.Hour)
-	require.NoError(t, err)
-	require.Equal(t, postgres.Completed, outs[0])
-
 	var buf logtest.Buffer
-	workers := river.NewWorkers()
-	river.AddWorker(workers, jobs.NewDeliverWebhookWorker(jobs.WebhookConfig{Pool: s.Pool, Policy: lenient,
-		SecretKey: webhook.SecretKey{}.AllowingUnsealed(), // setHook stores the secret raw, as in development
-		RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond, Log: zerolog.New(&buf).Level(zerolog.DebugLevel)}))
-	client, err := river.NewClient(riverpgxv5.New(s.Pool), &river.Config{
-		Queues:            map[string]river.QueueConfig{jobs.QueueWebhooks: {MaxWorkers: 2}},
-		Workers:           workers,
-		FetchCooldown:     20 * time.Millisecond,
-		FetchPollInterval: 50 * time.Millisecond,
-		TestOnly:          true,
-	})
-	require.NoError(t, err)
-	require.NoError(t, client.Start(ctx))
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		_ = client.Stop(sctx)
-	})
-	require.NoError(t, pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		// The event relay's insert: one deliver_webhook job for the event.
-		_, err := client.InsertManyTx(ctx, tx, []river.InsertManyParams{{Args: jobs.DeliverWebhookArgs{RequestID: lr.ID}}})
-		return err
-	}))
+	deliverLogged(t, s, lr.ID, lenient, 0, &buf)
 	require.Eventually(t, func() bool { st, _ := eventState(t, s, lr.ID); return st == "delivered" }, 30*time.Second, 10*time.Millisecond)
+
+	// The failed attempt says why at warn, with the caller and the event.
+	failed := buf.Lines(t, "webhook attempt failed")
+	require.Len(t, failed, 1)
+	require.Equal(t, "warn", failed[0]["level"], failed[0])
+	require.Equal(t, "the endpoint answered 500", failed[0]["cause"], failed[0])
+	require.Equal(t, "fulfilment", failed[0]["caller"], failed[0])
+	require.Equal(t, "msg_"+lr.ID, failed[0]["webhook_id"], failed[0])
+	require.Equal(t, float64(1), failed[0]["attempt"], failed[0])
 
 	lines := buf.Lines(t, "deliver_webhook attempt")
 	require.Len(t, lines, 2)
@@ -459,6 +435,74 @@ func TestWebhookAttemptLogLine(t *testing.T) {
 		require.NotContains(t, all, string(d.body))
 	}
 	require.NotContains(t, all, "carrier_rejected", "no part of the body")
+}
+
+// deliverLogged completes requestID as the buy-label worker does (which
+// writes its webhook event) and delivers the event with a River client of
+// its own under policy, logging into buf.
+func deliverLogged(t *testing.T, s *stacktest.Stack, requestID string, policy webhook.Policy, maxAttempts int, buf *logtest.Buffer) {
+	t.Helper()
+	ctx := context.Background()
+	lease := uuid.New()
+	leases, err := postgres.TakeLeases(ctx, s.Pool, []postgres.LeaseRow{{RequestID: requestID, Token: lease}}, time.Minute)
+	require.NoError(t, err)
+	p := labels.NewProblem(labels.CodeCarrierRejected, "rejected")
+	in := leases[0].Intent
+	outs, err := postgres.Complete(ctx, s.Pool, []postgres.Completion{{RequestID: in.RequestID, CallerID: in.CallerID, Key: in.Key,
+		Token: lease, Status: p.Status, Body: p.Body()}}, time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, postgres.Completed, outs[0])
+
+	workers := river.NewWorkers()
+	river.AddWorker(workers, jobs.NewDeliverWebhookWorker(jobs.WebhookConfig{Pool: s.Pool, Policy: policy, MaxAttempts: maxAttempts,
+		SecretKey: webhook.SecretKey{}.AllowingUnsealed(), // setHook stores the secret raw, as in development
+		RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond, Log: zerolog.New(buf).Level(zerolog.DebugLevel)}))
+	client, err := river.NewClient(riverpgxv5.New(s.Pool), &river.Config{
+		Queues:            map[string]river.QueueConfig{jobs.QueueWebhooks: {MaxWorkers: 2}},
+		Workers:           workers,
+		FetchCooldown:     20 * time.Millisecond,
+		FetchPollInterval: 50 * time.Millisecond,
+		TestOnly:          true,
+	})
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		_ = client.Stop(sctx)
+	})
+	require.NoError(t, pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		// The event relay's insert: one deliver_webhook job for the event.
+		_, err := client.InsertManyTx(ctx, tx, []river.InsertManyParams{{Args: jobs.DeliverWebhookArgs{RequestID: requestID}}})
+		return err
+	}))
+}
+
+// A worker without WEBHOOK_ALLOW_PRIVATE refuses an endpoint that `api
+// webhook set` accepted with it: each attempt logs why at warn, with the
+// caller and the event, and never the secret.
+func TestWebhookRefusedAttemptLogged(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{NoWorker: true})
+	rc := newReceiver(t, nil)
+	tok := s.Token("shop")
+	secret := setHook(t, s, "shop", rc.srv.URL) // http://127.0.0.1:port, as set with both allowances
+	lr := s.Accept(tok, "k-refused", stacktest.ParcelBody(78, 1, 900))
+	var buf logtest.Buffer
+	deliverLogged(t, s, lr.ID, webhook.Policy{AllowInsecure: true}, 2, &buf)
+	require.Eventually(t, func() bool { st, _ := eventState(t, s, lr.ID); return st == "dropped" }, 30*time.Second, 10*time.Millisecond)
+
+	failed := append(buf.Lines(t, "webhook attempt failed"), buf.Lines(t, "webhook event dropped: every attempt failed")...)
+	require.Len(t, failed, 2)
+	for _, l := range failed {
+		require.Equal(t, "warn", l["level"], l)
+		require.Equal(t, "shop", l["caller"], l)
+		require.Equal(t, "msg_"+lr.ID, l["webhook_id"], l)
+		require.Contains(t, l["cause"], "refused to connect to 127.0.0.1", l)
+		require.Contains(t, l["cause"], "WEBHOOK_ALLOW_PRIVATE=true", l)
+	}
+	require.NotContains(t, buf.String(), secret[len("whsec_"):])
+	require.Empty(t, rc.deliveries())
 }
 
 // A sealed secret and a worker without WEBHOOK_SECRET_KEY: nothing is sent

@@ -31,6 +31,10 @@ type Webhook struct {
 	State          string // WebhookActive or WebhookDisabled
 	FailuresInRow  int
 	DisabledReason string
+	// LastError is, for a disabled endpoint, the error of the last attempt
+	// of its latest event that failed (what the receiver or the worker's
+	// checks answered); empty otherwise.
+	LastError string
 }
 
 // Secret is a signing secret as stored: its raw bytes, or those bytes sealed
@@ -114,14 +118,19 @@ func DeleteWebhook(ctx context.Context, pool *pgxpool.Pool, callerID string) (dr
 
 // ListWebhooks returns every endpoint, by caller.
 func ListWebhooks(ctx context.Context, db DB) ([]Webhook, error) {
-	rows, err := db.Query(ctx, `SELECT caller_id, url, state, failures_in_row, coalesce(disabled_reason, '')
-		FROM webhook_endpoints ORDER BY caller_id`)
+	// The last error is read only for the disabled endpoints (few), whose
+	// events have no index by caller once finished.
+	rows, err := db.Query(ctx, `SELECT w.caller_id, w.url, w.state, w.failures_in_row, coalesce(w.disabled_reason, ''),
+		       CASE WHEN w.state = 'disabled' THEN coalesce((SELECT e.last_error FROM webhook_events e
+		            WHERE e.caller_id = w.caller_id AND e.last_error IS NOT NULL
+		            ORDER BY e.finished_at DESC NULLS LAST, e.created_at DESC LIMIT 1), '') ELSE '' END
+		FROM webhook_endpoints w ORDER BY w.caller_id`)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Webhook, error) {
 		var w Webhook
-		err := r.Scan(&w.CallerID, &w.URL, &w.State, &w.FailuresInRow, &w.DisabledReason)
+		err := r.Scan(&w.CallerID, &w.URL, &w.State, &w.FailuresInRow, &w.DisabledReason, &w.LastError)
 		return w, err
 	})
 }

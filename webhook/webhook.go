@@ -130,7 +130,7 @@ func (p Policy) Control(_, address string, _ syscall.RawConn) error {
 		return fmt.Errorf("webhook: dialing %q: %w", address, err)
 	}
 	if Forbidden(ap.Addr()) {
-		return fmt.Errorf("webhook: refused to connect to %s: an %w", ap.Addr(), ErrForbiddenAddress)
+		return fmt.Errorf("webhook: refused to connect to %s: an %w (this worker allows it only with WEBHOOK_ALLOW_PRIVATE=true)", ap.Addr(), ErrForbiddenAddress)
 	}
 	return nil
 }
@@ -170,7 +170,7 @@ func (p Policy) dialContext(d *net.Dialer) func(ctx context.Context, network, ad
 		if !p.AllowPrivate {
 			for _, a := range addrs {
 				if Forbidden(a) {
-					return nil, fmt.Errorf("webhook: refused to connect to %s (%s): an %w", host, a, ErrForbiddenAddress)
+					return nil, fmt.Errorf("webhook: refused to connect to %s (%s): an %w (this worker allows it only with WEBHOOK_ALLOW_PRIVATE=true)", host, a, ErrForbiddenAddress)
 				}
 			}
 		}

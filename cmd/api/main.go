@@ -41,7 +41,8 @@ var usage = fmt.Sprintf(`Usage:
                           sign too for WEBHOOK_ROTATION_OVERLAP
   api webhook delete CALLER
                           stop deliveries; undelivered events are dropped
-  api webhook list        caller, URL, state, failures in a row (tab-separated)
+  api webhook list        caller, URL, state, failures in a row, why disabled
+                          (tab-separated, after a header row)
   api webhook reseal [--batch N]
                           seal every stored signing secret with
                           WEBHOOK_SECRET_KEY (those raw or sealed with
@@ -182,6 +183,18 @@ func serve(ctx context.Context, cfg Config, db postgres.Endpoints, log zerolog.L
 		return 1
 	}
 	defer svc.Close()
+	// A schema behind this binary would fail every request: refuse to start.
+	// A database away at start is let be (the pool connects lazily, /readyz
+	// answers 503); the version is read once it answers.
+	cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+	err = svc.Schema.Check(cctx)
+	ccancel()
+	if migrations.IsBehind(err) {
+		log.Error().Msg("refusing to start: " + err.Error())
+		return 1
+	} else if err != nil {
+		log.Warn().Err(err).Msg("schema version not read (the database does not answer): /readyz answers 503 until it does")
+	}
 	srv := httpapi.NewHTTPServer(svc.Handler, httpapi.Limits{})
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -237,6 +250,10 @@ func addCaller(ctx context.Context, poolCfg *pgxpool.Config, name string, stdout
 		return 1
 	}
 	defer pool.Close()
+	if err := migrations.Check(ctx, pool); err != nil {
+		fmt.Fprintf(stderr, "api caller add: %v\n", err)
+		return 1
+	}
 	token, err := postgres.AddCaller(ctx, pool, name)
 	if errors.Is(err, postgres.ErrInvalidCallerName) {
 		fmt.Fprintf(stderr, "api caller add: %v\n", err)

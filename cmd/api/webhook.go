@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/labelkit/labels/migrations"
 	"github.com/labelkit/labels/postgres"
 	"github.com/labelkit/labels/webhook"
 )
@@ -68,6 +69,9 @@ func webhookCmd(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, args [
 		return fail(1, "%v", err)
 	}
 	defer pool.Close()
+	if err := migrations.Check(ctx, pool); err != nil {
+		return fail(1, "%v", err)
+	}
 	switch args[0] {
 	case "set":
 		caller, url := args[1], args[2]
@@ -83,6 +87,9 @@ func webhookCmd(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, args [
 			return fail(1, "%v", err)
 		}
 		fmt.Fprintf(stdout, "caller %s: webhook endpoint %s (active)\n", caller, url)
+		if need := workerAllowances(ctx, url); need != "" {
+			fmt.Fprintf(stderr, "api webhook set: warning: this URL needs %s, which every worker must have too, or each delivery is refused\n", need)
+		}
 		if created {
 			fmt.Fprintf(stdout, "caller %s: new signing secret (shown only now; keep it)\n", caller)
 			fmt.Fprintln(stdout, printed)
@@ -117,8 +124,13 @@ func webhookCmd(ctx context.Context, cfg Config, poolCfg *pgxpool.Config, args [
 		if err != nil {
 			return fail(1, "%v", err)
 		}
+		fmt.Fprintln(stdout, "CALLER\tURL\tSTATE\tFAILED_IN_ROW\tWHY_DISABLED")
 		for _, h := range hooks {
-			fmt.Fprintf(stdout, "%s\t%s\t%s\t%d\n", h.CallerID, h.URL, h.State, h.FailuresInRow)
+			why := h.DisabledReason
+			if h.LastError != "" {
+				why += ": " + h.LastError
+			}
+			fmt.Fprintf(stdout, "%s\t%s\t%s\t%d\t%s\n", h.CallerID, h.URL, h.State, h.FailuresInRow, oneLine(why))
 		}
 	case "reseal":
 		return reseal(ctx, cfg.webhookSecretKey, pool, batch, stdout, fail)
@@ -164,6 +176,25 @@ func newSecret(cfg Config, caller string) (printed string, stored postgres.Secre
 	}
 	v, sealed, err := cfg.webhookSecretKey.Seal(caller, secret)
 	return printed, postgres.Secret{Value: v, Sealed: sealed}, err
+}
+
+// workerAllowances names the allowances a checked URL needed
+// (WEBHOOK_ALLOW_INSECURE=true, WEBHOOK_ALLOW_PRIVATE=true), which the
+// workers check again at every delivery; "" when it needs none.
+func workerAllowances(ctx context.Context, url string) string {
+	var need []string
+	if strings.HasPrefix(url, "http://") {
+		need = append(need, "WEBHOOK_ALLOW_INSECURE=true")
+	}
+	if _, err := webhook.CheckURL(ctx, url, webhook.Policy{AllowInsecure: true, Resolver: resolver}); err != nil {
+		need = append(need, "WEBHOOK_ALLOW_PRIVATE=true")
+	}
+	return strings.Join(need, " and ")
+}
+
+// oneLine keeps a stored error on one line of the listing.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
 }
 
 func (c *Config) webhookPolicy() webhook.Policy {

@@ -107,6 +107,7 @@ func TestWebhookCommands(t *testing.T) {
 
 	code, out, errs := do(strict, "set", "shop", "https://hooks.example.com/labels")
 	require.Equal(t, 0, code, errs)
+	require.Empty(t, errs, "a public https:// URL needs no allowance: no warning")
 	first := lastLine(out)
 	require.True(t, strings.HasPrefix(first, "whsec_"), out)
 	raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(first, "whsec_"))
@@ -117,9 +118,22 @@ func TestWebhookCommands(t *testing.T) {
 	require.Equal(t, raw, stored)
 
 	// Setting again changes the URL and keeps the secret: nothing printed twice.
-	code, out, _ = do(lenient, "set", "shop", "http://127.0.0.1:8099/labels")
+	code, out, errs = do(lenient, "set", "shop", "http://127.0.0.1:8099/labels")
 	require.Equal(t, 0, code)
 	require.NotContains(t, out, "whsec_")
+	// It needs both allowances, which the workers check again: one line says so.
+	require.Equal(t, "api webhook set: warning: this URL needs WEBHOOK_ALLOW_INSECURE=true and WEBHOOK_ALLOW_PRIVATE=true, which every worker must have too, or each delivery is refused\n", errs)
+	for url, want := range map[string]string{
+		"http://hooks.example.com/labels": "needs WEBHOOK_ALLOW_INSECURE=true, which",
+		"https://localhost/labels":        "needs WEBHOOK_ALLOW_PRIVATE=true, which",
+	} {
+		code, _, errs = do(lenient, "set", "shop", url)
+		require.Equal(t, 0, code, url)
+		require.Equal(t, 1, strings.Count(errs, "\n"), "one line: %q", errs)
+		require.Contains(t, errs, want, url)
+	}
+	code, _, _ = do(lenient, "set", "shop", "http://127.0.0.1:8099/labels")
+	require.Equal(t, 0, code)
 
 	code, out, _ = do(lenient, "rotate", "shop")
 	require.Equal(t, 0, code)
@@ -128,9 +142,23 @@ func TestWebhookCommands(t *testing.T) {
 	require.NotEqual(t, first, second)
 	require.Equal(t, 2, dbtest.Scalar[int](t, pool, `SELECT count(*) FROM webhook_secrets WHERE caller_id = 'shop' AND (expires_at IS NULL OR expires_at > now())`))
 
+	const header = "CALLER\tURL\tSTATE\tFAILED_IN_ROW\tWHY_DISABLED\n"
 	code, out, _ = do(lenient, "list")
 	require.Equal(t, 0, code)
-	require.Equal(t, "shop\thttp://127.0.0.1:8099/labels\tactive\t0\n", out)
+	require.Equal(t, header+"shop\thttp://127.0.0.1:8099/labels\tactive\t0\t\n", out)
+
+	// Disabled: the stored reason and the last attempt's error say why.
+	_, err = pool.Exec(ctx, `INSERT INTO webhook_events (request_id, caller_id, type, created_at, state, attempts, last_error, drop_reason, finished_at)
+		VALUES ('lr_old', 'shop', 'label_request.succeeded', now() - interval '1 hour', 'dropped', 20, 'an older error', 'exhausted', now() - interval '1 hour'),
+		       ('lr_new', 'shop', 'label_request.succeeded', now(), 'dropped', 20, 'webhook: refused to connect to 127.0.0.1:8099: an address that is not public', 'exhausted', now())`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `UPDATE webhook_endpoints SET state = 'disabled', failures_in_row = 2, disabled_reason = '2 events in a row failed'`)
+	require.NoError(t, err)
+	code, out, _ = do(lenient, "list")
+	require.Equal(t, 0, code)
+	require.Equal(t, header+"shop\thttp://127.0.0.1:8099/labels\tdisabled\t2\t2 events in a row failed: webhook: refused to connect to 127.0.0.1:8099: an address that is not public\n", out)
+	_, err = pool.Exec(ctx, `DELETE FROM webhook_events`)
+	require.NoError(t, err)
 
 	_, err = pool.Exec(ctx, `INSERT INTO webhook_events (request_id, caller_id, type, created_at)
 		VALUES ('lr_a', 'shop', 'label_request.succeeded', now()), ('lr_b', 'shop', 'label_request.failed', now())`)
@@ -142,7 +170,7 @@ func TestWebhookCommands(t *testing.T) {
 	require.Zero(t, dbtest.Scalar[int](t, pool, `SELECT count(*) FROM webhook_secrets`))
 	code, out, _ = do(lenient, "list")
 	require.Equal(t, 0, code)
-	require.Empty(t, out)
+	require.Equal(t, header, out)
 }
 
 // With WEBHOOK_SECRET_KEY the secrets are stored sealed: not in the clear,

@@ -36,6 +36,7 @@ import (
 
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/internal/cli"
+	"github.com/labelkit/labels/migrations"
 	"github.com/labelkit/labels/postgres"
 	"github.com/labelkit/labels/reconcile"
 )
@@ -449,7 +450,17 @@ func (s Settings) openPool(ctx context.Context) (*pgxpool.Pool, error) {
 	if poolCfg.ConnConfig.ConnectTimeout == 0 {
 		poolCfg.ConnConfig.ConnectTimeout = 10 * time.Second
 	}
-	return pgxpool.NewWithConfig(ctx, poolCfg)
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return nil, err
+	}
+	// A schema behind this binary: one error naming `api migrate`, before
+	// any work.
+	if err := migrations.Check(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
 }
 
 // redact keeps a connection string's password out of an error message; pgx

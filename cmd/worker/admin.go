@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 	"riverqueue.com/riverui"
 
+	"github.com/labelkit/labels/migrations"
 	"github.com/labelkit/labels/worker"
 )
 
@@ -78,7 +79,7 @@ func serveAdmin(ctx context.Context, addr, user, password string, client *river.
 	mux.Handle("/debug/pprof/", basicAuth(user, password, log, prof))
 	mux.Handle("GET /{$}", http.RedirectHandler(adminPrefix+"/", http.StatusFound))
 	// The UI is only as useful as the database behind it.
-	handleHealth(mux, pool)
+	handleHealth(mux, migrations.NewGate(pool))
 
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

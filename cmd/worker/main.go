@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -23,6 +24,7 @@ import (
 	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/metrics"
+	"github.com/labelkit/labels/migrations"
 	"github.com/labelkit/labels/notify"
 	"github.com/labelkit/labels/postgres"
 	"github.com/labelkit/labels/webhook"
@@ -318,7 +320,8 @@ func work(ctx context.Context, cfg Config, db postgres.Endpoints, periodic []*ri
 	go func() { notifier.Run(nctx); close(notifierDone) }()
 	defer func() { stopNotifier(); <-notifierDone }()
 
-	metricsSrv, err := serveMetrics(cfg.MetricsAddr, pool, m, log)
+	schema := migrations.NewGate(pool)
+	metricsSrv, err := serveMetrics(cfg.MetricsAddr, pool, schema, m, log)
 	if err != nil {
 		log.Error().Err(err).Str("addr", cfg.MetricsAddr).Msg("metrics listener")
 		return 1
@@ -333,9 +336,21 @@ func work(ctx context.Context, cfg Config, db postgres.Endpoints, periodic []*ri
 		defer adminSrv.Close()
 	}
 
-	// River retries its own start while the database is away.
+	// River retries its own start while the database is away; a schema
+	// behind this binary stops the worker at once.
 	for {
-		err := w.Start(bg)
+		cctx, ccancel := context.WithTimeout(bg, 10*time.Second)
+		err := schema.Check(cctx)
+		ccancel()
+		if migrations.IsBehind(err) {
+			log.Error().Msg("refusing to start: " + err.Error())
+			stopBG()
+			wg.Wait()
+			return 1
+		}
+		if err == nil {
+			err = w.Start(bg)
+		}
 		if err == nil {
 			break
 		}
@@ -368,14 +383,14 @@ func work(ctx context.Context, cfg Config, db postgres.Endpoints, periodic []*ri
 	return 0
 }
 
-func serveMetrics(addr string, pool *pgxpool.Pool, m *metrics.Metrics, log zerolog.Logger) (*http.Server, error) {
+func serveMetrics(addr string, pool *pgxpool.Pool, schema *migrations.Gate, m *metrics.Metrics, log zerolog.Logger) (*http.Server, error) {
 	m.Registry.MustRegister(metrics.NewStoreCollector(pool), metrics.NewWebhookCollector(func(ctx context.Context) (metrics.WebhookGauges, error) {
 		st, err := postgres.GetWebhookStats(ctx, pool)
 		return metrics.WebhookGauges{OldestUndelivered: st.OldestUndelivered, Disabled: st.Disabled}, err
 	}))
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
-	handleHealth(mux, pool)
+	handleHealth(mux, schema)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -387,8 +402,8 @@ func serveMetrics(addr string, pool *pgxpool.Pool, m *metrics.Metrics, log zerol
 }
 
 // handleHealth adds /healthz (the process runs) and /readyz (the database
-// answers) to mux.
-func handleHealth(mux *http.ServeMux, pool *pgxpool.Pool) {
+// answers and its schema is current) to mux.
+func handleHealth(mux *http.ServeMux, schema *migrations.Gate) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}`))
@@ -397,9 +412,14 @@ func handleHealth(mux *http.ServeMux, pool *pgxpool.Pool) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		w.Header().Set("Content-Type", "application/json")
-		if err := pool.Ping(ctx); err != nil {
+		if err := schema.Ready(ctx); err != nil {
+			status := "database unavailable"
+			if migrations.IsBehind(err) {
+				status = err.Error()
+			}
+			body, _ := json.Marshal(map[string]string{"status": status})
 			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte(`{"status":"database unavailable"}`))
+			_, _ = w.Write(body)
 			return
 		}
 		_, _ = w.Write([]byte(`{"status":"ready"}`))

@@ -20,6 +20,7 @@ import (
 	"github.com/labelkit/labels/api"
 	"github.com/labelkit/labels/httpapi"
 	"github.com/labelkit/labels/metrics"
+	"github.com/labelkit/labels/migrations"
 	"github.com/labelkit/labels/notify"
 	"github.com/labelkit/labels/postgres"
 )
@@ -42,6 +43,9 @@ type API struct {
 	Handler  http.Handler
 	Listener *notify.Listener // nil without Config.Listen
 	Notifier *notify.Notifier
+	// Schema answers /readyz for an API made by [Start]: a ping, and the
+	// schema version read at start and after the database comes back.
+	Schema *migrations.Gate
 
 	deps   httpapi.Deps
 	pool   *pgxpool.Pool // closed by Close: the pool Start made
@@ -102,7 +106,9 @@ func Start(ctx context.Context, db postgres.Endpoints, o Options, log zerolog.Lo
 	if err != nil {
 		return nil, err
 	}
+	gate := migrations.NewGate(pool)
 	a := New(ctx, Config{Listen: db.Listen(), Deps: httpapi.Deps{
+		Ready:      gate.Ready,
 		Opts:       accept.Opts{Pool: pool, KeyRetention: o.KeyRetention, Batch: o.AcceptBatch},
 		Metrics:    metrics.New(metrics.API),
 		Log:        log,
@@ -110,6 +116,6 @@ func Start(ctx context.Context, db postgres.Endpoints, o Options, log zerolog.Lo
 		RateLimit:  o.RateLimit,
 		MaxWaiters: o.MaxWaiters,
 	}})
-	a.pool = pool
+	a.pool, a.Schema = pool, gate
 	return a, nil
 }

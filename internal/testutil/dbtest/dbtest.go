@@ -13,6 +13,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -21,6 +23,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/labelkit/labels/internal/devdb"
 	"github.com/labelkit/labels/migrations"
@@ -36,6 +40,21 @@ var (
 // New returns a pool on a fresh, migrated database and its connection string.
 func New(t testing.TB) (*pgxpool.Pool, string) {
 	t.Helper()
+	AdminURL(t) // builds the template
+	return create(t, templateName)
+}
+
+// NewEmpty returns a pool on a fresh database that was never migrated, and
+// its connection string: what a binary meets before `api migrate`.
+func NewEmpty(t testing.TB) (*pgxpool.Pool, string) {
+	t.Helper()
+	return create(t, "template0")
+}
+
+// create clones template into a database of its own, dropped when the test
+// ends.
+func create(t testing.TB, template string) (*pgxpool.Pool, string) {
+	t.Helper()
 	maint := AdminURL(t) // the template is built by then
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -45,7 +64,7 @@ func New(t testing.TB) (*pgxpool.Pool, string) {
 		t.Fatalf("dbtest: %v", err)
 	}
 	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`, name, templateName)); err != nil {
+	if _, err := admin.Exec(ctx, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`, name, template)); err != nil {
 		t.Fatalf("dbtest: cloning template: %v", err)
 	}
 	url := withDatabase(maint, name)
@@ -178,4 +197,36 @@ func Scalar[T any](t testing.TB, db Querier, sql string, args ...any) T {
 		t.Fatalf("dbtest: %s: %v", sql, err)
 	}
 	return v
+}
+
+// NewBehind returns a pool on a fresh database migrated as `api migrate`
+// leaves it but for our last n migrations (River's all applied), and its
+// connection string: what a binary newer than the last `api migrate` meets.
+func NewBehind(t testing.TB, n int) (*pgxpool.Pool, string) {
+	t.Helper()
+	pool, url := NewEmpty(t)
+	ctx := context.Background()
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		t.Fatalf("dbtest: river migrations: %v", err)
+	}
+	all, err := migrations.All()
+	if err != nil || n > len(all) {
+		t.Fatalf("dbtest: %d of %d migrations behind: %v", n, len(all), err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE schema_migrations (version int PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	for _, m := range all[:len(all)-n] {
+		if _, err := pool.Exec(ctx, m.SQL); err != nil {
+			t.Fatalf("dbtest: %s: %v", m.Name, err)
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
+			t.Fatalf("dbtest: %v", err)
+		}
+	}
+	return pool, url
 }
