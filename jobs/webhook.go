@@ -377,7 +377,7 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 func attemptResult(status int, err error) string {
 	var ne net.Error
 	switch {
-	case err != nil && errors.Is(err, webhook.ErrForbiddenAddress):
+	case err != nil && (errors.Is(err, webhook.ErrForbiddenAddress) || errors.Is(err, webhook.ErrInsecureURL)):
 		return "refused"
 	case err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()):
 		return "timeout"

@@ -205,7 +205,7 @@ func NewClient(timeout time.Duration, p Policy) *http.Client {
 	d := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second, Control: p.Control}
 	return &http.Client{
 		Timeout: timeout,
-		Transport: &http.Transport{
+		Transport: schemeCheck{policy: p, next: &http.Transport{
 			Proxy:                 nil,
 			DialContext:           p.dialContext(d),
 			TLSHandshakeTimeout:   timeout,
@@ -213,9 +213,32 @@ func NewClient(timeout time.Duration, p Policy) *http.Client {
 			MaxIdleConnsPerHost:   4,
 			IdleConnTimeout:       90 * time.Second,
 			ForceAttemptHTTP2:     true,
-		},
+		}},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
+}
+
+// ErrInsecureURL is wrapped by the error of a delivery to an http:// URL
+// that the policy does not allow (WEBHOOK_ALLOW_INSECURE is not set).
+var ErrInsecureURL = errors.New("http:// endpoint")
+
+// schemeCheck refuses, before any connection, a request to an http:// URL
+// unless the policy allows it: the URL rules hold at every delivery, not
+// only at set (an endpoint stored by an api with WEBHOOK_ALLOW_INSECURE,
+// delivered by a worker without it).
+type schemeCheck struct {
+	policy Policy
+	next   http.RoundTripper
+}
+
+func (c schemeCheck) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Scheme != "https" && !(r.URL.Scheme == "http" && c.policy.AllowInsecure) {
+		if r.Body != nil {
+			_ = r.Body.Close()
+		}
+		return nil, fmt.Errorf("webhook: refused to send to an %w (this worker allows it only with WEBHOOK_ALLOW_INSECURE=true)", ErrInsecureURL)
+	}
+	return c.next.RoundTrip(r)
 }
 
 // Event types.

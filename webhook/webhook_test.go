@@ -202,6 +202,13 @@ func TestClientChecksTheAddressDialled(t *testing.T) {
 	_, err = lenient.Post("http://nowhere.test:"+port+"/", "application/json", nil)
 	require.Error(t, err, "a name the resolver does not know")
 	require.Equal(t, int32(1), hits.Load())
+
+	// http:// at delivery, from a worker without WEBHOOK_ALLOW_INSECURE (the
+	// endpoint was set by an api that had it): refused before any connection.
+	secure := webhook.NewClient(5*time.Second, webhook.Policy{AllowPrivate: true, Resolver: res})
+	_, err = secure.Post("http://receiver.test:"+port+"/", "application/json", nil)
+	require.ErrorIs(t, err, webhook.ErrInsecureURL)
+	require.Equal(t, int32(1), hits.Load(), "nothing was sent")
 }
 
 // The URL rules at set time: every spelling of an inside address, every name
