@@ -60,9 +60,32 @@ var nameRE = regexp.MustCompile("`([A-Z][A-Z0-9_]*)`")
 // path (relative to the module root).
 func Table(t testing.TB, path string) []Row {
 	t.Helper()
+	var rows []Row
+	for _, l := range configLines(t, path) {
+		r := Row{Line: l.line}
+		for _, m := range nameRE.FindAllStringSubmatch(l.cells[0], -1) {
+			r.Names = append(r.Names, m[1])
+		}
+		require.NotEmpty(t, r.Names, "%s: %s", path, l.line)
+		r.UsedBy, r.Runtime = usedBy(t, strings.TrimSpace(l.cells[2]), l.line)
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// configLine is one row of a configuration table, and its cells.
+type configLine struct {
+	line  string
+	cells []string
+}
+
+// configLines reads the rows of the table under "## Configuration" of the
+// Markdown file at path: variable, default, used by, meaning.
+func configLines(t testing.TB, path string) []configLine {
+	t.Helper()
 	b, err := os.ReadFile(filepath.Join(root(t), path))
 	require.NoError(t, err)
-	var rows []Row
+	var lines []configLine
 	in := false
 	for line := range strings.SplitSeq(string(b), "\n") {
 		switch {
@@ -71,17 +94,11 @@ func Table(t testing.TB, path string) []Row {
 		case in && strings.HasPrefix(line, "| `"):
 			cells := strings.Split(strings.Trim(line, "|"), " | ")
 			require.GreaterOrEqual(t, len(cells), 4, "%s: a row of variable, default, used by, meaning: %s", path, line)
-			r := Row{Line: line}
-			for _, m := range nameRE.FindAllStringSubmatch(cells[0], -1) {
-				r.Names = append(r.Names, m[1])
-			}
-			require.NotEmpty(t, r.Names, "%s: %s", path, line)
-			r.UsedBy, r.Runtime = usedBy(t, strings.TrimSpace(cells[2]), line)
-			rows = append(rows, r)
+			lines = append(lines, configLine{line: line, cells: cells})
 		}
 	}
-	require.NotEmpty(t, rows, "no configuration table in %s", path)
-	return rows
+	require.NotEmpty(t, lines, "no configuration table in %s", path)
+	return lines
 }
 
 func usedBy(t testing.TB, cell, line string) ([]string, bool) {
@@ -327,34 +344,23 @@ type defaultRow struct {
 // left out.
 func defaultRows(t testing.TB, path string) []defaultRow {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(root(t), path))
-	require.NoError(t, err)
 	var rows []defaultRow
-	in := false
-	for line := range strings.SplitSeq(string(b), "\n") {
-		switch {
-		case strings.HasPrefix(line, "## "):
-			in = strings.TrimSpace(line) == "## Configuration"
-		case in && strings.HasPrefix(line, "| `"):
-			cells := strings.Split(strings.Trim(line, "|"), " | ")
-			require.GreaterOrEqual(t, len(cells), 4, "%s: a row of variable, default, used by, meaning: %s", path, line)
-			var names []string
-			for _, m := range nameRE.FindAllStringSubmatch(cells[0], -1) {
-				names = append(names, m[1])
-			}
-			parts := strings.Split(cells[1], ", ")
-			r := defaultRow{cells: map[string]string{}, line: line}
-			for i, n := range names {
-				switch {
-				case len(parts) == len(names):
-					r.cells[n] = parts[i]
-				case len(parts) == 1:
-					r.cells[n] = cells[1]
-				}
-			}
-			rows = append(rows, r)
+	for _, l := range configLines(t, path) {
+		var names []string
+		for _, m := range nameRE.FindAllStringSubmatch(l.cells[0], -1) {
+			names = append(names, m[1])
 		}
+		parts := strings.Split(l.cells[1], ", ")
+		r := defaultRow{cells: map[string]string{}, line: l.line}
+		for i, n := range names {
+			switch {
+			case len(parts) == len(names):
+				r.cells[n] = parts[i]
+			case len(parts) == 1:
+				r.cells[n] = l.cells[1]
+			}
+		}
+		rows = append(rows, r)
 	}
-	require.NotEmpty(t, rows, "no configuration table in %s", path)
 	return rows
 }
