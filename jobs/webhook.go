@@ -82,31 +82,22 @@ const (
 	DefaultWebhookDisableAfter = 50               // WEBHOOK_DISABLE_AFTER
 )
 
+// orDefault sets *v to def when it is zero or negative: an unset setting.
+func orDefault[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
 func (c *WebhookConfig) defaults() {
-	if c.Timeout <= 0 {
-		c.Timeout = DefaultWebhookTimeout
-	}
-	if c.RetryBase <= 0 {
-		c.RetryBase = DefaultWebhookRetryBase
-	}
-	if c.RetryMax <= 0 {
-		c.RetryMax = DefaultWebhookRetryMax
-	}
-	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = DefaultWebhookMaxAttempts
-	}
-	if c.DisableAfter <= 0 {
-		c.DisableAfter = DefaultWebhookDisableAfter
-	}
-	if c.Concurrency <= 0 {
-		c.Concurrency = DefaultWebhookConcurrency
-	}
-	if c.EndpointConcurrency <= 0 {
-		c.EndpointConcurrency = DefaultWebhookEndpointConcurrency
-	}
-	if c.HoldMax <= 0 {
-		c.HoldMax = DefaultWebhookHoldMax
-	}
+	orDefault(&c.Timeout, DefaultWebhookTimeout)
+	orDefault(&c.RetryBase, DefaultWebhookRetryBase)
+	orDefault(&c.RetryMax, DefaultWebhookRetryMax)
+	orDefault(&c.MaxAttempts, DefaultWebhookMaxAttempts)
+	orDefault(&c.DisableAfter, DefaultWebhookDisableAfter)
+	orDefault(&c.Concurrency, DefaultWebhookConcurrency)
+	orDefault(&c.EndpointConcurrency, DefaultWebhookEndpointConcurrency)
+	orDefault(&c.HoldMax, DefaultWebhookHoldMax)
 	if c.Metrics == nil {
 		c.Metrics = metrics.NewWebhooks(nil)
 	}
