@@ -18,7 +18,6 @@ import (
 	"github.com/labelkit/labels/internal/devdb"
 	"github.com/labelkit/labels/internal/fleet"
 	"github.com/labelkit/labels/internal/proc"
-	"github.com/labelkit/labels/tools/bench/internal/host"
 	"github.com/labelkit/labels/tools/internal/cmdline"
 	"github.com/labelkit/labels/tools/internal/scratch"
 )
@@ -83,7 +82,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			CeilingScript: ceilingScript, SelectScript: selectScript,
 			LiveSimLatencyMs: float64(cfg.LiveSimLatency.Milliseconds()), GOGC: serviceGOGC},
 	}
-	h.res.Machine.LoadAverageStart = host.LoadAverage()
+	h.res.Machine.LoadAverageStart = loadAverage()
 	err := h.setup(ctx)
 	if err == nil {
 		err = h.phases(ctx)
@@ -91,7 +90,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	if cerr := h.teardown(); cerr != nil {
 		err = errors.Join(err, cerr)
 	}
-	h.res.Machine.LoadAverageEnd = host.LoadAverage()
+	h.res.Machine.LoadAverageEnd = loadAverage()
 	h.res.Seconds = round1(time.Since(began).Seconds())
 	h.res.Bar = checkBar(h.res)
 	return h.res, err

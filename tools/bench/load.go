@@ -87,8 +87,6 @@ type loadSpec struct {
 	// Rate, when positive, paces the requests at that many per second
 	// (spread over the goroutines) instead of sending them back to back.
 	Rate float64
-	// Accepted, when set, receives the order id of every 202 to a new request.
-	Accepted func(order int64)
 }
 
 // loadClient is the HTTP client of a load: keep-alive, one connection per
@@ -183,9 +181,6 @@ func runLoad(ctx context.Context, spec loadSpec) LoadRun {
 						mine = append(mine, order)
 					} else {
 						mine[rng.IntN(len(mine))] = order
-					}
-					if spec.Accepted != nil {
-						spec.Accepted(order)
 					}
 				}
 				if !counted {

@@ -89,17 +89,14 @@ type weighted[T any] struct {
 }
 
 func mergeCPU(parts []weighted[CPU]) CPU {
+	var c CPU
 	var total float64
-	pageout := true // every part has the figure
 	for _, p := range parts {
 		total += p.w
-		pageout = pageout && p.v.Pageout != nil
 	}
-	var c CPU
 	if total == 0 {
 		return c
 	}
-	var paged float64
 	fields := func(c *CPU) []*float64 {
 		return []*float64{&c.Client, &c.API, &c.Worker, &c.Carrier, &c.Pgbench, &c.Postgres, &c.Machine, &c.Steal}
 	}
@@ -108,16 +105,9 @@ func mergeCPU(parts []weighted[CPU]) CPU {
 		for i, v := range fields(&p.v) {
 			*sum[i] += *v * p.w / total
 		}
-		if pageout {
-			paged += *p.v.Pageout * p.w / total
-		}
 	}
 	for _, v := range sum {
 		*v = round2(*v)
-	}
-	if pageout {
-		paged = round2(paged)
-		c.Pageout = &paged
 	}
 	return c
 }
@@ -125,7 +115,7 @@ func mergeCPU(parts []weighted[CPU]) CPU {
 func mergeDB(parts []weighted[DB]) DB {
 	var d DB
 	var secs float64
-	waits, idle := map[string]float64{}, map[string]float64{}
+	waits := map[string]float64{}
 	for _, p := range parts {
 		d.Commits += p.v.Commits
 		d.Rollbacks += p.v.Rollbacks
@@ -136,12 +126,9 @@ func mergeDB(parts []weighted[DB]) DB {
 		for _, s := range p.v.Waits {
 			waits[s.Name] += s.Share * float64(p.v.Samples)
 		}
-		for _, s := range p.v.IdleInTransactionAfter {
-			idle[s.Name] += s.Share * float64(p.v.Samples)
-		}
 	}
 	d.rates(secs)
-	d.Waits, d.IdleInTransactionAfter = topShares(waits, float64(d.Samples), 8), topShares(idle, 0, 6)
+	d.Waits = topShares(waits, float64(d.Samples), 8)
 	return d
 }
 

@@ -424,12 +424,8 @@ func (h *harness) replays(ctx context.Context) error {
 		if r.Paced.StartLateness != nil {
 			late = *r.Paced.StartLateness
 		}
-		paged := ""
-		if v := r.Paced.CPU.Pageout; v != nil {
-			paged = fmt.Sprintf(", %.1f MiB/s paged out by the kernel", *v)
-		}
-		h.logf("  %9d keys (filled in %s): %6.0f replays/s back to back (p50 %5.2f ms, p99 %6.2f ms); at %.0f/s p50 %5.2f ms, p99 %5.2f ms (started late by p50 %.2f, p99 %.2f ms), %.2f cores stolen by the host%s",
-			n, took.Round(time.Second), r.Load.PerSec, r.Load.Latency.P50, r.Load.Latency.P99, h.cfg.ReplayRate, r.Paced.Latency.P50, r.Paced.Latency.P99, late.P50, late.P99, r.Paced.CPU.Steal, paged)
+		h.logf("  %9d keys (filled in %s): %6.0f replays/s back to back (p50 %5.2f ms, p99 %6.2f ms); at %.0f/s p50 %5.2f ms, p99 %5.2f ms (started late by p50 %.2f, p99 %.2f ms), %.2f cores stolen by the host",
+			n, took.Round(time.Second), r.Load.PerSec, r.Load.Latency.P50, r.Load.Latency.P99, h.cfg.ReplayRate, r.Paced.Latency.P50, r.Paced.Latency.P99, late.P50, late.P99, r.Paced.CPU.Steal)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

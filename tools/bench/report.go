@@ -107,15 +107,9 @@ func ceilingOf(r *Results, c int) *PgbenchRun {
 }
 
 // hostNote says what the machine did to a latency check's load besides our
-// work: the cores the host stole and what the kernel's proactive reclaim
-// paged out. A p99 on a shared VM follows these (docs/benchmarks.md).
-func hostNote(c CPU) string {
-	note := "host stole " + f2(c.Steal) + " cores"
-	if c.Pageout != nil {
-		note += ", kernel paged out " + f1(*c.Pageout) + " MiB/s"
-	}
-	return note
-}
+// work: the cores the host stole. A p99 on a shared VM follows them
+// (docs/benchmarks.md).
+func hostNote(c CPU) string { return "host stole " + f2(c.Steal) + " cores" }
 
 // count writes 10000 as 10 k and 1000000 as 1 M.
 func count(n int) string {
@@ -185,9 +179,6 @@ func Markdown(r *Results) string {
 	p("- Machine: %d × %s, %.1f GiB, Linux %s; %s; %s.\n", m.CPUs, m.CPUModel, m.MemoryGiB, m.Kernel, m.GoVersion, firstWords(m.PostgreSQL, 2))
 	p("- Server: %s; synchronous_commit=%s, fsync=%s, wal_sync_method=%s, shared_buffers=%s.\n",
 		m.Server, m.Settings["synchronous_commit"], m.Settings["fsync"], m.Settings["wal_sync_method"], m.Settings["shared_buffers"])
-	if m.ProactiveReclaim != "" {
-		p("- The kernel reclaims memory on its own (DAMON): %s. It pages out parts of PostgreSQL's shared buffers that stay idle, which stalls the backends that map them (docs/benchmarks.md); what it paged out during each load is in the replay table and beside the bar's latency checks.\n", m.ProactiveReclaim)
-	}
 	p("- Load average (1 min) %.1f at the start, %.1f at the end: the machine's %d cores are shared with whatever else runs.\n",
 		m.LoadAverageStart[0], m.LoadAverageEnd[0], m.CPUs)
 	p("- Command: `%s`. Each load runs %.0f s after a %.0f s warm-up, closed loop; at each concurrency the ceiling and the accept alternate in %d rounds; accept loads repeat an earlier key and body in %.0f%% of requests.\n",
@@ -267,18 +258,14 @@ func Markdown(r *Results) string {
 	}
 	if len(r.Replays) > 0 {
 		p("**Replays** (completed keys, each request a uniformly random filled key; %d clients)\n\n", r.Setup.ReplayConcurrency)
-		th(fmt.Sprintf("| keys in the store | p50 / p99 ms at %g/s | of which the start was late, p50 / p99 ms | at %g/s: CPU cores of the machine · stolen by the host · MiB/s paged out by the kernel | back to back: replays/s | back to back: p50 / p99 ms | fill (COPY) rows/s |", r.Setup.ReplayRate, r.Setup.ReplayRate), 0)
+		th(fmt.Sprintf("| keys in the store | p50 / p99 ms at %g/s | of which the start was late, p50 / p99 ms | at %g/s: CPU cores of the machine · stolen by the host | back to back: replays/s | back to back: p50 / p99 ms | fill (COPY) rows/s |", r.Setup.ReplayRate, r.Setup.ReplayRate), 0)
 		for _, rp := range r.Replays {
 			late := "–"
 			if l := rp.Paced.StartLateness; l != nil {
 				late = f2(l.P50) + " / " + f2(l.P99)
 			}
-			paged := "–"
-			if v := rp.Paced.CPU.Pageout; v != nil {
-				paged = f1(*v)
-			}
-			p("| %s | %s / %s | %s | %s · %s · %s | %s | %s / %s | %s |\n", count(rp.Keys), f2(rp.Paced.Latency.P50), f2(rp.Paced.Latency.P99), late,
-				f2(rp.Paced.CPU.Machine), f2(rp.Paced.CPU.Steal), paged,
+			p("| %s | %s / %s | %s | %s · %s | %s | %s / %s | %s |\n", count(rp.Keys), f2(rp.Paced.Latency.P50), f2(rp.Paced.Latency.P99), late,
+				f2(rp.Paced.CPU.Machine), f2(rp.Paced.CPU.Steal),
 				f0(rp.Load.PerSec), f2(rp.Load.Latency.P50), f2(rp.Load.Latency.P99), f0(rp.FillPerSec))
 		}
 		p("\n")

@@ -41,9 +41,6 @@ type Machine struct {
 	Pgbench    string            `json:"pgbench"`
 	Server     string            `json:"server"` // private or the given URL (redacted)
 	Settings   map[string]string `json:"settings"`
-	// ProactiveReclaim is the kernel's DAMON schemes that run (empty: none):
-	// on this VM they page out idle memory, PostgreSQL's shared buffers too.
-	ProactiveReclaim string `json:"proactive_reclaim,omitempty"`
 	// LoadAverage is /proc/loadavg (1, 5, 15 min) at the start and at the end:
 	// other work on the machine competes for the same cores.
 	LoadAverageStart [3]float64 `json:"load_average_start"`
@@ -88,9 +85,6 @@ type CPU struct {
 	Machine  float64 `json:"machine_cores"`            // everything on the machine (/proc/stat), other work included
 	// Steal is the cores the host stole (/proc/stat's steal), not in Machine.
 	Steal float64 `json:"steal_cores"`
-	// Pageout is the MiB a second the kernel's proactive reclaim paged out
-	// (host.PagedOut); absent without a figure.
-	Pageout *float64 `json:"pageout_mib_per_s,omitempty"`
 }
 
 // CPUPerLabel is CPU microseconds per label, by party.
@@ -117,9 +111,6 @@ type DB struct {
 	// Waits is the share of sampled busy backends in each state (waitName).
 	Waits   []Share `json:"waits"`
 	Samples int     `json:"wait_samples"`
-	// IdleInTransactionAfter is the last statement of the backends found
-	// idle in a transaction: which transactions spend their time in round trips.
-	IdleInTransactionAfter []Share `json:"idle_in_transaction_after,omitempty"`
 }
 
 // Share is one part of a whole.
