@@ -181,21 +181,6 @@ func (h *harness) stopPipeline(pl *pipeline) error {
 	return err
 }
 
-// ceilingAt is the ceiling measured at the concurrency nearest to c.
-func (h *harness) ceilingAt(c int) *PgbenchRun {
-	var best *PgbenchRun
-	for i := range h.res.Ceiling {
-		r := &h.res.Ceiling[i]
-		if r.TPS == 0 {
-			continue
-		}
-		if best == nil || max(r.Concurrency-c, c-r.Concurrency) < max(best.Concurrency-c, c-best.Concurrency) {
-			best = r
-		}
-	}
-	return best
-}
-
 // endToEnd sends a fixed number of creates through api, worker and simulator
 // at each simulator latency and times each from created_at to completed_at.
 func (h *harness) endToEnd(ctx context.Context) error {
@@ -312,20 +297,16 @@ func (h *harness) endToEndAt(ctx context.Context, lat time.Duration) (E2ERun, er
 		}
 		r.CeilingAfter = c
 	}
-	switch c := h.ceilingAt(r.Concurrency); {
-	case r.Ceiling != nil && r.CeilingAfter != nil:
+	if r.Ceiling != nil && r.CeilingAfter != nil {
 		r.CeilingConcurrency = r.Ceiling.Concurrency
 		r.CeilingTPS = round1((r.Ceiling.TPS + r.CeilingAfter.TPS) / 2)
 		r.CeilingCPUPerTx = ceilingCPUPerTx(r.Ceiling, r.CeilingAfter)
 		if r.CeilingCPUPerTx > 0 {
 			r.CPUPerLabelToCeiling = round3(r.CPUPerLabel.Machine / r.CeilingCPUPerTx)
 		}
-	case c != nil:
-		r.CeilingConcurrency = c.Concurrency
-		r.CeilingTPS = c.TPS
-	}
-	if r.CeilingTPS > 0 {
-		r.RatioToCeiling = round3(r.CreatesPerSec / r.CeilingTPS)
+		if r.CeilingTPS > 0 {
+			r.RatioToCeiling = round3(r.CreatesPerSec / r.CeilingTPS)
+		}
 	}
 	switch {
 	case r.Submit.Errors > 0:

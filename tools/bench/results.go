@@ -200,8 +200,7 @@ type E2ERun struct {
 	Ceiling      *PgbenchRun `json:"ceiling,omitempty"`
 	CeilingAfter *PgbenchRun `json:"ceiling_after,omitempty"`
 	// CeilingTPS is the mean of the two ceilings' TPS, which RatioToCeiling
-	// holds CreatesPerSec to (without pgbench, the ceiling phase's at the
-	// concurrency nearest to the run's).
+	// holds CreatesPerSec to (none without pgbench).
 	CeilingTPS         float64 `json:"ceiling_tps,omitempty"`
 	RatioToCeiling     float64 `json:"ratio_to_ceiling,omitempty"`
 	CeilingConcurrency int     `json:"ceiling_concurrency,omitempty"`
