@@ -11,7 +11,7 @@
 // docs/benchmarks.md describes, and writes DIR/<date>.json, .md and .png.
 // No threshold makes the command fail: benchmarks measure, tests check. Exit status: 0 when every
 // phase ran, 1 when a phase failed (the report is still written, naming it),
-// 2 on a bad flag, 130 when interrupted (a second Ctrl-C exits at once).
+// 2 on a bad flag, 130 when interrupted.
 package main
 
 import (
@@ -21,10 +21,13 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/labelkit/labels/internal/cli"
@@ -33,7 +36,12 @@ import (
 	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
-func main() { cli.Main("bench", run) }
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
 
 const (
 	usageHead = `Usage: bench [flags]
