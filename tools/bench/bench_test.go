@@ -67,8 +67,6 @@ func TestBenchTiny(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &r))
 	require.Empty(t, r.Errors)
 	require.Equal(t, "quick", r.Mode)
-	require.Equal(t, 64, r.Setup.AcceptBatch)
-	require.Equal(t, 64, r.Setup.WorkerBatch)
 	require.Equal(t, 1000, r.Setup.WorkerConcurrency)
 	require.Equal(t, 400, r.Setup.GOGC, "the api and the worker run with the deployed GOGC")
 	require.Equal(t, filepath.Base(base), r.Date)
@@ -238,7 +236,7 @@ func TestFlags(t *testing.T) {
 		{"RemoteServer", []string{"--server", "postgres://db.example:5432/x"}, "loopback"},
 		{"Unsorted", []string{"--replay-sizes", "1000,10"}, "increasing"},
 		{"Argument", []string{"now"}, "unexpected argument"},
-		{"NegativeBatch", []string{"--accept-batch", "-1"}, "--accept-batch"},
+		{"NegativeRate", []string{"--replay-rate", "-1"}, "--replay-rate"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -80,7 +80,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		Machine:   machine(),
 		Setup: Setup{Loads: cfg.Loads, DurationSeconds: cfg.Duration.Seconds(), WarmupSeconds: cfg.Warmup.Seconds(),
 			CeilingScript: ceilingScript, SelectScript: selectScript,
-			LiveSimLatencyMs: float64(cfg.LiveSimLatency.Milliseconds()), GOGC: serviceGOGC},
+			GOGC: serviceGOGC},
 	}
 	h.res.Machine.LoadAverageStart = loadAverage()
 	err := h.setup(ctx)
@@ -275,10 +275,10 @@ func (h *harness) settings(ctx context.Context) error {
 	return nil
 }
 
-// env is what every binary gets (proc passes nothing else of ours).
+// env is what every binary gets (proc passes nothing else of ours): the
+// rest of the service's settings are their defaults, as deployed.
 func (h *harness) env() map[string]string {
-	return map[string]string{"DATABASE_URL": h.dbURL, "LOG_FORMAT": "json", "LOG_LEVEL": h.cfg.LogLevel,
-		"ACCEPT_BATCH": strconv.Itoa(h.cfg.AcceptBatch), "WORKER_BATCH": strconv.Itoa(h.cfg.WorkerBatch)}
+	return map[string]string{"DATABASE_URL": h.dbURL, "LOG_FORMAT": "json", "LOG_LEVEL": "info"}
 }
 
 // serviceGOGC is the GOGC of the service's processes (api, worker), as the

@@ -69,6 +69,13 @@ const (
 	PhaseReconcile = "reconcile"
 )
 
+// workerConcurrency is the worker's WORKER_CONCURRENCY: Little's law for
+// 4,000 labels/s, the bar's 0.4 share of a 10,000 tps ceiling, when a job
+// holds its slot 91 ms at 50 ms carrier latency and waits up to River's fetch
+// cooldown of 100 ms for the next (cmd/worker's own default is 100;
+// docs/decisions.md).
+const workerConcurrency = 1000
+
 var allPhases = []string{PhaseCeiling, PhaseAccept, PhaseLive, PhaseE2E, PhaseReplay, PhaseStore, PhaseReconcile}
 
 // Loads is the part of the configuration that the results repeat as it is
@@ -82,13 +89,8 @@ type Loads struct {
 	E2ERate           float64  `json:"e2e_rate,omitempty"`
 	ReplayConcurrency int      `json:"replay_concurrency"`
 	ReplayRate        float64  `json:"replay_rate"`
-	LogLevel          string   `json:"log_level"`
 	Phases            []string `json:"phases"`
-	// AcceptBatch and WorkerBatch are the api's ACCEPT_BATCH and the
-	// worker's WORKER_BATCH (0: one transaction per accept or job).
-	AcceptBatch int `json:"accept_batch"`
-	WorkerBatch int `json:"worker_batch"`
-	// WorkerConcurrency is the end-to-end worker's WORKER_CONCURRENCY.
+	// WorkerConcurrency is the worker's WORKER_CONCURRENCY (workerConcurrency).
 	WorkerConcurrency int `json:"worker_concurrency"`
 	// BurstReplays replays at BurstConcurrency, closed loop, follow each
 	// end-to-end burst.
@@ -105,7 +107,6 @@ type Config struct {
 	Duration       time.Duration
 	Warmup         time.Duration
 	SimLatencies   []time.Duration
-	LiveSimLatency time.Duration
 	ReplaySizes    []int
 	PurgeMax       time.Duration
 	ReconcileLines int
@@ -131,10 +132,7 @@ func DefaultConfig() Config {
 			ReplayConcurrency: 8,
 			ReplayRate:        400,
 			Phases:            allPhases,
-			LogLevel:          "info",
-			AcceptBatch:       64,
-			WorkerBatch:       64,
-			WorkerConcurrency: 1000,
+			WorkerConcurrency: workerConcurrency,
 		},
 		Mode:           "full",
 		Duration:       15 * time.Second,
@@ -156,12 +154,10 @@ func (c *Config) Validate() error {
 		v, lo, hi float64
 	}{
 		{"duration", c.Duration.Seconds(), 0.5, 600}, {"rounds", float64(c.Rounds), 1, 20},
-		{"worker-concurrency", float64(c.WorkerConcurrency), 1, 10000},
-		{"accept-batch", float64(c.AcceptBatch), 0, 1000}, {"worker-batch", float64(c.WorkerBatch), 0, 1000},
 		{"warmup", c.Warmup.Seconds(), 0, 60}, {"repeat-share", c.RepeatShare, 0, 0.999999},
 		{"e2e-creates", float64(c.E2ECreates), 1, 1_000_000}, {"e2e-concurrency", float64(c.E2EConcurrency), 1, 1000},
 		{"e2e-rate", c.E2ERate, 0, 100_000}, {"burst-replays", float64(c.BurstReplays), 1, 1_000_000},
-		{"burst-concurrency", float64(c.BurstConcurrency), 1, 1000}, {"live-sim-latency", c.LiveSimLatency.Seconds(), 0, 10},
+		{"burst-concurrency", float64(c.BurstConcurrency), 1, 1000},
 		{"replay-concurrency", float64(c.ReplayConcurrency), 1, 1000}, {"replay-rate", c.ReplayRate, 1e-9, 100_000},
 		{"purge-max", c.PurgeMax.Seconds(), 1e-9, math.Inf(1)}, {"reconcile-lines", float64(c.ReconcileLines), 0, 20_000_000},
 	} {
@@ -198,11 +194,6 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("--phases: unknown phase %q (known: %s)", p, strings.Join(allPhases, ","))
 		}
 	}
-	switch c.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		return fmt.Errorf("--log-level %q: debug, info, warn or error", c.LogLevel)
-	}
 	if c.ServerURL != "" && !strings.Contains(c.ServerURL, "127.0.0.1") && !strings.Contains(c.ServerURL, "localhost") && !strings.Contains(c.ServerURL, "[::1]") {
 		return fmt.Errorf("--server %q: loopback servers only", c.ServerURL)
 	}
@@ -232,7 +223,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.IntVar(&cfg.E2EConcurrency, "e2e-concurrency", cfg.E2EConcurrency, "clients of the end-to-end run")
 	fs.Float64Var(&cfg.E2ERate, "e2e-rate", cfg.E2ERate, "pace the end-to-end creates at R per second (0: back to back); at a rate\n\tthe pipeline keeps up with, the CPU per label is the figure to compare builds by")
 	lats := fs.String("sim-latencies", "0s,50ms", "simulator latencies end to end")
-	fs.DurationVar(&cfg.LiveSimLatency, "live-sim-latency", cfg.LiveSimLatency, "the simulator's latency while the accept runs with the pipeline live")
 	fs.IntVar(&cfg.BurstReplays, "burst-replays", cfg.BurstReplays, "keys of each end-to-end burst replayed right after it is final, closed\n\tloop, then read by primary key by pgbench (--quick 300)")
 	fs.IntVar(&cfg.BurstConcurrency, "burst-concurrency", cfg.BurstConcurrency, "clients of the replays after each burst and of their primary-key read")
 	sizes := fs.String("replay-sizes", "", "keys in the store for the replays (default 10000,1000000; --long adds\n\t10000000; --quick 1000,10000)")
@@ -241,12 +231,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.DurationVar(&cfg.PurgeMax, "purge-max", cfg.PurgeMax, "longest the purge measurement runs (--quick 5s)")
 	fs.IntVar(&cfg.ReconcileLines, "reconcile-lines", cfg.ReconcileLines, "lines of the reconciliation benchmark (--long 1000000; --quick 10000;\n\t0 skips it)")
 	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run (live is the accept with the pipeline live)")
-	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "LOG_LEVEL of the api and the worker (as deployed)")
-	fs.IntVar(&cfg.AcceptBatch, "accept-batch", cfg.AcceptBatch, "ACCEPT_BATCH of the api (0: one transaction per accept)")
-	fs.IntVar(&cfg.WorkerBatch, "worker-batch", cfg.WorkerBatch, "WORKER_BATCH of the worker (0: one transaction per job)")
-	fs.IntVar(&cfg.WorkerConcurrency, "worker-concurrency", cfg.WorkerConcurrency, "WORKER_CONCURRENCY of the end-to-end worker: Little's law for\n\t"+
-		"4,000 labels/s, the bar's 0.4 share of a 10,000 tps ceiling, when a job holds its slot\n\t"+
-		"91 ms at 50 ms carrier latency and waits up to River's fetch cooldown of 100 ms for\n\tthe next; cmd/worker's own default is 100")
 	fs.StringVar(&cfg.BinDir, "bin", "", "DIR of prebuilt binaries (api, worker, carrier) instead of building them")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the database (and the private server's directory)")
 	if code, ok := cli.Parse(fs, args[1:], cmdline.Usage(fs, usageHead, usageTail), stdout, stderr); !ok {

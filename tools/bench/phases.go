@@ -123,7 +123,7 @@ func mergeAccept(name string, c int, parts []LoadRun, ceiling *PgbenchRun) (Load
 // meanwhile. They stop after it: the next ceiling round's rows are not
 // theirs to dispatch.
 func (h *harness) acceptLive(ctx context.Context, c int, d time.Duration) (LoadRun, error) {
-	pl, err := h.startPipeline(ctx, h.cfg.LiveSimLatency)
+	pl, err := h.startPipeline(ctx, 0)
 	if err != nil {
 		return LoadRun{}, err
 	}

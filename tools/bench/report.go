@@ -183,7 +183,7 @@ func Markdown(r *Results) string {
 		m.LoadAverageStart[0], m.LoadAverageEnd[0], m.CPUs)
 	p("- Command: `%s`. Each load runs %.0f s after a %.0f s warm-up, closed loop; at each concurrency the ceiling and the accept alternate in %d rounds; accept loads repeat an earlier key and body in %.0f%% of requests.\n",
 		r.Command, r.Setup.DurationSeconds, r.Setup.WarmupSeconds, r.Setup.Rounds, r.Setup.RepeatShare*100)
-	p("- Shared commits: ACCEPT_BATCH=%d, WORKER_BATCH=%d (64 is the default; 0 is one transaction per accept or job).\n\n", r.Setup.AcceptBatch, r.Setup.WorkerBatch)
+	p("- The api and the worker run as deployed: LOG_LEVEL=info, GOGC=%d, every other setting its default.\n\n", r.Setup.GOGC)
 
 	if len(r.Ceiling) > 0 || len(r.Accept) > 0 {
 		p("**Accept against the ceiling, worker stopped** (pgbench: BEGIN; key row; intent row; COMMIT, same concurrency, same database)\n\n")
@@ -205,8 +205,8 @@ func Markdown(r *Results) string {
 		p("\n")
 	}
 	if len(r.AcceptLive) > 0 {
-		p("**Accept with the pipeline live** (a worker, WORKER_CONCURRENCY=%d, and the simulator at %g ms running and draining while the API accepts; the same rounds and ceiling)\n\n",
-			r.Setup.WorkerConcurrency, r.Setup.LiveSimLatencyMs)
+		p("**Accept with the pipeline live** (a worker, WORKER_CONCURRENCY=%d, and the simulator at 0 ms running and draining while the API accepts; the same rounds and ceiling)\n\n",
+			r.Setup.WorkerConcurrency)
 		th("| concurrency | req/s | p50 / p99 ms | / ceiling | p99 / ceiling p99 | made final /s | CPU cores: client · api · worker · simulator · postgres | busy backends |", 1)
 		for _, a := range r.AcceptLive {
 			p("| %d | %s | %s / %s | %s | %s | %s | %s · %s · %s · %s · %s | %s |\n", a.Concurrency, f0(a.PerSec), f2(a.Latency.P50), f2(a.Latency.P99),

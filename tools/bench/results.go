@@ -56,9 +56,6 @@ type Setup struct {
 	// SelectScript is the primary-key read pgbench runs right after the
 	// replays that follow each burst (its range filled in with the burst's orders).
 	SelectScript string `json:"select_script"`
-	// LiveSimLatencyMs is the simulator's latency while the accept runs
-	// with the pipeline live.
-	LiveSimLatencyMs float64 `json:"live_sim_latency_ms"`
 	// GOGC is the api's and worker's GOGC (see serviceGOGC).
 	GOGC int `json:"gogc"`
 }
