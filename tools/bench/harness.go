@@ -357,12 +357,3 @@ func (h *harness) checkpoint(ctx context.Context) error {
 	_, err := h.pool.Exec(ctx, `CHECKPOINT`)
 	return err
 }
-
-// apiBackends counts the database's client connections other than the harness's.
-func (h *harness) apiBackends(ctx context.Context) int {
-	var n int
-	_ = h.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-		WHERE datname = $1 AND backend_type = 'client backend' AND application_name <> 'bench-harness'
-		  AND pid <> pg_backend_pid()`, h.dbName).Scan(&n)
-	return n
-}

@@ -43,42 +43,23 @@ func mergeLoads(parts []LoadRun) LoadRun {
 	if len(parts) == 0 {
 		return LoadRun{}
 	}
-	if len(parts) == 1 {
-		parts[0].Rounds = 1
-		return parts[0]
-	}
 	r := LoadRun{Name: parts[0].Name, Concurrency: parts[0].Concurrency, Rate: parts[0].Rate, Statuses: map[string]int{}, Rounds: len(parts)}
 	var cpus []weighted[CPU]
 	var dbs []weighted[DB]
 	var drainedSecs float64
 	for _, p := range parts {
+		r.add(p)
 		r.Seconds += p.Seconds
-		r.Requests += p.Requests
-		r.New += p.New
-		r.Repeats += p.Repeats
-		r.Errors += p.Errors
-		if r.FirstError == "" {
-			r.FirstError = p.FirstError
-		}
-		for k, v := range p.Statuses {
-			r.Statuses[k] += v
-		}
-		r.newLat = append(r.newLat, p.newLat...)
-		r.repLat = append(r.repLat, p.repLat...)
-		r.Backends = max(r.Backends, p.Backends)
 		r.Drained += p.Drained
 		drainedSecs += p.DrainedPerSec * p.Seconds
 		cpus = append(cpus, weighted[CPU]{p.CPU, p.Seconds})
 		dbs = append(dbs, weighted[DB]{p.DB, p.Seconds})
 	}
 	r.Seconds = round2(r.Seconds)
+	r.finish()
 	if r.Seconds > 0 {
-		r.PerSec = round1(float64(r.Requests) / r.Seconds)
-		r.NewPerSec = round1(float64(r.New) / r.Seconds)
 		r.DrainedPerSec = round1(drainedSecs / r.Seconds)
 	}
-	all := append(slices.Clone(r.newLat), r.repLat...)
-	r.Latency, r.NewLatency, r.RepLatency = summarize(all), summarize(r.newLat), summarize(r.repLat)
 	r.CPU, r.DB = mergeCPU(cpus), mergeDB(dbs)
 	return r
 }

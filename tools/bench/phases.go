@@ -56,9 +56,7 @@ func (h *harness) ceilingAndAccept(ctx context.Context) error {
 				case PhaseCeiling:
 					ceilParts = append(ceilParts, h.runPgbench(ctx, c, slice))
 				case PhaseAccept:
-					r := h.measured(ctx, h.acceptSpec("accept", c, slice))
-					r.Backends = h.apiBackends(ctx)
-					accParts = append(accParts, r)
+					accParts = append(accParts, h.measured(ctx, h.acceptSpec("accept", c, slice)))
 				case PhaseLive:
 					r, err := h.acceptLive(ctx, c, slice)
 					if err != nil {
@@ -136,7 +134,6 @@ func (h *harness) acceptLive(ctx context.Context, c int, d time.Duration) (LoadR
 	if secs := time.Since(began).Seconds(); secs > 0 {
 		r.DrainedPerSec = round1(float64(r.Drained) / secs)
 	}
-	r.Backends = h.apiBackends(ctx)
 	return r, h.stopPipeline(pl)
 }
 

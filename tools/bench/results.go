@@ -143,21 +143,15 @@ type LoadRun struct {
 	PerSec      float64        `json:"per_sec"`
 	New         int            `json:"new"`
 	Repeats     int            `json:"repeats"`
-	NewPerSec   float64        `json:"new_per_sec"`
 	Errors      int            `json:"errors"`
 	FirstError  string         `json:"first_error,omitempty"`
 	Statuses    map[string]int `json:"statuses"`
 	Latency     Latency        `json:"latency"`
-	NewLatency  Latency        `json:"new_latency"`
-	RepLatency  Latency        `json:"repeat_latency"`
 	// StartLateness, for a paced load, is how late the clients took up
 	// their scheduled starts (Latency, measured from them, includes it).
 	StartLateness *Latency `json:"start_lateness,omitempty"`
 	CPU           CPU      `json:"cpu"`
 	DB            DB       `json:"db"`
-	// Backends is the API's connections to the database after the load
-	// (its pool and its LISTEN connection).
-	Backends int `json:"db_connections,omitempty"`
 	// RatioToCeiling is PerSec over the pgbench TPS at the same concurrency,
 	// and P99ToCeiling the load's p99 over pgbench's p99 there.
 	RatioToCeiling float64 `json:"ratio_to_ceiling,omitempty"`
@@ -168,7 +162,7 @@ type LoadRun struct {
 	DrainedPerSec float64 `json:"drained_per_sec,omitempty"`
 	Rounds        int     `json:"rounds,omitempty"`
 
-	newLat, repLat []int64 // nanoseconds, for merging rounds
+	lat []int64 // nanoseconds, for merging rounds
 }
 
 // E2ERun is one end-to-end run: creates sent, then waited for until final.
@@ -235,7 +229,6 @@ type Store struct {
 	HeapPerRecord  float64 `json:"heap_per_record"`
 	IndexPerRecord float64 `json:"index_per_record"`
 	ToastPerRecord float64 `json:"toast_per_record"`
-	TupleBytesAvg  float64 `json:"tuple_bytes_avg"`
 	// IntentBytesPerRow is label_intents' footprint per row, for comparison:
 	// it lives as long as the key (and longer).
 	IntentBytesPerRow float64 `json:"intent_bytes_per_row"`

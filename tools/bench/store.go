@@ -187,10 +187,8 @@ func (h *harness) sizes(ctx context.Context) (*Store, error) {
 		       pg_relation_size('idempotency_keys') + pg_relation_size('idempotency_keys', 'fsm') + pg_relation_size('idempotency_keys', 'vm'),
 		       pg_indexes_size('idempotency_keys'),
 		       coalesce((SELECT pg_total_relation_size(reltoastrelid) FROM pg_class WHERE oid = 'idempotency_keys'::regclass AND reltoastrelid <> 0), 0),
-		       pg_total_relation_size('idempotency_keys'),
-		       coalesce((SELECT avg(pg_column_size(k.*)) FROM (SELECT * FROM idempotency_keys TABLESAMPLE SYSTEM (1)) k),
-		                (SELECT avg(pg_column_size(k.*)) FROM idempotency_keys k), 0)
-		  FROM idempotency_keys`).Scan(&s.Rows, &heap, &index, &toast, &total, &s.TupleBytesAvg)
+		       pg_total_relation_size('idempotency_keys')
+		  FROM idempotency_keys`).Scan(&s.Rows, &heap, &index, &toast, &total)
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +197,6 @@ func (h *harness) sizes(ctx context.Context) (*Store, error) {
 	}
 	per := func(b int64) float64 { return round1(float64(b) / float64(s.Rows)) }
 	s.BytesPerRecord, s.HeapPerRecord, s.IndexPerRecord, s.ToastPerRecord = per(total), per(heap), per(index), per(toast)
-	s.TupleBytesAvg = round1(s.TupleBytesAvg)
 	var intents, intentBytes int64
 	if err := h.pool.QueryRow(ctx, `SELECT count(*), pg_total_relation_size('label_intents') FROM label_intents`).Scan(&intents, &intentBytes); err != nil {
 		return nil, err
