@@ -349,20 +349,6 @@ func TestCPULine(t *testing.T) {
 	require.Zero(t, steal)
 }
 
-// TestTemplates checks that the fill's templates give the bytes the API
-// computes: the canonical form behind the fingerprint, and the body.
-func TestTemplates(t *testing.T) {
-	t.Parallel()
-	for _, order := range []int64{replayBase, replayBase + 1, replayBase + 1023, replayBase + 1024, replayBase + 999_999, 1, 9_000_000_000_000_000} {
-		key, intent, err := filledRow(order-replayBase, time.Now())
-		require.NoError(t, err)
-		canonical, err := idempotency.Canonical(parcelFor(order))
-		require.NoError(t, err)
-		require.Equal(t, idempotency.Fingerprint("POST", "/v1/labels", canonical), key[2], "order %d", order)
-		require.Equal(t, string(bodyFor(order)), intent[8], "order %d", order)
-	}
-}
-
 // TestReconcileOutput reads the figure out of what go test -bench prints.
 func TestReconcileOutput(t *testing.T) {
 	t.Parallel()

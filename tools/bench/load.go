@@ -35,8 +35,7 @@ var (
 	cities   = []string{"Exampleton", "Musterstadt", "Berlin", "Hamburg", "München"}
 )
 
-// parcelVariants is how many different parcels there are besides the order
-// id: the fill renders each once (see fillTemplates).
+// parcelVariants is how many different parcels there are besides the order id.
 const parcelVariants = 1024
 
 // parcelFor is the parcel of an order, with the defaults applied as the API

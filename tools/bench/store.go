@@ -3,12 +3,8 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -92,64 +88,17 @@ func (h *harness) fill(ctx context.Context, n int) error {
 	return h.checkpoint(ctx)
 }
 
-// template is a parcel variant's canonical form and JSON body, split around
-// the order id: the only part that differs between the parcels of a variant.
-type template struct {
-	canonical, payload [2]string
-}
-
-// templateOrder stands for the order id in a template; it occurs once.
-const templateOrder = 987_654_321_987_654
-
-var (
-	templatesOnce sync.Once
-	templates     [parcelVariants]template
-	templatesErr  error
-)
-
-// fillTemplates renders each parcel variant once with idempotency.Canonical
-// and json.Marshal, so that a fill of millions of keys need not (the
-// canonical form costs tens of µs a parcel); TestTemplates checks that the
-// templates give the same bytes.
-func fillTemplates() error {
-	templatesOnce.Do(func() {
-		order := strconv.FormatInt(templateOrder, 10)
-		split := func(b []byte) ([2]string, error) {
-			before, after, ok := strings.Cut(string(b), order)
-			if !ok || strings.Contains(after, order) {
-				return [2]string{}, fmt.Errorf("the template order id is not in %s exactly once", b)
-			}
-			return [2]string{before, after}, nil
-		}
-		for v := range parcelVariants {
-			// templateOrder - templateOrder%parcelVariants + v has variant v.
-			p := parcelFor(templateOrder - templateOrder%parcelVariants + int64(v))
-			p.OrderID = templateOrder
-			c, cerr := idempotency.Canonical(p)
-			j, jerr := json.Marshal(p)
-			var serr, perr error
-			templates[v].canonical, serr = split(c)
-			templates[v].payload, perr = split(j)
-			if templatesErr = errors.Join(cerr, jerr, serr, perr); templatesErr != nil {
-				return
-			}
-		}
-	})
-	return templatesErr
-}
-
 // filledRow is the key record and the intent of filled key i, as the API and
 // the worker would have left them after a successful purchase.
 func filledRow(i int64, now time.Time) (key, intent []any, err error) {
-	if err := fillTemplates(); err != nil {
-		return nil, nil, err
-	}
 	order := replayBase + i
 	parcel := parcelFor(order)
-	t := &templates[order%parcelVariants]
-	id := strconv.FormatInt(order, 10)
-	hash := idempotency.Fingerprint("POST", "/v1/labels", []byte(t.canonical[0]+id+t.canonical[1]))
-	payload := t.payload[0] + id + t.payload[1]
+	canonical, err := idempotency.Canonical(parcel)
+	if err != nil {
+		return nil, nil, err
+	}
+	hash := idempotency.Fingerprint("POST", "/v1/labels", canonical)
+	payload := string(bodyFor(order))
 	accepted := now.Add(-time.Hour)
 	completed := accepted.Add(800 * time.Millisecond)
 	requestID := "lr_" + ulid.Make().String()
