@@ -189,15 +189,8 @@ func (h *harness) endToEnd(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("simulator latency %s: %w", lat, err))
 		}
 		h.res.EndToEnd = append(h.res.EndToEnd, r)
-		h.logf("  sim %-5s  %d creates: submitted at %.0f/s, %.0f creates/s to final; 202→final p50 %.0f ms, p99 %.0f ms; ratio %.2f; machine %.0f µs CPU per label (the ceiling's transaction %.0f µs)",
-			lat, r.Creates, r.Submit.PerSec, r.CreatesPerSec, r.ToFinal.P50, r.ToFinal.P99, r.RatioToCeiling, r.CPUPerLabel.Machine, r.CeilingCPUPerTx)
-		if rp := r.ReplaysAfter; rp != nil {
-			line := fmt.Sprintf("  sim %-5s  replays right after: p50 %.2f ms, p99 %.2f ms (p99/p50 %.1f)", lat, rp.Latency.P50, rp.Latency.P99, r.ReplayP99OverP50)
-			if s := r.SelectAfter; s != nil {
-				line += fmt.Sprintf("; primary-key SELECT p50 %.2f ms, p99 %.2f ms (replay p99 / SELECT p99 %.1f)", s.Latency.P50, s.Latency.P99, r.ReplayP99OverSelectP99)
-			}
-			h.logf("%s", line)
-		}
+		h.logf("  sim %-5s  %d creates: %.0f/s to final, ratio %.2f; 202→final p50 %.0f ms, p99 %.0f ms; %.0f µs machine CPU a label; replays right after: p99 / p50 %.1f, p99 / SELECT p99 %.1f",
+			lat, r.Creates, r.CreatesPerSec, r.RatioToCeiling, r.ToFinal.P50, r.ToFinal.P99, r.CPUPerLabel.Machine, r.ReplayP99OverP50, r.ReplayP99OverSelectP99)
 		if ctx.Err() != nil {
 			break
 		}
@@ -398,12 +391,8 @@ func (h *harness) replays(ctx context.Context) error {
 			}
 		}
 		h.res.Replays = append(h.res.Replays, r)
-		var late Latency
-		if r.Paced.StartLateness != nil {
-			late = *r.Paced.StartLateness
-		}
-		h.logf("  %9d keys (filled in %s): %6.0f replays/s back to back (p50 %5.2f ms, p99 %6.2f ms); at %.0f/s p50 %5.2f ms, p99 %5.2f ms (started late by p50 %.2f, p99 %.2f ms), %.2f cores stolen by the host",
-			n, took.Round(time.Second), r.Load.PerSec, r.Load.Latency.P50, r.Load.Latency.P99, h.cfg.ReplayRate, r.Paced.Latency.P50, r.Paced.Latency.P99, late.P50, late.P99, r.Paced.CPU.Steal)
+		h.logf("  %9d keys (filled in %s): %6.0f replays/s back to back (p50 %5.2f ms, p99 %6.2f ms); at %.0f/s p50 %5.2f ms, p99 %5.2f ms, %.2f cores stolen by the host",
+			n, took.Round(time.Second), r.Load.PerSec, r.Load.Latency.P50, r.Load.Latency.P99, h.cfg.ReplayRate, r.Paced.Latency.P50, r.Paced.Latency.P99, r.Paced.CPU.Steal)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

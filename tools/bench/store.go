@@ -26,57 +26,31 @@ const fillChunk = 50_000
 // purge measurement moves its own clock past that instead of the rows.
 func (h *harness) fill(ctx context.Context, n int) error {
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	type chunk struct {
-		to            int
-		keys, intents [][]any
-		err           error
-	}
-	// The next chunk's rows are made while the last one is copied.
-	chunks := make(chan chunk, 1)
-	gctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		defer close(chunks)
-		for from := h.filled; from < n; from += fillChunk {
-			c := chunk{to: min(n, from+fillChunk)}
-			c.keys, c.intents = make([][]any, 0, c.to-from), make([][]any, 0, c.to-from)
-			for i := from; i < c.to && c.err == nil; i++ {
-				var k, in []any
-				k, in, c.err = filledRow(int64(i), now)
-				c.keys, c.intents = append(c.keys, k), append(c.intents, in)
+	for h.filled < n {
+		to := min(n, h.filled+fillChunk)
+		keys, intents := make([][]any, 0, to-h.filled), make([][]any, 0, to-h.filled)
+		for i := h.filled; i < to; i++ {
+			k, in, err := filledRow(int64(i), now)
+			if err != nil {
+				return err
 			}
-			select {
-			case chunks <- c:
-			case <-gctx.Done():
-				return
-			}
-			if c.err != nil {
-				return
-			}
-		}
-	}()
-	for c := range chunks {
-		if c.err != nil {
-			return c.err
+			keys, intents = append(keys, k), append(intents, in)
 		}
 		err := pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
 			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"label_intents"}, []string{"request_id", "caller_id", "idem_key",
 				"request_hash", "fingerprint_version", "order_id", "parcel_no", "label_version", "payload", "carrier_key",
-				"status", "label_id", "created_at", "completed_at"}, pgx.CopyFromRows(c.intents)); err != nil {
+				"status", "label_id", "created_at", "completed_at"}, pgx.CopyFromRows(intents)); err != nil {
 				return err
 			}
 			_, err := tx.CopyFrom(ctx, pgx.Identifier{"idempotency_keys"}, []string{"caller_id", "idem_key",
 				"request_hash", "fingerprint_version", "request_id", "state", "response_status", "response_body",
-				"created_at", "expires_at"}, pgx.CopyFromRows(c.keys))
+				"created_at", "expires_at"}, pgx.CopyFromRows(keys))
 			return err
 		})
 		if err != nil {
 			return err
 		}
-		h.filled = c.to
-	}
-	if err := ctx.Err(); err != nil {
-		return err
+		h.filled = to
 	}
 	// What a day of traffic would have: statistics and a visibility map.
 	if _, err := h.pool.Exec(ctx, `VACUUM ANALYZE idempotency_keys, label_intents`); err != nil {
