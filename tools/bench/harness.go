@@ -261,18 +261,14 @@ func (h *harness) server(ctx context.Context) error {
 
 // settings records the server's version and the settings that decide commit speed.
 func (h *harness) settings(ctx context.Context) error {
-	if err := h.pool.QueryRow(ctx, `SELECT version()`).Scan(&h.res.Machine.PostgreSQL); err != nil {
-		return err
+	var names, values []string
+	err := h.pool.QueryRow(ctx, `SELECT version(), array_agg(n), array_agg(current_setting(n)) FROM unnest($1::text[]) n`,
+		[]string{"shared_buffers", "synchronous_commit", "fsync", "wal_sync_method", "commit_delay", "wal_buffers",
+			"max_wal_size", "checkpoint_timeout", "max_connections", "full_page_writes"}).Scan(&h.res.Machine.PostgreSQL, &names, &values)
+	for i, n := range names {
+		h.res.Machine.Settings[n] = values[i]
 	}
-	for _, name := range []string{"shared_buffers", "synchronous_commit", "fsync", "wal_sync_method", "commit_delay",
-		"wal_buffers", "max_wal_size", "checkpoint_timeout", "max_connections", "full_page_writes"} {
-		var v string
-		if err := h.pool.QueryRow(ctx, `SELECT current_setting($1)`, name).Scan(&v); err != nil {
-			return err
-		}
-		h.res.Machine.Settings[name] = v
-	}
-	return nil
+	return err
 }
 
 // env is what every binary gets (proc passes nothing else of ours): the

@@ -136,18 +136,14 @@ func (h *harness) pgbenchOnce(ctx context.Context, spec pgbenchSpec) (r PgbenchR
 	cmd.Dir = dir
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	before := h.cpu.read()
 	began := time.Now()
-	watch, werr := watchDB(ctx, h.dbURL, h.dbName)
+	stop := h.meter(ctx)
 	err = cmd.Run()
-	if werr == nil {
-		r.DB = watch.finish(ctx)
-	}
+	r.CPU, r.DB = stop()
 	if spec.PerClient > 0 {
 		secs = 0
 	}
 	wall := time.Since(began).Seconds()
-	r.CPU = since(before, h.cpu.read())
 	r.CPU.Client = 0 // the harness only waited
 	if cmd.ProcessState != nil && wall > 0 {
 		r.CPU.Pgbench = round2((cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds() / wall)

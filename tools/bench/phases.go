@@ -13,9 +13,21 @@ import (
 	"github.com/labelkit/labels/internal/fleet"
 )
 
-// measured runs the load while it reads the CPU and the database's counters
-// over the measured window only: from the end of the warm-up to the end of
-// the load.
+// meter starts reading the CPU and the database's counters; the function it
+// returns stops and gives what was used meanwhile.
+func (h *harness) meter(ctx context.Context) func() (CPU, DB) {
+	before := h.cpu.read()
+	watch, werr := watchDB(ctx, h.dbURL, h.dbName)
+	return func() (c CPU, d DB) {
+		if werr == nil {
+			d = watch.finish(ctx)
+		}
+		return since(before, h.cpu.read()), d
+	}
+}
+
+// measured runs the load while it meters the measured window only: from the
+// end of the warm-up to the end of the load.
 func (h *harness) measured(ctx context.Context, spec loadSpec) LoadRun {
 	done := make(chan LoadRun, 1)
 	go func() { done <- runLoad(ctx, spec) }()
@@ -23,13 +35,9 @@ func (h *harness) measured(ctx context.Context, spec loadSpec) LoadRun {
 	case <-time.After(spec.Warmup):
 	case <-ctx.Done():
 	}
-	before := h.cpu.read()
-	watch, werr := watchDB(ctx, h.dbURL, h.dbName)
+	stop := h.meter(ctx)
 	r := <-done
-	r.CPU = since(before, h.cpu.read())
-	if werr == nil {
-		r.DB = watch.finish(ctx)
-	}
+	r.CPU, r.DB = stop()
 	return r
 }
 
