@@ -332,9 +332,9 @@ func firstWords(s string, n int) string {
 
 // e2eCeilingNote says which ceiling an end-to-end run was held to.
 func e2eCeilingNote(e E2ERun) string {
+	note := fmt.Sprintf("ceiling at concurrency %d: %s tps", e.CeilingConcurrency, f0(e.CeilingTPS))
 	if e.Ceiling != nil && e.CeilingAfter != nil {
-		return fmt.Sprintf("ceiling at concurrency %d: %s tps, the mean of %s right before and %s right after", e.CeilingConcurrency,
-			f0(e.CeilingTPS), f0(e.Ceiling.TPS), f0(e.CeilingAfter.TPS))
+		note += fmt.Sprintf(", the mean of %s right before and %s right after", f0(e.Ceiling.TPS), f0(e.CeilingAfter.TPS))
 	}
-	return fmt.Sprintf("ceiling at concurrency %d", e.CeilingConcurrency)
+	return note
 }
