@@ -118,32 +118,6 @@ type Config struct {
 	LogFunc func(format string, args ...any)
 }
 
-// DefaultConfig returns the configuration of a full run.
-func DefaultConfig() Config {
-	return Config{
-		Loads: Loads{
-			Rounds:            3,
-			Concurrency:       []int{8, 32, 128},
-			RepeatShare:       0.1,
-			E2ECreates:        16000,
-			E2EConcurrency:    32,
-			BurstReplays:      2000,
-			BurstConcurrency:  16,
-			ReplayConcurrency: 8,
-			ReplayRate:        400,
-			Phases:            allPhases,
-			WorkerConcurrency: workerConcurrency,
-		},
-		Mode:           "full",
-		Duration:       15 * time.Second,
-		Warmup:         time.Second,
-		SimLatencies:   []time.Duration{0, 50 * time.Millisecond},
-		ReplaySizes:    []int{10_000, 1_000_000},
-		PurgeMax:       20 * time.Second,
-		ReconcileLines: 200_000,
-	}
-}
-
 // has reports whether the phase is to run.
 func (c *Config) has(phase string) bool { return slices.Contains(c.Phases, phase) }
 
@@ -208,28 +182,28 @@ func progress(w io.Writer) func(format string, args ...any) {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	cfg := DefaultConfig()
+	cfg := Config{Mode: "full", Loads: Loads{WorkerConcurrency: workerConcurrency}, ReplaySizes: []int{10_000, 1_000_000}}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	quick := fs.Bool("quick", false, "a smoke run: 3 s loads, 1 k and 10 k keys, 300 creates end to end")
 	long := fs.Bool("long", false, "also replay with 10 M keys in the store")
 	fs.StringVar(&cfg.Out, "out", "", "DIR where the results go (default bench/results at the module root)")
 	fs.StringVar(&cfg.ServerURL, "server", "", "URL of a PostgreSQL server to use (a throwaway labels_bench_* database\n\tis created on it and dropped) instead of a private one")
-	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of each measured load (--quick 3s)")
-	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured load before each")
-	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "the ceiling and the accept at one concurrency alternate in N rounds\n\tof duration/N each, merged (--quick 1)")
+	fs.DurationVar(&cfg.Duration, "duration", 15*time.Second, "length of each measured load (--quick 3s)")
+	fs.DurationVar(&cfg.Warmup, "warmup", time.Second, "unmeasured load before each")
+	fs.IntVar(&cfg.Rounds, "rounds", 3, "the ceiling and the accept at one concurrency alternate in N rounds\n\tof duration/N each, merged (--quick 1)")
 	conc := fs.String("concurrency", "8,32,128", "client concurrencies")
-	fs.Float64Var(&cfg.RepeatShare, "repeat-share", cfg.RepeatShare, "share of accept requests that repeat an earlier key and body")
-	fs.IntVar(&cfg.E2ECreates, "e2e-creates", cfg.E2ECreates, "creates sent end to end per simulator latency (--quick 300)")
-	fs.IntVar(&cfg.E2EConcurrency, "e2e-concurrency", cfg.E2EConcurrency, "clients of the end-to-end run")
-	fs.Float64Var(&cfg.E2ERate, "e2e-rate", cfg.E2ERate, "pace the end-to-end creates at R per second (0: back to back); at a rate\n\tthe pipeline keeps up with, the CPU per label is the figure to compare builds by")
+	fs.Float64Var(&cfg.RepeatShare, "repeat-share", 0.1, "share of accept requests that repeat an earlier key and body")
+	fs.IntVar(&cfg.E2ECreates, "e2e-creates", 16000, "creates sent end to end per simulator latency (--quick 300)")
+	fs.IntVar(&cfg.E2EConcurrency, "e2e-concurrency", 32, "clients of the end-to-end run")
+	fs.Float64Var(&cfg.E2ERate, "e2e-rate", 0, "pace the end-to-end creates at R per second (0: back to back); at a rate\n\tthe pipeline keeps up with, the CPU per label is the figure to compare builds by")
 	lats := fs.String("sim-latencies", "0s,50ms", "simulator latencies end to end")
-	fs.IntVar(&cfg.BurstReplays, "burst-replays", cfg.BurstReplays, "keys of each end-to-end burst replayed right after it is final, closed\n\tloop, then read by primary key by pgbench (--quick 300)")
-	fs.IntVar(&cfg.BurstConcurrency, "burst-concurrency", cfg.BurstConcurrency, "clients of the replays after each burst and of their primary-key read")
+	fs.IntVar(&cfg.BurstReplays, "burst-replays", 2000, "keys of each end-to-end burst replayed right after it is final, closed\n\tloop, then read by primary key by pgbench (--quick 300)")
+	fs.IntVar(&cfg.BurstConcurrency, "burst-concurrency", 16, "clients of the replays after each burst and of their primary-key read")
 	sizes := fs.String("replay-sizes", "", "keys in the store for the replays (default 10000,1000000; --long adds\n\t10000000; --quick 1000,10000)")
-	fs.IntVar(&cfg.ReplayConcurrency, "replay-concurrency", cfg.ReplayConcurrency, "clients of the replay runs")
-	fs.Float64Var(&cfg.ReplayRate, "replay-rate", cfg.ReplayRate, "replays per second of the paced replay run, whose p50/p99 are held to\n\tthe bar (the seed's average create rate, all of it replays)")
-	fs.DurationVar(&cfg.PurgeMax, "purge-max", cfg.PurgeMax, "longest the purge measurement runs (--quick 5s)")
-	fs.IntVar(&cfg.ReconcileLines, "reconcile-lines", cfg.ReconcileLines, "lines of the reconciliation benchmark (--long 1000000; --quick 10000;\n\t0 skips it)")
+	fs.IntVar(&cfg.ReplayConcurrency, "replay-concurrency", 8, "clients of the replay runs")
+	fs.Float64Var(&cfg.ReplayRate, "replay-rate", 400, "replays per second of the paced replay run, whose p50/p99 are held to\n\tthe bar (the seed's average create rate, all of it replays)")
+	fs.DurationVar(&cfg.PurgeMax, "purge-max", 20*time.Second, "longest the purge measurement runs (--quick 5s)")
+	fs.IntVar(&cfg.ReconcileLines, "reconcile-lines", 200_000, "lines of the reconciliation benchmark (--long 1000000; --quick 10000;\n\t0 skips it)")
 	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run (live is the accept with the pipeline live)")
 	fs.StringVar(&cfg.BinDir, "bin", "", "DIR of prebuilt binaries (api, worker, carrier) instead of building them")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the database (and the private server's directory)")
