@@ -231,7 +231,7 @@ func TestFlags(t *testing.T) {
 	}{
 		{"QuickAndLong", []string{"--quick", "--long"}, "exclude each other"},
 		{"BadConcurrency", []string{"--concurrency", "8,x"}, "--concurrency"},
-		{"ZeroConcurrency", []string{"--concurrency", "0"}, "not between 1 and 1000"},
+		{"ZeroConcurrency", []string{"--concurrency", "0"}, "--concurrency 0: 1 to 1000"},
 		{"UnknownPhase", []string{"--phases", "ceiling,nap"}, `unknown phase "nap"`},
 		{"RemoteServer", []string{"--server", "postgres://db.example:5432/x"}, "loopback"},
 		{"Unsorted", []string{"--replay-sizes", "1000,10"}, "increasing"},

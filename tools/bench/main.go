@@ -123,10 +123,11 @@ func (c *Config) has(phase string) bool { return slices.Contains(c.Phases, phase
 
 // Validate checks what parsing alone cannot.
 func (c *Config) Validate() error {
-	for _, b := range []struct {
+	type bound struct {
 		flag      string
 		v, lo, hi float64
-	}{
+	}
+	bounds := []bound{
 		{"duration", c.Duration.Seconds(), 0.5, 600}, {"rounds", float64(c.Rounds), 1, 20},
 		{"warmup", c.Warmup.Seconds(), 0, 60}, {"repeat-share", c.RepeatShare, 0, 0.999999},
 		{"e2e-creates", float64(c.E2ECreates), 1, 1_000_000}, {"e2e-concurrency", float64(c.E2EConcurrency), 1, 1000},
@@ -134,7 +135,17 @@ func (c *Config) Validate() error {
 		{"burst-concurrency", float64(c.BurstConcurrency), 1, 1000},
 		{"replay-concurrency", float64(c.ReplayConcurrency), 1, 1000}, {"replay-rate", c.ReplayRate, 1e-9, 100_000},
 		{"purge-max", c.PurgeMax.Seconds(), 1e-9, math.Inf(1)}, {"reconcile-lines", float64(c.ReconcileLines), 0, 20_000_000},
-	} {
+	}
+	for _, n := range c.Concurrency {
+		bounds = append(bounds, bound{"concurrency", float64(n), 1, 1000})
+	}
+	for _, n := range c.ReplaySizes {
+		bounds = append(bounds, bound{"replay-sizes", float64(n), 10, 100_000_000})
+	}
+	for _, d := range c.SimLatencies {
+		bounds = append(bounds, bound{"sim-latencies", d.Seconds(), 0, 10})
+	}
+	for _, b := range bounds {
 		if b.v < b.lo || b.v > b.hi {
 			return fmt.Errorf("--%s %g: %g to %g (seconds for a duration)", b.flag, b.v, b.lo, b.hi)
 		}
@@ -145,23 +156,8 @@ func (c *Config) Validate() error {
 	case c.Out == "":
 		return errors.New("--out: a directory is needed")
 	}
-	for _, n := range c.Concurrency {
-		if n < 1 || n > 1000 {
-			return fmt.Errorf("--concurrency: %d is not between 1 and 1000", n)
-		}
-	}
 	if !slices.IsSorted(c.ReplaySizes) {
 		return errors.New("--replay-sizes: give them in increasing order")
-	}
-	for _, d := range c.SimLatencies {
-		if d < 0 || d > 10*time.Second {
-			return fmt.Errorf("--sim-latencies: %s is not between 0s and 10s", d)
-		}
-	}
-	for _, n := range c.ReplaySizes {
-		if n < 10 || n > 100_000_000 {
-			return fmt.Errorf("--replay-sizes: %d is not between 10 and 100000000", n)
-		}
 	}
 	for _, p := range c.Phases {
 		if !slices.Contains(allPhases, p) {
