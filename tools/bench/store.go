@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/oklog/ulid/v2"
 
 	"github.com/labelkit/labels"
@@ -36,17 +37,7 @@ func (h *harness) fill(ctx context.Context, n int) error {
 			}
 			keys, intents = append(keys, k), append(intents, in)
 		}
-		err := pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
-			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"label_intents"}, []string{"request_id", "caller_id", "idem_key",
-				"request_hash", "fingerprint_version", "order_id", "parcel_no", "label_version", "payload", "carrier_key",
-				"status", "label_id", "created_at", "completed_at"}, pgx.CopyFromRows(intents)); err != nil {
-				return err
-			}
-			_, err := tx.CopyFrom(ctx, pgx.Identifier{"idempotency_keys"}, []string{"caller_id", "idem_key",
-				"request_hash", "fingerprint_version", "request_id", "state", "response_status", "response_body",
-				"created_at", "expires_at"}, pgx.CopyFromRows(keys))
-			return err
-		})
+		err := copyTables(ctx, h.pool, copyTable{"label_intents", intentColumns, intents}, copyTable{"idempotency_keys", keyColumns, keys})
 		if err != nil {
 			return err
 		}
@@ -60,6 +51,33 @@ func (h *harness) fill(ctx context.Context, n int) error {
 	// the checkpoint it sets off (spread over minutes) would otherwise run
 	// under the replays that follow.
 	return h.checkpoint(ctx)
+}
+
+// The columns a filled key record and its intent set (filledRow's order).
+var (
+	intentColumns = []string{"request_id", "caller_id", "idem_key", "request_hash", "fingerprint_version", "order_id",
+		"parcel_no", "label_version", "payload", "carrier_key", "status", "label_id", "created_at", "completed_at"}
+	keyColumns = []string{"caller_id", "idem_key", "request_hash", "fingerprint_version", "request_id", "state",
+		"response_status", "response_body", "created_at", "expires_at"}
+)
+
+// copyTable is rows to COPY into a table's columns.
+type copyTable struct {
+	name    string
+	columns []string
+	rows    [][]any
+}
+
+// copyTables copies each table's rows in one transaction, in order.
+func copyTables(ctx context.Context, pool *pgxpool.Pool, tables ...copyTable) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		for _, t := range tables {
+			if _, err := tx.CopyFrom(ctx, pgx.Identifier{t.name}, t.columns, pgx.CopyFromRows(t.rows)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // filledRow is the key record and the intent of filled key i, as the API and
