@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/labelkit/labels/internal/devdb"
 )
 
 // ceilingScript is the accept's own transaction for pgbench: one key record
@@ -63,17 +65,17 @@ var (
 	pgbenchFailed = regexp.MustCompile(`(?m)^number of failed transactions: (\d+)`)
 )
 
-// findPgbench returns the pgbench executable: on PATH, else under
-// /usr/lib/postgresql/*/bin.
+// findPgbench returns the pgbench executable: on PATH, else beside the
+// server binaries the private server runs (devdb.BinDir).
 func findPgbench() (string, error) {
 	if p, err := exec.LookPath("pgbench"); err == nil {
 		return p, nil
 	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pgbench")
-	if len(dirs) > 0 {
-		return dirs[len(dirs)-1], nil
+	dir, err := devdb.BinDir()
+	if _, serr := os.Stat(filepath.Join(dir, "pgbench")); err != nil || serr != nil {
+		return "", fmt.Errorf("pgbench not found (on PATH or beside initdb): install postgresql-contrib or the server package")
 	}
-	return "", fmt.Errorf("pgbench not found (on PATH or in /usr/lib/postgresql/*/bin): install postgresql-contrib or the server package")
+	return filepath.Join(dir, "pgbench"), nil
 }
 
 // runPgbench runs the ceiling script at one concurrency for d (whole seconds)
