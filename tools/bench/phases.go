@@ -294,8 +294,6 @@ func (h *harness) endToEndAt(ctx context.Context, lat time.Duration) (E2ERun, er
 			return r, err
 		}
 		r.CeilingAfter = c
-	}
-	if r.Ceiling != nil && r.CeilingAfter != nil {
 		r.CeilingConcurrency = r.Ceiling.Concurrency
 		r.CeilingTPS = round1((r.Ceiling.TPS + r.CeilingAfter.TPS) / 2)
 		r.CeilingCPUPerTx = ceilingCPUPerTx(r.Ceiling, r.CeilingAfter)
