@@ -7,7 +7,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -158,8 +157,8 @@ func ChartTitle(r *Results) string {
 	m := r.Machine
 	t := fmt.Sprintf("labels bench %s (%s run) · %d × %s, %.0f GiB", r.Date, r.Mode, m.CPUs, m.CPUModel, m.MemoryGiB)
 	// "PostgreSQL 15.20 (Debian …) on x86_64-pc-linux-gnu, compiled by …": the name and version.
-	if f := strings.Fields(m.PostgreSQL); len(f) >= 2 {
-		t += " · " + f[0] + " " + f[1]
+	if pg := firstWords(m.PostgreSQL, 2); pg != "" {
+		t += " · " + pg
 	}
 	if m.GoVersion != "" {
 		t += " · " + m.GoVersion

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,8 +35,7 @@ var (
 	cities   = []string{"Exampleton", "Musterstadt", "Berlin", "Hamburg", "München"}
 )
 
-// parcelVariants is how many different parcels there are besides the order
-// id: the fill renders each once (see fillTemplates).
+// parcelVariants is how many different parcels there are besides the order id.
 const parcelVariants = 1024
 
 // parcelFor is the parcel of an order, with the defaults applied as the API
@@ -87,8 +87,6 @@ type loadSpec struct {
 	// Rate, when positive, paces the requests at that many per second
 	// (spread over the goroutines) instead of sending them back to back.
 	Rate float64
-	// Accepted, when set, receives the order id of every 202 to a new request.
-	Accepted func(order int64)
 }
 
 // loadClient is the HTTP client of a load: keep-alive, one connection per
@@ -108,11 +106,12 @@ func loadClient(concurrency int) *http.Client {
 
 // clientStats is one goroutine's record.
 type clientStats struct {
-	newLat, repLat []int64 // nanoseconds
-	late           []int64 // paced: from the scheduled start to the client's, ns
-	statuses       map[int]int
-	errors         int
-	firstErr       string
+	lat        []int64 // nanoseconds
+	late       []int64 // paced: from the scheduled start to the client's, ns
+	newN, repN int
+	statuses   map[int]int
+	errors     int
+	firstErr   string
 }
 
 // runLoad runs spec and returns what it measured. Requests that end during
@@ -184,9 +183,6 @@ func runLoad(ctx context.Context, spec loadSpec) LoadRun {
 					} else {
 						mine[rng.IntN(len(mine))] = order
 					}
-					if spec.Accepted != nil {
-						spec.Accepted(order)
-					}
 				}
 				if !counted {
 					continue
@@ -206,10 +202,11 @@ func runLoad(ctx context.Context, spec loadSpec) LoadRun {
 					continue
 				}
 				if repeat {
-					st.repLat = append(st.repLat, int64(took))
+					st.repN++
 				} else {
-					st.newLat = append(st.newLat, int64(took))
+					st.newN++
 				}
+				st.lat = append(st.lat, int64(took))
 				if slots != nil {
 					st.late = append(st.late, int64(late))
 				}
@@ -220,32 +217,39 @@ func runLoad(ctx context.Context, spec loadSpec) LoadRun {
 	// The window ends when the last request started in it has been answered.
 	elapsed := time.Since(measureFrom)
 	r := LoadRun{Name: spec.Name, Concurrency: spec.Concurrency, Rate: spec.Rate, Seconds: round2(elapsed.Seconds()), Statuses: map[string]int{}}
-	var all, newL, repL, late []int64
+	var late []int64
 	for _, st := range stats {
-		newL = append(newL, st.newLat...)
-		repL = append(repL, st.repLat...)
-		late = append(late, st.late...)
-		r.Errors += st.errors
-		if r.FirstError == "" {
-			r.FirstError = st.firstErr
-		}
+		r.add(LoadRun{New: st.newN, Repeats: st.repN, Errors: st.errors, FirstError: st.firstErr, lat: st.lat})
 		for k, v := range st.statuses {
 			r.Statuses[strconv.Itoa(k)] += v
 		}
+		late = append(late, st.late...)
 	}
-	all = append(append(all, newL...), repL...)
-	r.New, r.Repeats, r.Requests = len(newL), len(repL), len(all)
-	if s := elapsed.Seconds(); s > 0 {
-		r.PerSec = round1(float64(r.Requests) / s)
-		r.NewPerSec = round1(float64(r.New) / s)
-	}
-	r.Latency, r.NewLatency, r.RepLatency = summarize(all), summarize(newL), summarize(repL)
+	r.finish()
 	if slots != nil {
 		l := summarize(late)
 		r.StartLateness = &l
 	}
-	r.newLat, r.repLat = newL, repL
 	return r
+}
+
+// add counts p's requests, errors and latencies into r.
+func (r *LoadRun) add(p LoadRun) {
+	r.New, r.Repeats, r.Errors = r.New+p.New, r.Repeats+p.Repeats, r.Errors+p.Errors
+	r.FirstError = cmp.Or(r.FirstError, p.FirstError)
+	for k, v := range p.Statuses {
+		r.Statuses[k] += v
+	}
+	r.lat = append(r.lat, p.lat...)
+}
+
+// finish sums up r's requests over its seconds.
+func (r *LoadRun) finish() {
+	r.Requests = r.New + r.Repeats
+	if r.Seconds > 0 {
+		r.PerSec = round1(float64(r.Requests) / r.Seconds)
+	}
+	r.Latency = summarize(r.lat)
 }
 
 // pace hands out the start times of a load at rate per second from start

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/labelkit/labels/internal/devdb"
 )
 
 // ceilingScript is the accept's own transaction for pgbench: one key record
@@ -63,17 +65,17 @@ var (
 	pgbenchFailed = regexp.MustCompile(`(?m)^number of failed transactions: (\d+)`)
 )
 
-// findPgbench returns the pgbench executable: on PATH, else under
-// /usr/lib/postgresql/*/bin.
+// findPgbench returns the pgbench executable: on PATH, else beside the
+// server binaries the private server runs (devdb.BinDir).
 func findPgbench() (string, error) {
 	if p, err := exec.LookPath("pgbench"); err == nil {
 		return p, nil
 	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pgbench")
-	if len(dirs) > 0 {
-		return dirs[len(dirs)-1], nil
+	dir, err := devdb.BinDir()
+	if _, serr := os.Stat(filepath.Join(dir, "pgbench")); err != nil || serr != nil {
+		return "", fmt.Errorf("pgbench not found (on PATH or beside initdb): install postgresql-contrib or the server package")
 	}
-	return "", fmt.Errorf("pgbench not found (on PATH or in /usr/lib/postgresql/*/bin): install postgresql-contrib or the server package")
+	return filepath.Join(dir, "pgbench"), nil
 }
 
 // runPgbench runs the ceiling script at one concurrency for d (whole seconds)
@@ -136,18 +138,14 @@ func (h *harness) pgbenchOnce(ctx context.Context, spec pgbenchSpec) (r PgbenchR
 	cmd.Dir = dir
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	before := h.cpu.read()
 	began := time.Now()
-	watch, werr := watchDB(ctx, h.dbURL, h.dbName)
+	stop := h.meter(ctx)
 	err = cmd.Run()
-	if werr == nil {
-		r.DB = watch.finish(ctx)
-	}
+	r.CPU, r.DB = stop()
 	if spec.PerClient > 0 {
 		secs = 0
 	}
 	wall := time.Since(began).Seconds()
-	r.CPU = since(before, h.cpu.read())
 	r.CPU.Client = 0 // the harness only waited
 	if cmd.ProcessState != nil && wall > 0 {
 		r.CPU.Pgbench = round2((cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds() / wall)

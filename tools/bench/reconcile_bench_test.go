@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	labelkit "github.com/labelkit/labels"
@@ -164,22 +163,10 @@ func seed(b *testing.B, pool *pgxpool.Pool, truth sim.Truth) {
 			keys = append(keys, []any{t.CallerID, t.CallerKey, hash[:], int16(1), t.Reference, "completed",
 				int32(201), string(body), accepted, created.Add(24 * time.Hour)})
 		}
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"label_intents"}, []string{"request_id", "caller_id", "idem_key",
-				"request_hash", "fingerprint_version", "order_id", "parcel_no", "label_version", "payload", "carrier_key",
-				"status", "label_id", "created_at", "completed_at"}, pgx.CopyFromRows(intents)); err != nil {
-				return err
-			}
-			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"labels"}, []string{"label_id", "caller_id", "request_id",
-				"order_id", "parcel_no", "label_version", "service", "tracking_no", "carrier_label_id", "carrier_key",
-				"cost_cents", "currency", "created_by_key", "purchased_at", "created_at"}, pgx.CopyFromRows(labels)); err != nil {
-				return err
-			}
-			_, err := tx.CopyFrom(ctx, pgx.Identifier{"idempotency_keys"}, []string{"caller_id", "idem_key",
-				"request_hash", "fingerprint_version", "request_id", "state", "response_status", "response_body",
-				"created_at", "expires_at"}, pgx.CopyFromRows(keys))
-			return err
-		})
+		err := copyTables(ctx, pool, copyTable{"label_intents", intentColumns, intents},
+			copyTable{"labels", []string{"label_id", "caller_id", "request_id", "order_id", "parcel_no", "label_version", "service",
+				"tracking_no", "carrier_label_id", "carrier_key", "cost_cents", "currency", "created_by_key", "purchased_at", "created_at"}, labels},
+			copyTable{"idempotency_keys", keyColumns, keys})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -98,7 +98,7 @@ func newDemo(cfg Config, stdout, stderr io.Writer) *demo {
 }
 
 func (d *demo) run(ctx context.Context) error {
-	d.say.line("Label service demo: a label for parcel 1 of order 918273 (%s g, ground), asked for three times, bought once.", thousands(seedWeight))
+	d.say.line("Label service demo: a label for parcel 1 of order 918273 (%d g, ground), asked for three times, bought once.", seedWeight)
 	for _, step := range []func(context.Context) error{
 		d.binaries,
 		d.database,
@@ -294,20 +294,11 @@ func (d *demo) poll(ctx context.Context) error {
 
 // learnLabel keeps what later steps check: the label and its day.
 func (d *demo) learnLabel(r *response) error {
-	var lr struct {
-		Label json.RawMessage `json:"label"`
-	}
-	var label struct {
-		LabelID    string    `json:"label_id"`
-		TrackingNo string    `json:"tracking_no"`
-		CostCents  int64     `json:"cost_cents"`
-		Currency   string    `json:"currency"`
-		CreatedAt  time.Time `json:"created_at"`
-	}
-	if json.Unmarshal(r.body, &lr) != nil || json.Unmarshal(lr.Label, &label) != nil || label.LabelID == "" {
+	label, ok := r.label()
+	if !ok {
 		return fmt.Errorf("succeeded without a label: %s", r.body)
 	}
-	d.label = lr.Label
+	d.label = r.raw("label")
 	d.labelID = label.LabelID
 	d.labelDay = label.CreatedAt.UTC()
 	d.say.Say("Succeeded: label %s, tracking number %s, %d cents %s.", d.labelID, label.TrackingNo, label.CostCents, label.Currency)
@@ -340,7 +331,7 @@ func (d *demo) replay(ctx context.Context) error {
 
 // reuse sends the same key with another body: a client bug, refused.
 func (d *demo) reuse(ctx context.Context) error {
-	d.say.Step(fmt.Sprintf("Same key, weight changed to %s g (a client bug): refused with 422", thousands(changedWeight)))
+	d.say.Step(fmt.Sprintf("Same key, weight changed to %d g (a client bug): refused with 422", changedWeight))
 	r, err := d.post(ctx, changedWeight)
 	if err != nil {
 		return err
@@ -351,7 +342,7 @@ func (d *demo) reuse(ctx context.Context) error {
 	if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/problem+json") {
 		return fmt.Errorf("422 with Content-Type %q, want application/problem+json", ct)
 	}
-	d.say.Say("Nothing is stored or bought: the key still names the 1,450 g parcel's label.")
+	d.say.Say("Nothing is stored or bought: the key still names the %d g parcel's label.", seedWeight)
 	return nil
 }
 
@@ -509,13 +500,6 @@ func mask(token string) string {
 		return "…"
 	}
 	return token[:8] + "…"
-}
-
-func thousands(n int) string {
-	if n < 1000 {
-		return fmt.Sprint(n)
-	}
-	return fmt.Sprintf("%d,%03d", n/1000, n%1000)
 }
 
 func firstLine(err error) string {

@@ -62,18 +62,13 @@ func (d *demo) duplicate(ctx context.Context) error {
 			if err := expect(r, http.StatusOK, "succeeded"); err != nil {
 				return err
 			}
-			var lr struct {
-				Label struct {
-					LabelID        string `json:"label_id"`
-					CarrierLabelID string `json:"carrier_label_id"`
-				} `json:"label"`
+			label, ok := r.label()
+			if !ok {
+				return fmt.Errorf("succeeded without a label: %s", r.body)
 			}
-			if err := json.Unmarshal(r.body, &lr); err != nil {
-				return err
-			}
-			d.dupLabelID, d.dupKept = lr.Label.LabelID, lr.Label.CarrierLabelID
+			d.dupLabelID, d.dupKept = label.LabelID, label.CarrierLabelID
 			d.say.Say("$ GET /v1/label-requests/%s, Prefer: wait=10   -> succeeded: label %s, carrier label %s",
-				id, lr.Label.LabelID, lr.Label.CarrierLabelID)
+				id, label.LabelID, label.CarrierLabelID)
 			break
 		}
 	}
