@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -65,17 +64,7 @@ func TestAcceptInFlightIsBusy(t *testing.T) {
 	t.Parallel()
 	pool := fixture.DB(t, "c1")
 	ctx := context.Background()
-	gate, inFlight := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	open := func() { once.Do(func() { close(gate) }) }
-	t.Cleanup(open)
-	firstDone := make(chan error, 1)
-	go func() {
-		_, err := postgres.Accept(ctx, pool, []postgres.AcceptRow{fixture.Accept("c1", "k1", "lr_1", 1)}, postgres.AcceptOpts{
-			BeforeCommitFunc: func(context.Context) error { close(inFlight); <-gate; return nil }})
-		firstDone <- err
-	}()
-	<-inFlight
+	commit, firstDone := fixture.AcceptHeld(t, ctx, pool, fixture.Accept("c1", "k1", "lr_1", 1))
 
 	outs, err := postgres.Accept(ctx, pool, []postgres.AcceptRow{
 		fixture.Accept("c1", "k1", "lr_k1_again", 1), // the key in flight
@@ -97,7 +86,7 @@ func TestAcceptInFlightIsBusy(t *testing.T) {
 		waited <- outs
 	}()
 	waitUntil(t, pool, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'advisory')`)
-	open()
+	commit()
 	require.NoError(t, <-firstDone)
 	require.Equal(t, []postgres.AcceptOutcome{{Result: postgres.AcceptKeyExists}}, withoutTimes(<-waited))
 }
