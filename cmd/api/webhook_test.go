@@ -6,38 +6,22 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"io"
-	"net"
-	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels/internal/testutil/dbtest"
+	"github.com/labelkit/labels/internal/testutil/dnstest"
 	"github.com/labelkit/labels/internal/testutil/fixture"
 	"github.com/labelkit/labels/webhook"
 )
 
-// testResolver answers the look-ups of `api webhook set` in this package's
-// tests; any other name does not exist. No test depends on real DNS.
-type testResolver map[string][]string
-
-func (r testResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
-	addrs, ok := r[host]
-	if !ok {
-		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-	}
-	var out []netip.Addr
-	for _, a := range addrs {
-		out = append(out, netip.MustParseAddr(a))
-	}
-	return out, nil
-}
-
+// The look-ups of `api webhook set` in this package's tests: no test
+// depends on real DNS.
 func init() {
-	resolver = testResolver{
+	resolver = dnstest.Resolver{
 		"hooks.example.com": {"93.184.216.34"},
 		"localhost":         {"127.0.0.1", "::1"},
 		"metadata.test":     {"100.100.100.200"},
