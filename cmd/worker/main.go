@@ -196,7 +196,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		WebhookPerEndpoint:   env.Int("WEBHOOK_ENDPOINT_CONCURRENCY", jobs.DefaultWebhookEndpointConcurrency),
 		WebhookAllowInsecure: env.Bool("WEBHOOK_ALLOW_INSECURE", false),
 		WebhookAllowPrivate:  env.Bool("WEBHOOK_ALLOW_PRIVATE", false),
-		WebhookSecretKeys:    env.WebhookSecretKeys(),
+		WebhookSecretKeys:    webhook.SecretKeysFromEnv(env),
 	}
 	log := cli.Logger(env, stderr, "worker")
 

@@ -18,7 +18,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/labelkit/labels/postgres"
-	"github.com/labelkit/labels/webhook"
 )
 
 // Env reads typed values from a getenv function and remembers the first bad one.
@@ -222,18 +221,6 @@ func (e *Env) Database() Database {
 	d := Database{URL: e.DatabaseURL(), DirectURL: e.Getenv("DATABASE_DIRECT_URL")}
 	d.Pooled = e.Bool("DATABASE_POOLED", d.DirectURL != "")
 	return d
-}
-
-// WebhookSecretKeys reads the keys that seal the webhook signing secrets
-// stored in PostgreSQL: WEBHOOK_SECRET_KEY, WEBHOOK_SECRET_KEY_OLD (the key
-// being rotated away from) and WEBHOOK_ALLOW_UNSEALED. The api seals what it
-// stores and the worker opens it to sign, so both read the same three.
-func (e *Env) WebhookSecretKeys() webhook.SecretKeys {
-	return webhook.SecretKeys{
-		Key:           e.String("WEBHOOK_SECRET_KEY", ""),
-		Old:           e.String("WEBHOOK_SECRET_KEY_OLD", ""),
-		AllowUnsealed: e.Bool("WEBHOOK_ALLOW_UNSEALED", false),
-	}
 }
 
 // Endpoints ends a binary's start-up checks: it refuses a bad value read

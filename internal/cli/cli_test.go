@@ -15,8 +15,6 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
-
-	"github.com/labelkit/labels/webhook"
 )
 
 // A *_BATCH of 0 turns the shared statements off; any other value is the
@@ -77,21 +75,6 @@ func TestDatabase(t *testing.T) {
 	_, ok = Endpoints("x", e, func() error { return nil }, Database{URL: "::bad"}, &errb)
 	require.False(t, ok)
 	require.True(t, strings.HasPrefix(errb.String(), "x: DATABASE_URL: "), errb.String())
-}
-
-// The api and the worker read the same three webhook key variables; a bad
-// WEBHOOK_ALLOW_UNSEALED is remembered like any other bad value.
-func TestWebhookSecretKeys(t *testing.T) {
-	env := map[string]string{"WEBHOOK_SECRET_KEY": "new", "WEBHOOK_SECRET_KEY_OLD": "old", "WEBHOOK_ALLOW_UNSEALED": "true"}
-	e := &Env{Getenv: func(k string) string { return env[k] }}
-	require.Equal(t, webhook.SecretKeys{Key: "new", Old: "old", AllowUnsealed: true}, e.WebhookSecretKeys())
-	require.NoError(t, e.Err)
-
-	e = &Env{Getenv: func(string) string { return "" }}
-	require.Equal(t, webhook.SecretKeys{}, e.WebhookSecretKeys())
-	e = &Env{Getenv: func(k string) string { return map[string]string{"WEBHOOK_ALLOW_UNSEALED": "perhaps"}[k] }}
-	e.WebhookSecretKeys()
-	require.ErrorContains(t, e.Err, "WEBHOOK_ALLOW_UNSEALED")
 }
 
 // operations.md: on SIGTERM or SIGINT a binary stops taking new work. The
