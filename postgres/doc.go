@@ -39,7 +39,8 @@
 //
 // [GetStoreStats] reads the figures of the store gauges (package metrics):
 // the pending intents and the outbox, and, for their counts only, river_job
-// and package reconcile's reconcile_runs.
+// and package reconcile's reconcile_runs; [GetWebhookStats] those of the
+// webhook gauges (the oldest undelivered event, the disabled endpoints).
 //
 // Every time written to or compared with these rows is the database's:
 // the statements use now() (the transaction's start), never a time a process
