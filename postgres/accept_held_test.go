@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -30,7 +29,7 @@ func TestAcceptWaitsForNoHeldRow(t *testing.T) {
 	}, postgres.AcceptOpts{})
 	require.NoError(t, err)
 
-	holder := holdingSession(t, pool)
+	holder, _ := dbtest.HoldingSession(t, pool.Config().ConnString())
 	for _, sql := range []string{
 		`UPDATE idempotency_keys SET locked_until = now() + interval '1 hour', lease_token = gen_random_uuid() WHERE idem_key = 'k1'`,
 		`DELETE FROM idempotency_keys WHERE idem_key = 'k2'`,
@@ -98,23 +97,6 @@ func withoutTimes(outs []postgres.AcceptOutcome) []postgres.AcceptOutcome {
 		outs[i].At = time.Time{}
 	}
 	return outs
-}
-
-// holdingSession returns a connection of its own with an open transaction,
-// rolled back when t ends; it waits for nothing and is never timed out.
-func holdingSession(t *testing.T, pool *pgxpool.Pool) *pgx.Conn {
-	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	for _, sql := range []string{
-		"SET idle_in_transaction_session_timeout = 0", "SET statement_timeout = 0", "SET lock_timeout = 0", "BEGIN",
-	} {
-		_, err := conn.Exec(ctx, sql)
-		require.NoError(t, err)
-	}
-	return conn
 }
 
 // waitUntil polls a query of one boolean until it is true.
