@@ -133,11 +133,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		WebhookAllowInsecure:   env.Bool("WEBHOOK_ALLOW_INSECURE", false),
 		WebhookAllowPrivate:    env.Bool("WEBHOOK_ALLOW_PRIVATE", false),
 		WebhookRotationOverlap: env.Duration("WEBHOOK_ROTATION_OVERLAP", webhook.DefaultRotationOverlap),
-		WebhookSecretKeys: webhook.SecretKeys{
-			Key:           env.String("WEBHOOK_SECRET_KEY", ""),
-			Old:           env.String("WEBHOOK_SECRET_KEY_OLD", ""),
-			AllowUnsealed: env.Bool("WEBHOOK_ALLOW_UNSEALED", false),
-		},
+		WebhookSecretKeys:      webhook.SecretKeysFromEnv(env),
 	}
 	log := cli.Logger(env, stderr, "api")
 

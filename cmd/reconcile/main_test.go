@@ -24,6 +24,7 @@ import (
 
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/carrier/sim"
+	"github.com/labelkit/labels/internal/testutil/clitest"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/reconcile"
 )
@@ -84,7 +85,7 @@ type result struct {
 
 func runCmd(env map[string]string, args ...string) result {
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), append([]string{"reconcile"}, args...), func(k string) string { return env[k] }, &stdout, &stderr)
+	code := run(context.Background(), append([]string{"reconcile"}, args...), clitest.Env(env), &stdout, &stderr)
 	return result{code, stdout.String(), stderr.String()}
 }
 

@@ -196,11 +196,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		WebhookPerEndpoint:   env.Int("WEBHOOK_ENDPOINT_CONCURRENCY", jobs.DefaultWebhookEndpointConcurrency),
 		WebhookAllowInsecure: env.Bool("WEBHOOK_ALLOW_INSECURE", false),
 		WebhookAllowPrivate:  env.Bool("WEBHOOK_ALLOW_PRIVATE", false),
-		WebhookSecretKeys: webhook.SecretKeys{
-			Key:           env.String("WEBHOOK_SECRET_KEY", ""),
-			Old:           env.String("WEBHOOK_SECRET_KEY_OLD", ""),
-			AllowUnsealed: env.Bool("WEBHOOK_ALLOW_UNSEALED", false),
-		},
+		WebhookSecretKeys:    webhook.SecretKeysFromEnv(env),
 	}
 	log := cli.Logger(env, stderr, "worker")
 
