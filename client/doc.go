@@ -1,4 +1,9 @@
 // Package client is the Go SDK for the label service's HTTP API (docs/api.md).
+// It is a module of its own, github.com/labelkit/labels/client, that needs
+// only the standard library and Go 1.22; its versions are the repository's
+// tags client/vX.Y.Z ("go get github.com/labelkit/labels/client@latest").
+// The wire types ([Parcel], [Label], [LabelRequest], [Problem]) are its own.
+//
 // It exists so that a caller gets idempotency right without thinking about it:
 // the seed's first failure is a client that mints a new key on every retry
 // attempt, and each such attempt looks like a new request, so a retried

@@ -8,15 +8,13 @@ import (
 	"net/http"
 	"net/url"
 	"time"
-
-	"github.com/labelkit/labels"
 )
 
 // GetLabel returns the caller's label by id (GET /v1/labels/{label_id}), with
 // its document when the carrier named one. A label that is not the caller's
 // is a [*ProblemError] matching [ErrNotFound].
-func (c *Client) GetLabel(ctx context.Context, labelID string) (*labels.Label, error) {
-	var l labels.Label
+func (c *Client) GetLabel(ctx context.Context, labelID string) (*Label, error) {
+	var l Label
 	if err := c.read(ctx, "/v1/labels/"+url.PathEscape(labelID), &l); err != nil {
 		return nil, err
 	}
@@ -29,7 +27,7 @@ func (c *Client) GetLabel(ctx context.Context, labelID string) (*labels.Label, e
 // GetLabelRequest returns the caller's label request by id (GET
 // /v1/label-requests/{id}): pending, or final with its label or its saved
 // problem. Unlike CreateLabel it does not wait.
-func (c *Client) GetLabelRequest(ctx context.Context, requestID string) (*labels.LabelRequest, error) {
+func (c *Client) GetLabelRequest(ctx context.Context, requestID string) (*LabelRequest, error) {
 	return c.readRequest(ctx, "/v1/label-requests/"+url.PathEscape(requestID))
 }
 
@@ -37,15 +35,15 @@ func (c *Client) GetLabelRequest(ctx context.Context, requestID string) (*labels
 // (GET /v1/label-requests?idempotency_key=K), e.g. to learn what became of a
 // key after a crash; [DeriveKey] gives a parcel's. No request under the key is
 // a [*ProblemError] matching [ErrNotFound].
-func (c *Client) FindByKey(ctx context.Context, key string) (*labels.LabelRequest, error) {
+func (c *Client) FindByKey(ctx context.Context, key string) (*LabelRequest, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}
 	return c.readRequest(ctx, "/v1/label-requests?idempotency_key="+url.QueryEscape(key))
 }
 
-func (c *Client) readRequest(ctx context.Context, path string) (*labels.LabelRequest, error) {
-	var lr labels.LabelRequest
+func (c *Client) readRequest(ctx context.Context, path string) (*LabelRequest, error) {
+	var lr LabelRequest
 	if err := c.read(ctx, path, &lr); err != nil {
 		return nil, err
 	}
