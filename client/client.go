@@ -308,6 +308,12 @@ type answer struct {
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body []byte, header http.Header, timeout time.Duration) answer {
+	return c.doLimit(ctx, method, path, body, header, timeout, maxAnswer)
+}
+
+// doLimit is do reading at most limit bytes of the answer; a longer one is
+// an error that is not retried.
+func (c *Client) doLimit(ctx context.Context, method, path string, body []byte, header http.Header, timeout time.Duration, limit int64) answer {
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var rd io.Reader
@@ -320,16 +326,21 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, heade
 	}
 	req.Header = header
 	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Accept", "application/json, application/problem+json")
+	if req.Header.Get("Accept") == "" {
+		req.Header.Set("Accept", "application/json, application/problem+json")
+	}
 	resp, err := c.httpClient.Do(req)
 	if err != nil {
 		return answer{err: err}
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		// The reply was cut: as good as lost.
 		return answer{err: fmt.Errorf("reading the answer to %s %s: %w", method, path, err)}
+	}
+	if int64(len(b)) > limit {
+		return answer{err: fmt.Errorf("the answer to %s %s is over %d bytes", method, path, limit), fatal: true}
 	}
 	return answer{
 		status:     resp.StatusCode,
