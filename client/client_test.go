@@ -481,3 +481,58 @@ func TestIsTemporary(t *testing.T) {
 		}
 	}
 }
+
+// LabelDocument: the document's bytes, type and ETag; If-None-Match sent
+// and a 304 read as NotModified; a 502 carrier_unavailable retried after its
+// Retry-After; a 404 final; a document over the bound refused, not retried.
+func TestLabelDocument(t *testing.T) {
+	t.Parallel()
+	pdf := []byte("%PDF-1.4 a label\n%%EOF\n")
+	serve := func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("If-None-Match") == `"v1"` {
+			w.Header().Set("ETag", `"v1"`)
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		w.Header().Set("Content-Type", "application/pdf")
+		w.Header().Set("ETag", `"v1"`)
+		_, _ = w.Write(pdf)
+	}
+	c, rec := script(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		if n == 1 {
+			writeProblem(w, 502, CodeCarrierUnavailable, "Retry-After", "2")
+			return
+		}
+		serve(w, r)
+	})
+	doc, err := c.LabelDocument(context.Background(), "lbl 1", "")
+	require.NoError(t, err)
+	require.Equal(t, &DocumentFile{ContentType: "application/pdf", ETag: `"v1"`, Data: pdf}, doc)
+	require.Equal(t, []time.Duration{2 * time.Second}, rec.Sleeps(), "the carrier's trouble is retried after Retry-After")
+	for _, r := range rec.Requests() {
+		require.Equal(t, http.MethodGet, r.Method)
+		require.Equal(t, "/v1/labels/lbl%201/document", r.URL.EscapedPath())
+		require.Equal(t, "Bearer lk_test", r.Header.Get("Authorization"))
+		require.Equal(t, "*/*", r.Header.Get("Accept"))
+		require.Equal(t, "", r.Header.Get("If-None-Match"))
+	}
+
+	same, err := c.LabelDocument(context.Background(), "lbl 1", doc.ETag)
+	require.NoError(t, err)
+	require.Equal(t, &DocumentFile{ETag: `"v1"`, NotModified: true}, same)
+	reqs := rec.Requests()
+	require.Equal(t, `"v1"`, reqs[len(reqs)-1].Header.Get("If-None-Match"))
+
+	missing, rec404 := script(t, inTurn(func(w http.ResponseWriter) { writeProblem(w, 404, CodeNotFound) }))
+	_, err = missing.LabelDocument(context.Background(), "lbl_x", "")
+	require.ErrorIs(t, err, ErrNotFound)
+	require.Len(t, rec404.Requests(), 1, "a 404 is final")
+
+	huge, recHuge := script(t, inTurn(func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/pdf")
+		_, _ = w.Write(make([]byte, maxDocument+1))
+	}))
+	_, err = huge.LabelDocument(context.Background(), "lbl_big", "")
+	require.ErrorContains(t, err, "over")
+	require.Len(t, recHuge.Requests(), 1, "an answer over the bound is not retried")
+}

@@ -86,7 +86,9 @@
 // # Reading
 //
 // [Client.GetLabel] reads a label by id, with the printable document the
-// carrier named (Label.Document: where to fetch it, its media type and size).
+// carrier named (Label.Document: its media type and size), and
+// [Client.LabelDocument] fetches that document through the API with the
+// caller's token (a 502 carrier_unavailable there is transient, and retried).
 // [Client.GetLabelRequest] reads a label request by id and [Client.FindByKey]
 // by idempotency key, without waiting: pending, or final with the label or
 // the saved problem. Reads change nothing, so they retry what is transient
