@@ -1,7 +1,6 @@
 package sdk_test
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"strconv"
@@ -55,8 +54,14 @@ func TestLabelDocument(t *testing.T) {
 
 	// The headers as a plain HTTP caller sees them, HEAD and GET.
 	path := "/v1/labels/" + label.LabelID + "/document"
+	api := &stacktest.Stack{T: t, URL: s.URL}
+	send := func(method, token string, headers ...string) (int, http.Header, []byte) {
+		t.Helper()
+		r := api.Do(method, path, token, nil, headers...)
+		return r.Status, r.Header, r.Body
+	}
 	for _, method := range []string{http.MethodHead, http.MethodGet} {
-		status, h, body := send(t, s, method, path, tok, "")
+		status, h, body := send(method, tok)
 		require.Equal(t, http.StatusOK, status, method)
 		require.Equal(t, "application/pdf", h.Get("Content-Type"), method)
 		require.Equal(t, strconv.FormatInt(label.Document.SizeBytes, 10), h.Get("Content-Length"), method)
@@ -68,12 +73,12 @@ func TestLabelDocument(t *testing.T) {
 		}
 	}
 	for _, inm := range []string{doc.ETag, `"other", ` + doc.ETag, "W/" + doc.ETag, "*"} {
-		status, h, body := send(t, s, http.MethodGet, path, tok, inm)
+		status, h, body := send(http.MethodGet, tok, "If-None-Match", inm)
 		require.Equal(t, http.StatusNotModified, status, inm)
 		require.Equal(t, doc.ETag, h.Get("ETag"), inm)
 		require.Empty(t, body, inm)
 	}
-	status, _, _ := send(t, s, http.MethodGet, path, tok, `"other"`)
+	status, _, _ := send(http.MethodGet, tok, "If-None-Match", `"other"`)
 	require.Equal(t, http.StatusOK, status)
 
 	// Another caller's label is a label that does not exist.
@@ -82,7 +87,7 @@ func TestLabelDocument(t *testing.T) {
 	_, err = c.LabelDocument(ctx(t), "lbl_nope", "")
 	unknown := requireNotFound(t, err)
 	require.Equal(t, unknown.Problem, other.Problem, "the same 404")
-	status, _, _ = send(t, s, http.MethodGet, path, "", "")
+	status, _, _ = send(http.MethodGet, "")
 	require.Equal(t, http.StatusUnauthorized, status)
 
 	// A label whose carrier named no document has none to fetch.
@@ -96,7 +101,7 @@ func TestLabelDocument(t *testing.T) {
 	// The carrier down: 502 carrier_unavailable with Retry-After, which the
 	// client retries within its bounds, then returns.
 	s.StopCarrier()
-	status, h, _ := send(t, s, http.MethodGet, path, tok, "")
+	status, h, _ := send(http.MethodGet, tok)
 	require.Equal(t, http.StatusBadGateway, status)
 	require.Equal(t, "1", h.Get("Retry-After"))
 	_, err = newClient(s, tok, client.WithMaxAttempts(2)).LabelDocument(ctx(t), label.LabelID, "")
@@ -113,24 +118,4 @@ func requireNotFound(t *testing.T, err error) *client.ProblemError {
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, http.StatusNotFound, pe.Problem.Status)
 	return pe
-}
-
-// send makes one request to the stack's API with the bearer token (none
-// when empty) and If-None-Match (none when empty).
-func send(t *testing.T, s *stacktest.SimStack, method, path, token, ifNoneMatch string) (int, http.Header, []byte) {
-	t.Helper()
-	req, err := http.NewRequestWithContext(context.Background(), method, s.URL+path, nil)
-	require.NoError(t, err)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	if ifNoneMatch != "" {
-		req.Header.Set("If-None-Match", ifNoneMatch)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, resp.Header, body
 }
