@@ -45,7 +45,7 @@ func (d *demo) document(ctx context.Context) error {
 	case etag == "":
 		return fmt.Errorf("no ETag")
 	}
-	d.say.Say("%s bytes of PDF that print tracking number %s.", thousands(len(r.body)), label.TrackingNo)
+	d.say.Say("%d bytes of PDF that print tracking number %s.", len(r.body), label.TrackingNo)
 
 	headers := []header{{"If-None-Match", etag}}
 	d.say.Request(http.MethodGet, path, append(d.auth(), headers...), nil)
