@@ -16,6 +16,7 @@ import (
 
 	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/accept"
+	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/notify"
 	"github.com/labelkit/labels/postgres"
@@ -52,6 +53,12 @@ type Deps struct {
 	// time.After as a held request's deadline: for tests, which drive both.
 	WaitSweepTicks <-chan time.Time
 	WaitAfter      func(time.Duration) <-chan time.Time
+	// Carrier serves the label documents of GET
+	// /v1/labels/{label_id}/document (CARRIER_URL, CARRIER_TOKEN), each
+	// fetch bounded by CarrierTimeout (0: carrier.DefaultTimeout). Nil: that
+	// endpoint answers 502 carrier_unavailable.
+	Carrier        *carrier.Client
+	CarrierTimeout time.Duration
 	// Ready answers /readyz: nil when the requests can be served (nil
 	// Ready: a ping of the pool). A *migrations.BehindError is answered
 	// with its message, which names `api migrate`.
@@ -73,6 +80,9 @@ func NewServer(deps Deps) http.Handler {
 		deps.Metrics = metrics.New(metrics.API)
 	}
 	deps.Opts = deps.Opts.WithDefaults()
+	if deps.CarrierTimeout <= 0 {
+		deps.CarrierTimeout = carrier.DefaultTimeout
+	}
 	s := &Server{deps: deps, tokens: &tokenCache{ttl: time.Minute, m: map[string]tokenEntry{}}, limiter: newLimiter(deps.RateLimit), waiters: newWaiters(deps)}
 	if deps.Listener != nil {
 		deps.Listener.Watch(notify.ChannelFinal, s.waiters.notified)

@@ -23,6 +23,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/rs/zerolog"
 
+	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/idempotency"
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/metrics"
@@ -30,10 +31,12 @@ import (
 	"github.com/labelkit/labels/outbox"
 )
 
+// DefaultCarrierTimeout is CARRIER_TIMEOUT's default, the API's too.
+const DefaultCarrierTimeout = carrier.DefaultTimeout
+
 // Defaults of [Config]: a zero field takes its default (Config.WithDefaults),
 // and cmd/worker reads its environment with them.
 const (
-	DefaultCarrierTimeout     = 20 * time.Second // CARRIER_TIMEOUT
 	DefaultLeaseDuration      = 30 * time.Second // LEASE_DURATION
 	DefaultConcurrency        = 100              // WORKER_CONCURRENCY
 	DefaultMaxAttempts        = 20               // MAX_ATTEMPTS

@@ -108,6 +108,7 @@ func (d *demo) run(ctx context.Context) error {
 		d.create,
 		d.poll,
 		d.webhook,
+		d.document,
 		d.replay,
 		d.reuse,
 		d.carrierView,
