@@ -129,19 +129,16 @@ func runVoid(ctx context.Context, args []string, getenv func(string) string, std
 		var pgErr *pgconn.PgError
 		switch {
 		case errors.Is(err, reconcile.ErrNoRun):
-			fmt.Fprintf(stderr, "reconcile void: no run %d is saved\n", cfg.RunID)
+			err = fmt.Errorf("no run %d is saved", cfg.RunID)
 		case errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703"):
-			log.Error().Err(err).Msg("void failed (is the database migrated? run: api migrate)")
-		default:
-			log.Error().Err(err).Msg("void failed")
+			err = fmt.Errorf("%w (is the database migrated? run: api migrate)", err)
 		}
-		return exitError
+		return fail(stderr, "reconcile void", err)
 	}
 	log.Debug().Int64("run_id", rep.RunID).Str("category", rep.Category).Bool("dry_run", rep.DryRun).
 		Interface("counts", rep.Counts).Msg("void done")
 	if err := writeVoidReport(cfg, rep, stdout); err != nil {
-		log.Error().Err(err).Msg("writing the void report failed (the voids are recorded)")
-		return exitError
+		return fail(stderr, "reconcile void", fmt.Errorf("the voids are recorded, but writing their report failed: %w", err))
 	}
 	return rep.ExitCode()
 }
