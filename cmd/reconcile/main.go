@@ -237,7 +237,7 @@ func reconcileOnce(ctx context.Context, cfg Config, stdout, stderr io.Writer, lo
 	}
 	log.Debug().Int64("run_id", rep.RunID).Strs("period", rep.Period).Int("lines", rep.LinesRead).
 		Int("discrepancies", rep.Discrepancies()).Interface("counts", rep.Counts).
-		Dur("took", time.Since(started)).Msg("reconcile run saved")
+		Dur("duration_ms", time.Since(started)).Msg("reconcile run saved")
 
 	if err := writeReport(ctx, cfg, rep, stdout); err != nil {
 		return 0, fmt.Errorf("run %d is saved, but writing its report failed: %w", rep.RunID, err)

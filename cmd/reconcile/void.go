@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"strconv"
 	"time"
@@ -13,10 +12,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/rs/zerolog"
 
 	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/reconcile"
+	"github.com/labelkit/labels/worker"
 )
 
 // defaultVoidWait bounds how long `reconcile void` waits for the outcomes: a
@@ -124,7 +125,7 @@ func runVoid(ctx context.Context, args []string, getenv func(string) string, std
 	}, func(context.CancelFunc) { os.Exit(exitError) })
 	defer stop()
 
-	rep, err := voidOnce(ctx, cfg)
+	rep, err := voidOnce(ctx, cfg, log)
 	if err != nil {
 		var pgErr *pgconn.PgError
 		switch {
@@ -143,16 +144,14 @@ func runVoid(ctx context.Context, args []string, getenv func(string) string, std
 	return rep.ExitCode()
 }
 
-func voidOnce(ctx context.Context, cfg VoidConfig) (*reconcile.VoidReport, error) {
+func voidOnce(ctx context.Context, cfg VoidConfig, log zerolog.Logger) (*reconcile.VoidReport, error) {
 	pool, err := cfg.openPool(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer pool.Close()
 	// An insert-only River client: the workers run the jobs.
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Logger: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: worker.NewRiverLogger(log)})
 	if err != nil {
 		return nil, err
 	}
