@@ -12,7 +12,7 @@ import (
 // logger, so that they come out as every other line of the process: the
 // logger's own fields and `time`, the record's `level` and `message`, its
 // attributes as fields (a group's named "group.key"; a duration's "key_ms",
-// in milliseconds). Records below min, or below the logger's level, are
+// in milliseconds; an error named "err", River's name, as "error"). Records below min, or below the logger's level, are
 // dropped.
 type SlogHandler struct {
 	log    zerolog.Logger
@@ -81,6 +81,9 @@ func addAttr(ev *zerolog.Event, prefix string, a slog.Attr) {
 	}
 	v := a.Value.Resolve()
 	key := prefix + a.Key
+	if key == "err" { // River's name (for an error or its text) for what every other line calls error
+		key = zerolog.ErrorFieldName
+	}
 	switch v.Kind() {
 	case slog.KindGroup:
 		if a.Key != "" {
