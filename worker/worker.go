@@ -10,7 +10,6 @@ package worker
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -249,8 +248,9 @@ func New(cfg Config) (*Worker, error) {
 		RetryPolicy: &jobs.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax},
 		// Finished jobs are kept as long as the keys they completed.
 		CompletedJobRetentionPeriod: cfg.KeyRetention,
-		// River's warnings and errors, on the process's logger.
-		Logger:   slog.New(NewSlogHandler(cfg.Log, slog.LevelWarn)),
+		// River's warnings and errors (everything at LOG_LEVEL=debug), on
+		// the process's logger.
+		Logger:   NewRiverLogger(cfg.Log),
 		TestOnly: cfg.TestOnly,
 		Hooks:    []rivertype.Hook{started},
 	})

@@ -359,7 +359,7 @@ func work(ctx context.Context, cfg Config, db postgres.Endpoints, periodic []*ri
 		case <-time.After(2 * time.Second):
 		}
 	}
-	log.Info().Int("concurrency", cfg.Concurrency).Dur("lease", cfg.LeaseDuration).Dur("carrier_timeout", cfg.CarrierTimeout).Msg("worker started")
+	log.Info().Int("concurrency", cfg.Concurrency).Dur("lease_ms", cfg.LeaseDuration).Dur("carrier_timeout_ms", cfg.CarrierTimeout).Msg("worker started")
 	if err := cfg.webhookSecretKey.CanStore(); err != nil {
 		log.Warn().Err(err).Msg("no webhook delivery can be signed until WEBHOOK_SECRET_KEY is set")
 	}
