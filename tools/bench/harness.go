@@ -125,9 +125,6 @@ func (h *harness) phases(ctx context.Context) error {
 	if h.cfg.has(PhaseStore) {
 		step(PhaseStore, h.store)
 	}
-	if h.cfg.has(PhaseReconcile) && h.cfg.ReconcileLines > 0 {
-		step(PhaseReconcile, h.reconcile)
-	}
 	if ctx.Err() != nil {
 		errs = append(errs, ctx.Err())
 	}
