@@ -29,8 +29,8 @@ const (
 	replayBase = 100_000_000_000
 )
 
-// scratchPrefix starts the name of every database the bench creates (the
-// reconciliation's too); scratch.Drop drops no other.
+// scratchPrefix starts the name of every database the bench creates;
+// scratch.Drop drops no other.
 const scratchPrefix = "labels_bench_"
 
 // callerName is the caller every request is sent as.
