@@ -33,31 +33,24 @@ func Chart(path string, r *Results) error {
 		ticks = append(ticks, plot.Tick{Value: float64(c), Label: strconv.Itoa(c)})
 		xmin, xmax = math.Min(xmin, float64(c)), math.Max(xmax, float64(c))
 	}
-	axisX := func(p *plot.Plot) {
+	// Each plot's legend is drawn below it (see the end), where it covers
+	// neither the data nor the axes' ticks.
+	newPlot := func(title, yLabel string) (*plot.Plot, plot.Legend) {
+		p := plot.New()
+		p.Title.Text, p.Y.Label.Text = title, yLabel
 		p.X.Label.Text = "concurrency (clients)"
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = ticks
 		p.X.Min, p.X.Max = xmin/1.4, xmax*1.4
+		l := plot.NewLegend()
+		l.Top, l.Left = true, true
+		return p, l
 	}
-
-	thr := plot.New()
-	thr.Title.Text = "Throughput"
-	thr.Y.Label.Text = "per second"
-	axisX(thr)
+	thr, thrLegend := newPlot("Throughput", "per second")
 	thr.Y.Min = 0
-	// The legends are drawn below their plots (see the end), where they
-	// cover neither the data nor the axes' ticks.
-	thrLegend := plot.NewLegend()
-	thrLegend.Top, thrLegend.Left = true, true
-
-	lat := plot.New()
-	lat.Title.Text = "Latency"
-	lat.Y.Label.Text = "ms (log scale)"
-	axisX(lat)
+	lat, latLegend := newPlot("Latency", "ms (log scale)")
 	lat.Y.Scale = plot.LogScale{}
 	lat.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-	latLegend := plot.NewLegend()
-	latLegend.Top, latLegend.Left = true, true
 
 	var ceil series
 	for _, c := range r.Ceiling {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -190,23 +189,18 @@ func readPgbenchLogs(prefix string) ([]int64, error) {
 	}
 	var out []int64
 	for _, f := range files {
-		fh, err := os.Open(f)
+		b, err := os.ReadFile(f)
 		if err != nil {
 			return nil, err
 		}
-		sc := bufio.NewScanner(fh)
-		for sc.Scan() {
-			fields := strings.Fields(sc.Text())
-			if len(fields) < 3 {
-				continue
+		for _, line := range strings.Split(string(b), "\n") {
+			// Lines whose third field is "failed" or "skipped" are left out.
+			if fields := strings.Fields(line); len(fields) >= 3 {
+				if us, err := strconv.ParseInt(fields[2], 10, 64); err == nil {
+					out = append(out, us*1000)
+				}
 			}
-			us, err := strconv.ParseInt(fields[2], 10, 64)
-			if err != nil {
-				continue // "failed" or "skipped"
-			}
-			out = append(out, us*1000)
 		}
-		fh.Close()
 	}
 	return out, nil
 }
