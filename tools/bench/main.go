@@ -235,15 +235,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cfg.ReplaySizes, errs[1] = list("replay-sizes", *sizes, strconv.Atoi)
 	}
 	cfg.SimLatencies, errs[2] = list("sim-latencies", *lats, time.ParseDuration)
+	cfg.Phases, _ = list("phases", *phases, func(p string) (string, error) { return p, nil })
 	if err := errors.Join(errs[:]...); err != nil {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return 2
-	}
-	cfg.Phases = nil
-	for _, p := range strings.Split(*phases, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			cfg.Phases = append(cfg.Phases, p)
-		}
 	}
 	if cfg.Out == "" {
 		root, err := proc.ModuleRoot()

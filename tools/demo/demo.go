@@ -9,7 +9,6 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"net/url"
 	"reflect"
 	"strings"
 	"time"
@@ -446,22 +445,18 @@ func (d *demo) auth() []header {
 
 // do sends a request to the API with the caller's token.
 func (d *demo) do(ctx context.Context, method, path string, headers []header, body []byte) (*response, error) {
-	u, err := url.JoinPath(d.apiURL, path)
-	if err != nil {
-		return nil, err
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
+	return d.send(ctx, method, d.apiURL+path, append(headers, header{"Authorization", "Bearer " + d.token}), body)
+}
+
+// send sends a request and reads the whole answer.
+func (d *demo) send(ctx context.Context, method, url string, headers []header, body []byte) (*response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	for _, h := range headers {
 		req.Header.Set(h.name, h.value)
 	}
-	req.Header.Set("Authorization", "Bearer "+d.token)
-	return d.send(req)
-}
-
-func (d *demo) send(req *http.Request) (*response, error) {
 	resp, err := d.http.Do(req)
 	if err != nil {
 		return nil, err

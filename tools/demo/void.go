@@ -190,10 +190,5 @@ func (d *demo) carrierPost(ctx context.Context, path, body string) error {
 
 // carrier sends a request to the simulator.
 func (d *demo) carrier(ctx context.Context, method, path, body string) (*response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, d.carrierURL+path, strings.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	return d.send(req)
+	return d.send(ctx, method, d.carrierURL+path, []header{{"Content-Type", "application/json"}}, []byte(body))
 }
