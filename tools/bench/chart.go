@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"image/color"
 	"math"
@@ -133,15 +134,11 @@ func Chart(path string, r *Results) error {
 		}}
 		l.Draw(band)
 	}
-	f, err := os.Create(path)
-	if err != nil {
+	var png bytes.Buffer
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(&png); err != nil {
 		return err
 	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return os.WriteFile(path, png.Bytes(), 0o644)
 }
 
 // ChartTitle names what the chart shows, when and where it was measured:

@@ -153,8 +153,7 @@ func (c *Config) Validate() error {
 		return errors.New("--concurrency: at least one")
 	case c.Out == "":
 		return errors.New("--out: a directory is needed")
-	}
-	if !slices.IsSorted(c.ReplaySizes) {
+	case !slices.IsSorted(c.ReplaySizes):
 		return errors.New("--replay-sizes: give them in increasing order")
 	}
 	for _, p := range c.Phases {

@@ -141,9 +141,6 @@ func (h *harness) pgbenchOnce(ctx context.Context, spec pgbenchSpec) (r PgbenchR
 	stop := h.meter(ctx)
 	err = cmd.Run()
 	r.CPU, r.DB = stop()
-	if spec.PerClient > 0 {
-		secs = 0
-	}
 	wall := time.Since(began).Seconds()
 	r.CPU.Client = 0 // the harness only waited
 	if cmd.ProcessState != nil && wall > 0 {
@@ -166,7 +163,7 @@ func (h *harness) pgbenchOnce(ctx context.Context, spec pgbenchSpec) (r PgbenchR
 		r.Failed, _ = strconv.ParseInt(m[1], 10, 64)
 	}
 	r.Seconds = float64(secs)
-	if secs == 0 {
+	if spec.PerClient > 0 {
 		r.Seconds = round2(wall)
 	}
 	lat, err := readPgbenchLogs(prefix)
