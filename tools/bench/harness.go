@@ -168,7 +168,13 @@ func (h *harness) setup(ctx context.Context) error {
 	if h.token, err = h.fleet.AddCaller(ctx, callerName, nil); err != nil {
 		return err
 	}
-	if h.pool, err = scratch.Pool(ctx, h.dbURL, 4, "bench-harness"); err != nil {
+	pcfg, err := pgxpool.ParseConfig(h.dbURL)
+	if err != nil {
+		return err
+	}
+	pcfg.MaxConns = 4
+	pcfg.ConnConfig.RuntimeParams["application_name"] = "bench-harness"
+	if h.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
 		return err
 	}
 	if err := h.settings(ctx); err != nil {

@@ -232,7 +232,6 @@ type Store struct {
 	// it lives as long as the key (and longer).
 	IntentBytesPerRow float64 `json:"intent_bytes_per_row"`
 	Purge             Purge   `json:"purge"`
-	Error             string  `json:"error,omitempty"`
 }
 
 // Purge is the sweeper's statement run in a loop over the filled keys.

@@ -158,8 +158,7 @@ func (d *demo) database(ctx context.Context) error {
 func (d *demo) binaries(ctx context.Context) error {
 	d.say.Step("Binaries")
 	began := time.Now()
-	logf := func(string, ...any) {}
-	b, err := fleet.Binaries(ctx, d.cfg.BinDir, "", logf, "./cmd/api", "./cmd/worker", "./cmd/carrier", "./cmd/reconcile")
+	b, err := fleet.Binaries(ctx, d.cfg.BinDir, "", func(string, ...any) {}, "./cmd/api", "./cmd/worker", "./cmd/carrier", "./cmd/reconcile")
 	if err != nil {
 		return fmt.Errorf("the binaries: %w", err)
 	}
@@ -386,11 +385,11 @@ func (d *demo) stopAll(hurry context.Context) error {
 	d.say.Step("Stop everything (SIGTERM, last started first)")
 	stops := d.fleet.Stop(hurry)
 	for _, st := range stops {
+		msg := "stopped, exit 0"
 		if st.Err != nil {
-			d.say.Say("%-9s %v", st.Name, firstLine(st.Err))
-			continue
+			msg = firstLine(st.Err)
 		}
-		d.say.Say("%-9s stopped, exit 0", st.Name)
+		d.say.Say("%-9s %s", st.Name, msg)
 	}
 	return stops.Err()
 }
