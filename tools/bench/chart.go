@@ -90,17 +90,13 @@ func Chart(path string, r *Results) error {
 		if e.CreatesPerSec <= 0 {
 			continue
 		}
-		col := colE2E
-		if i > 0 {
-			col = colE2ESlow
-		}
 		s, err := plotter.NewScatter(plotter.XYs{{X: float64(e.Concurrency), Y: e.CreatesPerSec}})
 		if err != nil {
 			return err
 		}
-		s.GlyphStyle.Color = col
-		s.GlyphStyle.Radius = vg.Points(4)
-		s.GlyphStyle.Shape = draw.PyramidGlyph{}
+		// The first latency's point in red, the others' in orange.
+		col := []color.Color{colE2E, colE2ESlow}[min(i, 1)]
+		s.GlyphStyle.Color, s.GlyphStyle.Radius, s.GlyphStyle.Shape = col, vg.Points(4), draw.PyramidGlyph{}
 		thr.Add(s)
 		thrLegend.Add(fmt.Sprintf("end to end, sim %g ms: creates/s", e.SimLatencyMs), s)
 		ymax = math.Max(ymax, e.CreatesPerSec)
