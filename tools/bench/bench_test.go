@@ -43,7 +43,7 @@ func TestBenchTiny(t *testing.T) {
 		"--e2e-creates", "40", "--e2e-concurrency", "4", "--sim-latencies", "0s,20ms",
 		"--burst-replays", "40", "--burst-concurrency", "4",
 		"--replay-sizes", "200,1000", "--replay-rate", "100", "--replay-concurrency", "2",
-		"--purge-max", "20s", "--reconcile-lines", "0"}
+		"--purge-max", "20s"}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
@@ -189,10 +189,6 @@ func TestBenchTiny(t *testing.T) {
 	require.InDelta(t, r.Store.BytesPerRecord, r.Store.HeapPerRecord+r.Store.IndexPerRecord+r.Store.ToastPerRecord, 1)
 	require.EqualValues(t, 1000, r.Store.Purge.Deleted)
 	require.True(t, r.Store.Purge.Complete)
-
-	// The reconciliation phase runs another package's benchmark (see
-	// TestReconcileOutput); --reconcile-lines 0 leaves it out here.
-	require.Nil(t, r.Reconcile)
 
 	// The bar names every check it could make.
 	names := map[string]bool{}
@@ -347,16 +343,6 @@ func TestCPULine(t *testing.T) {
 	busy, steal = parseCPULine("intr 1 2 3")
 	require.Zero(t, busy)
 	require.Zero(t, steal)
-}
-
-// TestReconcileOutput reads the figure out of what go test -bench prints.
-func TestReconcileOutput(t *testing.T) {
-	t.Parallel()
-	out := "goos: linux\nBenchmarkReconcile-2   \t       1\t62863079090 ns/op\t     15908 lines/s\n--- BENCH: BenchmarkReconcile-2\nPASS\n"
-	m := reconcileLinesPerSec.FindStringSubmatch(out)
-	require.NotNil(t, m)
-	require.Equal(t, "62863079090", m[1])
-	require.Equal(t, "15908", m[2])
 }
 
 // TestReplayBodyMatchesFill checks that a replayed request is the request

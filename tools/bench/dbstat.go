@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,15 +17,14 @@ type dbMark struct {
 }
 
 // dbWatch reads the counters of one database and samples what its busy
-// backends wait on, over one load.
+// backends wait on, over one load. Only the sampling goroutine writes counts
+// and samples; finish reads them after it has ended (done).
 type dbWatch struct {
-	url, dbName string
-
+	dbName  string
 	conn    *pgx.Conn
 	start   dbMark
 	stop    chan struct{}
 	done    chan struct{}
-	mu      sync.Mutex
 	counts  map[string]float64
 	samples int
 }
@@ -37,7 +35,7 @@ func watchDB(ctx context.Context, url, dbName string) (*dbWatch, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &dbWatch{url: url, dbName: dbName, conn: conn, stop: make(chan struct{}), done: make(chan struct{}), counts: map[string]float64{}}
+	w := &dbWatch{dbName: dbName, conn: conn, stop: make(chan struct{}), done: make(chan struct{}), counts: map[string]float64{}}
 	if w.start, err = w.mark(ctx); err != nil {
 		conn.Close(ctx)
 		return nil, err
@@ -79,20 +77,14 @@ func (w *dbWatch) sample(ctx context.Context) {
 		if err != nil {
 			return
 		}
-		local := map[string]float64{}
 		for rows.Next() {
 			var state, typ, ev string
 			if rows.Scan(&state, &typ, &ev) == nil {
-				local[waitName(state, typ, ev)]++
+				w.counts[waitName(state, typ, ev)]++
 			}
 		}
 		rows.Close()
-		w.mu.Lock()
-		for k, v := range local {
-			w.counts[k] += v
-		}
 		w.samples++
-		w.mu.Unlock()
 	}
 }
 
@@ -125,8 +117,6 @@ func (w *dbWatch) finish(ctx context.Context) DB {
 		Samples:   w.samples,
 	}
 	d.rates(end.at.Sub(w.start.at).Seconds())
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	d.Waits = topShares(w.counts, 0, 8)
 	return d
 }

@@ -29,8 +29,8 @@ const (
 	replayBase = 100_000_000_000
 )
 
-// scratchPrefix starts the name of every database the bench creates (the
-// reconciliation's too); scratch.Drop drops no other.
+// scratchPrefix starts the name of every database the bench creates;
+// scratch.Drop drops no other.
 const scratchPrefix = "labels_bench_"
 
 // callerName is the caller every request is sent as.
@@ -125,9 +125,6 @@ func (h *harness) phases(ctx context.Context) error {
 	if h.cfg.has(PhaseStore) {
 		step(PhaseStore, h.store)
 	}
-	if h.cfg.has(PhaseReconcile) && h.cfg.ReconcileLines > 0 {
-		step(PhaseReconcile, h.reconcile)
-	}
 	if ctx.Err() != nil {
 		errs = append(errs, ctx.Err())
 	}
@@ -171,7 +168,13 @@ func (h *harness) setup(ctx context.Context) error {
 	if h.token, err = h.fleet.AddCaller(ctx, callerName, nil); err != nil {
 		return err
 	}
-	if h.pool, err = scratch.Pool(ctx, h.dbURL, 4, "bench-harness"); err != nil {
+	pcfg, err := pgxpool.ParseConfig(h.dbURL)
+	if err != nil {
+		return err
+	}
+	pcfg.MaxConns = 4
+	pcfg.ConnConfig.RuntimeParams["application_name"] = "bench-harness"
+	if h.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
 		return err
 	}
 	if err := h.settings(ctx); err != nil {

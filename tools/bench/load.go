@@ -51,7 +51,6 @@ func parcelFor(order int64) labels.Parcel {
 		ShipTo: labels.Address{
 			Name:       "Customer " + strconv.FormatUint(h%100_000, 10),
 			Line1:      strconv.FormatUint(1+h%999, 10) + " Example Street",
-			Line2:      "",
 			City:       cities[h%uint64(len(cities))],
 			PostalCode: strconv.FormatUint(10_000+h%89_999, 10),
 			Country:    "DE",
@@ -155,22 +154,18 @@ func runLoad(ctx context.Context, spec loadSpec) LoadRun {
 				} else if began = time.Now(); began.After(end) {
 					return
 				}
+				// Count bounds the replays, or the new requests; not the repeats.
+				repeat := spec.ReplayN > 0 || (len(mine) > 0 && rng.Float64() < spec.RepeatShare)
+				if (spec.ReplayN > 0 || !repeat) && spec.Count > 0 && sent.Add(1) > spec.Count {
+					return
+				}
 				var order int64
-				repeat := false
 				switch {
 				case spec.ReplayN > 0:
-					if spec.Count > 0 && sent.Add(1) > spec.Count {
-						return
-					}
 					order = spec.ReplayFrom + rng.Int64N(spec.ReplayN)
-					repeat = true
-				case len(mine) > 0 && rng.Float64() < spec.RepeatShare:
+				case repeat:
 					order = mine[rng.IntN(len(mine))]
-					repeat = true
 				default:
-					if spec.Count > 0 && sent.Add(1) > spec.Count {
-						return
-					}
 					order = spec.NextOrder.Add(1)
 				}
 				status, err := post(ctx, client, spec.BaseURL, spec.Token, keyFor(order), bodyFor(order))

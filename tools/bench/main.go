@@ -60,13 +60,12 @@ and is stopped and deleted at the end.
 
 // Phases, in the order they run.
 const (
-	PhaseCeiling   = "ceiling"
-	PhaseAccept    = "accept"
-	PhaseLive      = "live"
-	PhaseE2E       = "e2e"
-	PhaseReplay    = "replay"
-	PhaseStore     = "store"
-	PhaseReconcile = "reconcile"
+	PhaseCeiling = "ceiling"
+	PhaseAccept  = "accept"
+	PhaseLive    = "live"
+	PhaseE2E     = "e2e"
+	PhaseReplay  = "replay"
+	PhaseStore   = "store"
 )
 
 // workerConcurrency is the worker's WORKER_CONCURRENCY: Little's law for
@@ -76,7 +75,7 @@ const (
 // docs/decisions.md).
 const workerConcurrency = 1000
 
-var allPhases = []string{PhaseCeiling, PhaseAccept, PhaseLive, PhaseE2E, PhaseReplay, PhaseStore, PhaseReconcile}
+var allPhases = []string{PhaseCeiling, PhaseAccept, PhaseLive, PhaseE2E, PhaseReplay, PhaseStore}
 
 // Loads is the part of the configuration that the results repeat as it is
 // (their setup).
@@ -101,17 +100,16 @@ type Loads struct {
 // Config is one run's configuration, read once in run.
 type Config struct {
 	Loads
-	Mode           string // full, quick or long
-	Out            string
-	ServerURL      string // empty: a private server
-	Duration       time.Duration
-	Warmup         time.Duration
-	SimLatencies   []time.Duration
-	ReplaySizes    []int
-	PurgeMax       time.Duration
-	ReconcileLines int
-	BinDir         string
-	Keep           bool
+	Mode         string // full, quick or long
+	Out          string
+	ServerURL    string // empty: a private server
+	Duration     time.Duration
+	Warmup       time.Duration
+	SimLatencies []time.Duration
+	ReplaySizes  []int
+	PurgeMax     time.Duration
+	BinDir       string
+	Keep         bool
 	// Command is what the report says was run.
 	Command string
 	// LogFunc receives progress lines; nil discards them.
@@ -134,7 +132,7 @@ func (c *Config) Validate() error {
 		{"e2e-rate", c.E2ERate, 0, 100_000}, {"burst-replays", float64(c.BurstReplays), 1, 1_000_000},
 		{"burst-concurrency", float64(c.BurstConcurrency), 1, 1000},
 		{"replay-concurrency", float64(c.ReplayConcurrency), 1, 1000}, {"replay-rate", c.ReplayRate, 1e-9, 100_000},
-		{"purge-max", c.PurgeMax.Seconds(), 1e-9, math.Inf(1)}, {"reconcile-lines", float64(c.ReconcileLines), 0, 20_000_000},
+		{"purge-max", c.PurgeMax.Seconds(), 1e-9, math.Inf(1)},
 	}
 	for _, n := range c.Concurrency {
 		bounds = append(bounds, bound{"concurrency", float64(n), 1, 1000})
@@ -155,8 +153,7 @@ func (c *Config) Validate() error {
 		return errors.New("--concurrency: at least one")
 	case c.Out == "":
 		return errors.New("--out: a directory is needed")
-	}
-	if !slices.IsSorted(c.ReplaySizes) {
+	case !slices.IsSorted(c.ReplaySizes):
 		return errors.New("--replay-sizes: give them in increasing order")
 	}
 	for _, p := range c.Phases {
@@ -199,7 +196,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.IntVar(&cfg.ReplayConcurrency, "replay-concurrency", 8, "clients of the replay runs")
 	fs.Float64Var(&cfg.ReplayRate, "replay-rate", 400, "replays per second of the paced replay run, whose p50/p99 are held to\n\tthe bar (the seed's average create rate, all of it replays)")
 	fs.DurationVar(&cfg.PurgeMax, "purge-max", 20*time.Second, "longest the purge measurement runs (--quick 5s)")
-	fs.IntVar(&cfg.ReconcileLines, "reconcile-lines", 200_000, "lines of the reconciliation benchmark (--long 1000000; --quick 10000;\n\t0 skips it)")
 	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run (live is the accept with the pipeline live)")
 	fs.StringVar(&cfg.BinDir, "bin", "", "DIR of prebuilt binaries (api, worker, carrier) instead of building them")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the database (and the private server's directory)")
@@ -217,12 +213,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case *quick:
 		cfg.Mode = "quick"
 		for name, apply := range map[string]func(){
-			"duration":        func() { cfg.Duration = 3 * time.Second },
-			"rounds":          func() { cfg.Rounds = 1 },
-			"e2e-creates":     func() { cfg.E2ECreates = 300 },
-			"burst-replays":   func() { cfg.BurstReplays = 300 },
-			"purge-max":       func() { cfg.PurgeMax = 5 * time.Second },
-			"reconcile-lines": func() { cfg.ReconcileLines = 10_000 },
+			"duration":      func() { cfg.Duration = 3 * time.Second },
+			"rounds":        func() { cfg.Rounds = 1 },
+			"e2e-creates":   func() { cfg.E2ECreates = 300 },
+			"burst-replays": func() { cfg.BurstReplays = 300 },
+			"purge-max":     func() { cfg.PurgeMax = 5 * time.Second },
 		} {
 			if !set[name] {
 				apply()
@@ -232,9 +227,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case *long:
 		cfg.Mode = "long"
 		cfg.ReplaySizes = []int{10_000, 1_000_000, 10_000_000}
-		if !set["reconcile-lines"] {
-			cfg.ReconcileLines = 1_000_000
-		}
 	}
 	var errs [3]error
 	cfg.Concurrency, errs[0] = list("concurrency", *conc, strconv.Atoi)
@@ -242,15 +234,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cfg.ReplaySizes, errs[1] = list("replay-sizes", *sizes, strconv.Atoi)
 	}
 	cfg.SimLatencies, errs[2] = list("sim-latencies", *lats, time.ParseDuration)
+	cfg.Phases, _ = list("phases", *phases, func(p string) (string, error) { return p, nil })
 	if err := errors.Join(errs[:]...); err != nil {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return 2
-	}
-	cfg.Phases = nil
-	for _, p := range strings.Split(*phases, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			cfg.Phases = append(cfg.Phases, p)
-		}
 	}
 	if cfg.Out == "" {
 		root, err := proc.ModuleRoot()

@@ -48,15 +48,7 @@ func (m *cpuMeter) read() cpuReading {
 		}
 		f.Close()
 	}
-	if m.api > 0 {
-		r.api = processCPU(m.api, false)
-	}
-	if m.worker > 0 {
-		r.worker = processCPU(m.worker, false)
-	}
-	if m.carrier > 0 {
-		r.carrier = processCPU(m.carrier, false)
-	}
+	r.api, r.worker, r.carrier = processCPU(m.api, false), processCPU(m.worker, false), processCPU(m.carrier, false)
 	if m.postmaster > 0 {
 		r.postgres = treeCPU(m.postmaster)
 	}
@@ -109,10 +101,10 @@ func procStat(pid int) []string {
 }
 
 // processCPU is utime + stime of pid in seconds (with children, also of its
-// reaped children); 0 when the process is gone.
+// reaped children); 0 when the process is gone or pid is 0.
 func processCPU(pid int, children bool) float64 {
 	f := procStat(pid)
-	if f == nil {
+	if pid <= 0 || f == nil {
 		return 0
 	}
 	sum := atof(f[11]) + atof(f[12])

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -142,9 +141,6 @@ func (h *harness) pgbenchOnce(ctx context.Context, spec pgbenchSpec) (r PgbenchR
 	stop := h.meter(ctx)
 	err = cmd.Run()
 	r.CPU, r.DB = stop()
-	if spec.PerClient > 0 {
-		secs = 0
-	}
 	wall := time.Since(began).Seconds()
 	r.CPU.Client = 0 // the harness only waited
 	if cmd.ProcessState != nil && wall > 0 {
@@ -167,7 +163,7 @@ func (h *harness) pgbenchOnce(ctx context.Context, spec pgbenchSpec) (r PgbenchR
 		r.Failed, _ = strconv.ParseInt(m[1], 10, 64)
 	}
 	r.Seconds = float64(secs)
-	if secs == 0 {
+	if spec.PerClient > 0 {
 		r.Seconds = round2(wall)
 	}
 	lat, err := readPgbenchLogs(prefix)
@@ -190,23 +186,18 @@ func readPgbenchLogs(prefix string) ([]int64, error) {
 	}
 	var out []int64
 	for _, f := range files {
-		fh, err := os.Open(f)
+		b, err := os.ReadFile(f)
 		if err != nil {
 			return nil, err
 		}
-		sc := bufio.NewScanner(fh)
-		for sc.Scan() {
-			fields := strings.Fields(sc.Text())
-			if len(fields) < 3 {
-				continue
+		for _, line := range strings.Split(string(b), "\n") {
+			// Lines whose third field is "failed" or "skipped" are left out.
+			if fields := strings.Fields(line); len(fields) >= 3 {
+				if us, err := strconv.ParseInt(fields[2], 10, 64); err == nil {
+					out = append(out, us*1000)
+				}
 			}
-			us, err := strconv.ParseInt(fields[2], 10, 64)
-			if err != nil {
-				continue // "failed" or "skipped"
-			}
-			out = append(out, us*1000)
 		}
-		fh.Close()
 	}
 	return out, nil
 }
@@ -219,12 +210,9 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, " | ")
 }
 
-// pgbenchVersion is what pgbench --version prints.
+// pgbenchVersion is what pgbench --version prints ("" when it cannot run).
 func pgbenchVersion(path string) string {
-	out, err := exec.Command(path, "--version").Output()
-	if err != nil {
-		return ""
-	}
+	out, _ := exec.Command(path, "--version").Output()
 	return strings.TrimSpace(string(out))
 }
 

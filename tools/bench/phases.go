@@ -378,22 +378,15 @@ func (h *harness) replays(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("filling %d keys: %w", n, err))
 			break
 		}
-		for _, paced := range []bool{false, true} {
-			spec := loadSpec{
-				Name: "replay", BaseURL: h.apiURL, Token: h.token, Concurrency: h.cfg.ReplayConcurrency,
-				Warmup: h.cfg.Warmup, Duration: h.cfg.Duration, ReplayFrom: replayBase, ReplayN: int64(n),
-			}
-			if paced {
-				spec.Name, spec.Rate = "replay (paced)", h.cfg.ReplayRate
-			}
-			load := h.measured(ctx, spec)
-			if paced {
-				r.Paced = load
-			} else {
-				r.Load = load
-			}
-			if load.Errors > 0 {
-				errs = append(errs, fmt.Errorf("%s with %d keys: %d errors, first: %s", spec.Name, n, load.Errors, load.FirstError))
+		for _, l := range []struct {
+			run  *LoadRun
+			name string
+			rate float64
+		}{{&r.Load, "replay", 0}, {&r.Paced, "replay (paced)", h.cfg.ReplayRate}} {
+			*l.run = h.measured(ctx, loadSpec{Name: l.name, BaseURL: h.apiURL, Token: h.token, Concurrency: h.cfg.ReplayConcurrency,
+				Warmup: h.cfg.Warmup, Duration: h.cfg.Duration, ReplayFrom: replayBase, ReplayN: int64(n), Rate: l.rate})
+			if l.run.Errors > 0 {
+				errs = append(errs, fmt.Errorf("%s with %d keys: %d errors, first: %s", l.name, n, l.run.Errors, l.run.FirstError))
 			}
 		}
 		h.res.Replays = append(h.res.Replays, r)

@@ -24,11 +24,10 @@ import (
 // with a few billing errors of every kind, against a database holding the
 // labels, intents and completed keys behind it. What is timed is
 // reconcile.Run: reading the CSV, COPY, the matching, and saving the run and
-// every item. It reports lines/s. It needs a whole system, a database with a
-// day of labels and the carrier's invoice for it, and is the figure of the
-// bench's reconcile phase (reconcile.go), which runs it as a subprocess:
+// every item. It reports lines/s. It needs a database with a day of labels
+// and the carrier's invoice for it (docs/reconcile.md, *How fast*):
 //
-//	go -C tools test ./bench -run '^$' -bench BenchmarkReconcile -benchtime 1x -timeout 30m
+//	go -C tools test ./bench -run '^$' -bench BenchmarkReconcile -benchtime 1x -timeout 60m
 func BenchmarkReconcile(b *testing.B) {
 	n := 1_000_000
 	if v := os.Getenv("RECONCILE_BENCH_LINES"); v != "" {

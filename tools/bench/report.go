@@ -270,20 +270,14 @@ func Markdown(r *Results) string {
 		}
 		p("\n")
 	}
-	if r.Store != nil || r.Reconcile != nil {
-		p("**The store and the batch jobs**\n\n")
-		th("| bytes per key record (heap · indexes · TOAST) | purge keys/s (batch 1000, with tombstones) | reconciliation lines/s |", 0)
-		cells := []string{"–", "–", "–"}
-		if s := r.Store; s != nil {
-			cells[0] = fmt.Sprintf("%s (%s · %s · %s) at %s records", f0(s.BytesPerRecord), f0(s.HeapPerRecord), f0(s.IndexPerRecord), f0(s.ToastPerRecord), count(int(s.Rows)))
-			if s.Purge.Deleted > 0 {
-				cells[1] = fmt.Sprintf("%s (%s keys in %s s)", f0(s.Purge.KeysPerSec), count(int(s.Purge.Deleted)), f1(s.Purge.Seconds))
-			}
+	if s := r.Store; s != nil {
+		p("**The store**\n\n")
+		th("| bytes per key record (heap · indexes · TOAST) | purge keys/s (batch 1000, with tombstones) |", 0)
+		purge := "–"
+		if s.Purge.Deleted > 0 {
+			purge = fmt.Sprintf("%s (%s keys in %s s)", f0(s.Purge.KeysPerSec), count(int(s.Purge.Deleted)), f1(s.Purge.Seconds))
 		}
-		if c := r.Reconcile; c != nil && c.LinesPerSec > 0 {
-			cells[2] = fmt.Sprintf("%s (%s lines in %s s)", f0(c.LinesPerSec), count(c.Lines), f1(c.Seconds))
-		}
-		p("| %s |\n\n", strings.Join(cells, " | "))
+		p("| %s (%s · %s · %s) at %s records | %s |\n\n", f0(s.BytesPerRecord), f0(s.HeapPerRecord), f0(s.IndexPerRecord), f0(s.ToastPerRecord), count(int(s.Rows)), purge)
 	}
 	if len(r.Bar) > 0 {
 		p("**The bar**\n\n| check | measured | bar | | conditions |\n| --- | ---: | ---: | --- | --- |\n")

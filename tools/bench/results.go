@@ -22,7 +22,6 @@ type Results struct {
 	EndToEnd   []E2ERun    `json:"end_to_end"`
 	Replays    []ReplayRun `json:"replays"`
 	Store      *Store      `json:"store,omitempty"`
-	Reconcile  *Reconcile  `json:"reconcile,omitempty"`
 
 	// Bar is the bar (report.go), checked against this run's own figures.
 	Bar []Check `json:"bar"`
@@ -233,7 +232,6 @@ type Store struct {
 	// it lives as long as the key (and longer).
 	IntentBytesPerRow float64 `json:"intent_bytes_per_row"`
 	Purge             Purge   `json:"purge"`
-	Error             string  `json:"error,omitempty"`
 }
 
 // Purge is the sweeper's statement run in a loop over the filled keys.
@@ -246,16 +244,6 @@ type Purge struct {
 	BatchP99Ms float64 `json:"batch_p99_ms"`
 	Complete   bool    `json:"complete"` // every filled key was purged before --purge-max
 	Error      string  `json:"error,omitempty"`
-}
-
-// Reconcile is BenchmarkReconcile's figure (reconcile_bench_test.go).
-type Reconcile struct {
-	Lines       int     `json:"lines"`
-	LinesPerSec float64 `json:"lines_per_sec"`
-	Seconds     float64 `json:"seconds"` // the reconciliation itself
-	Command     string  `json:"command"`
-	Output      string  `json:"output,omitempty"`
-	Error       string  `json:"error,omitempty"`
 }
 
 // Check is one line of the bar.

@@ -9,7 +9,6 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"net/url"
 	"reflect"
 	"strings"
 	"time"
@@ -160,8 +159,7 @@ func (d *demo) database(ctx context.Context) error {
 func (d *demo) binaries(ctx context.Context) error {
 	d.say.Step("Binaries")
 	began := time.Now()
-	logf := func(string, ...any) {}
-	b, err := fleet.Binaries(ctx, d.cfg.BinDir, "", logf, "./cmd/api", "./cmd/worker", "./cmd/carrier", "./cmd/reconcile")
+	b, err := fleet.Binaries(ctx, d.cfg.BinDir, "", func(string, ...any) {}, "./cmd/api", "./cmd/worker", "./cmd/carrier", "./cmd/reconcile")
 	if err != nil {
 		return fmt.Errorf("the binaries: %w", err)
 	}
@@ -388,11 +386,11 @@ func (d *demo) stopAll(hurry context.Context) error {
 	d.say.Step("Stop everything (SIGTERM, last started first)")
 	stops := d.fleet.Stop(hurry)
 	for _, st := range stops {
+		msg := "stopped, exit 0"
 		if st.Err != nil {
-			d.say.Say("%-9s %v", st.Name, firstLine(st.Err))
-			continue
+			msg = firstLine(st.Err)
 		}
-		d.say.Say("%-9s stopped, exit 0", st.Name)
+		d.say.Say("%-9s %s", st.Name, msg)
 	}
 	return stops.Err()
 }
@@ -447,22 +445,18 @@ func (d *demo) auth() []header {
 
 // do sends a request to the API with the caller's token.
 func (d *demo) do(ctx context.Context, method, path string, headers []header, body []byte) (*response, error) {
-	u, err := url.JoinPath(d.apiURL, path)
-	if err != nil {
-		return nil, err
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
+	return d.send(ctx, method, d.apiURL+path, append(headers, header{"Authorization", "Bearer " + d.token}), body)
+}
+
+// send sends a request and reads the whole answer.
+func (d *demo) send(ctx context.Context, method, url string, headers []header, body []byte) (*response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	for _, h := range headers {
 		req.Header.Set(h.name, h.value)
 	}
-	req.Header.Set("Authorization", "Bearer "+d.token)
-	return d.send(req)
-}
-
-func (d *demo) send(req *http.Request) (*response, error) {
 	resp, err := d.http.Do(req)
 	if err != nil {
 		return nil, err

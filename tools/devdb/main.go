@@ -39,10 +39,8 @@ func main() {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
 	}
-	var (
-		out string
-		err error
-	)
+	var out string
+	var err error
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	switch os.Args[1] {
