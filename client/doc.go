@@ -1,7 +1,8 @@
 // Package client is the Go SDK for the label service's HTTP API (docs/api.md).
 // It is a module of its own, github.com/labelkit/labels/client, that needs
 // only the standard library and Go 1.22; its versions are the repository's
-// tags client/vX.Y.Z ("go get github.com/labelkit/labels/client@latest").
+// tags that prefix the version with the folder, as Go requires for a nested
+// module ("go get github.com/labelkit/labels/client@latest").
 // The wire types ([Parcel], [Label], [LabelRequest], [Problem]) are its own.
 //
 // It exists so that a caller gets idempotency right without thinking about it:

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/carrier/sim"
 	"github.com/labelkit/labels/client"
 	"github.com/labelkit/labels/internal/proc"
@@ -32,7 +31,7 @@ func (d *demo) duplicate(ctx context.Context) error {
 	}
 	// The order's second parcel, asked for through the client package: it
 	// sends the derived key and waits for the outcome.
-	var parcel labels.Parcel
+	var parcel client.Parcel
 	if err := json.Unmarshal(labelBody(seedWeight), &parcel); err != nil {
 		return err
 	}
