@@ -1,0 +1,191 @@
+// Package tracing sets up OpenTelemetry tracing from the standard OTEL_*
+// environment variables and gives the rest of the project the few pieces it
+// needs: the wrappers of the HTTP server and clients (otelhttp), the pgx
+// tracer (otelpgx), River's middleware (otelriver), and the W3C traceparent
+// that carries a purchase's trace across the outbox.
+//
+// Tracing is off unless an OTLP endpoint is configured
+// (OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT), and
+// OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none turn it off again.
+// Off, no SDK provider is installed and every wrapper here returns what it
+// was given: the handler, the transport and the pool run as without this
+// package, the hot paths check [On] (one atomic load) before doing anything,
+// and no traceparent is stored or sent.
+package tracing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+
+	"github.com/exaring/otelpgx"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/riverqueue/rivercontrib/otelriver"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Name is the instrumentation scope of the project's own spans.
+const Name = "github.com/labelkit/labels"
+
+var on atomic.Bool
+
+// On says tracing is installed ([Setup] found an endpoint, or a test called
+// [Install]).
+func On() bool { return on.Load() }
+
+// Tracer is the project's tracer (a no-op one while tracing is off).
+func Tracer() trace.Tracer { return otel.Tracer(Name) }
+
+// propagator is W3C trace context: traceparent (and tracestate).
+var propagator = propagation.TraceContext{}
+
+// Enabled says what getenv asks for: tracing on when an OTLP endpoint is
+// configured, unless the SDK or the traces exporter is turned off.
+func Enabled(getenv func(string) string) bool {
+	if strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true") {
+		return false
+	}
+	if e := strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")); e != "" && e != "otlp" {
+		return false
+	}
+	return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+}
+
+// Setup installs tracing when getenv configures it ([Enabled]): an OTLP
+// exporter over HTTP/protobuf (its endpoint, headers, timeout and so on from
+// the OTEL_EXPORTER_OTLP_* variables, read by the exporter itself), a
+// batching tracer provider whose sampler is OTEL_TRACES_SAMPLER and
+// OTEL_TRACES_SAMPLER_ARG (default parentbased_always_on), and the resource
+// of OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES (service.name
+// defaultService when unset). It returns the shutdown that flushes the spans
+// still buffered; off, it installs nothing and the shutdown does nothing.
+// The process's environment must hold the variables: the exporter and the
+// SDK read them there.
+func Setup(ctx context.Context, getenv func(string) string, defaultService string) (func(context.Context) error, error) {
+	if !Enabled(getenv) {
+		return func(context.Context) error { return nil }, nil
+	}
+	for _, v := range []string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
+		if p := getenv(v); p != "" {
+			if p != "http/protobuf" {
+				return nil, fmt.Errorf("%s=%s: only http/protobuf is supported", v, p)
+			}
+			break
+		}
+	}
+	exp, err := otlptracehttp.New(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("otlp exporter: %w", err)
+	}
+	// Later detectors win: the environment's service name over the default.
+	res, err := resource.New(ctx, resource.WithAttributes(attribute.String("service.name", defaultService)),
+		resource.WithTelemetrySDK(), resource.WithFromEnv())
+	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
+		return nil, fmt.Errorf("otel resource: %w", err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	Install(tp)
+	return tp.Shutdown, nil
+}
+
+// Install makes tp the process's tracer provider, W3C trace context its
+// propagator, and turns [On] on: what [Setup] does with its provider, and
+// what a test does with one over an in-memory recorder. Clients, handlers
+// and pools built before it are not traced.
+func Install(tp trace.TracerProvider) {
+	otel.SetTracerProvider(tp)
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagator, propagation.Baggage{}))
+	on.Store(true)
+}
+
+// Handler wraps the API's handler in otelhttp's: a server span per request,
+// continuing the caller's traceparent. Off: h itself.
+func Handler(h http.Handler) http.Handler {
+	if !On() {
+		return h
+	}
+	return otelhttp.NewHandler(h, "http.server")
+}
+
+// Transport wraps an HTTP client's transport in otelhttp's: a client span
+// per call, and the traceparent header. Off: rt itself.
+func Transport(rt http.RoundTripper) http.RoundTripper {
+	if !On() {
+		return rt
+	}
+	return otelhttp.NewTransport(rt)
+}
+
+// Pool gives cfg's connections otelpgx's tracer: a span per statement run
+// inside a sampled span (none for River's polling and the like). Off: cfg
+// is left as it is.
+func Pool(cfg *pgxpool.Config) {
+	if On() && cfg.ConnConfig.Tracer == nil {
+		cfg.ConnConfig.Tracer = otelpgx.NewTracer(otelpgx.WithTrimSQLInSpanName())
+	}
+}
+
+// RiverMiddleware is River's middleware for a traced worker: a job's
+// traceparent (its metadata, set by the relay) becomes the parent of
+// otelriver's span of the job's work, so the job continues the trace of
+// the request that asked for it. Off: none.
+func RiverMiddleware() []rivertype.Middleware {
+	if !On() {
+		return nil
+	}
+	return []rivertype.Middleware{&jobParent{}, otelriver.NewMiddleware(nil)}
+}
+
+// Traceparent is the W3C traceparent of ctx's span: what is stored with an
+// intent or an event and sent with a job. "" while tracing is off or ctx
+// has no span.
+func Traceparent(ctx context.Context) string {
+	if !On() {
+		return ""
+	}
+	c := propagation.MapCarrier{}
+	propagator.Inject(ctx, c)
+	return c["traceparent"]
+}
+
+// SpanContext is the span context a traceparent names (invalid for "" or
+// a malformed one).
+func SpanContext(traceparent string) trace.SpanContext {
+	if traceparent == "" {
+		return trace.SpanContext{}
+	}
+	ctx := propagator.Extract(context.Background(), propagation.MapCarrier{"traceparent": traceparent})
+	return trace.SpanContextFromContext(ctx)
+}
+
+// WithParent is ctx with the remote span a traceparent names as the parent
+// of the spans started in it; ctx itself for an invalid one.
+func WithParent(ctx context.Context, traceparent string) context.Context {
+	if sc := SpanContext(traceparent); sc.IsValid() {
+		return trace.ContextWithRemoteSpanContext(ctx, sc)
+	}
+	return ctx
+}
+
+// TraceID is the trace id of ctx's span, for log lines; "" while tracing is
+// off or ctx has no span.
+func TraceID(ctx context.Context) string {
+	if !On() {
+		return ""
+	}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		return sc.TraceID().String()
+	}
+	return ""
+}
