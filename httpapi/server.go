@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/accept"
+	"github.com/labelkit/labels/internal/tracing"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/notify"
 	"github.com/labelkit/labels/postgres"
@@ -78,7 +80,7 @@ func NewServer(deps Deps) http.Handler {
 		deps.Listener.Watch(notify.ChannelFinal, s.waiters.notified)
 	}
 	s.accepter = accept.New(deps.Opts)
-	return s.routes()
+	return tracing.Handler(s.routes())
 }
 
 // reqInfo collects what the request log line and the metrics report.
@@ -143,6 +145,9 @@ func (s *Server) observe(route string, h http.HandlerFunc) http.HandlerFunc {
 		}
 		w.Header().Set("X-Request-Id", rid)
 		info := &reqInfo{route: route}
+		if tracing.On() && r.Pattern != "" {
+			trace.SpanFromContext(r.Context()).SetName(r.Pattern)
+		}
 		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, info))
 		sw := &statusWriter{ResponseWriter: w}
 		defer func() {
@@ -168,6 +173,9 @@ func (s *Server) observe(route string, h http.HandlerFunc) http.HandlerFunc {
 				ev = s.deps.Log.Error()
 			} else if info.err != nil {
 				ev = s.deps.Log.Warn()
+			}
+			if id := tracing.TraceID(r.Context()); id != "" {
+				ev = ev.Str("trace_id", id)
 			}
 			ev.Str("http_request_id", rid).Str("method", r.Method).Str("route", route).
 				Int("status", sw.status).Dur("duration", d).
