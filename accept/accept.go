@@ -25,7 +25,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/oklog/ulid/v2"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/carrier"
@@ -173,11 +172,8 @@ func Fingerprint(parcel labels.Parcel) ([]byte, error) {
 // With tracing on, the accept is a span, and what it stores carries its
 // traceparent (the relay continues the trace from there).
 func (a *Accepter) Accept(ctx context.Context, callerID, key string, parcel labels.Parcel) (*Decision, error) {
-	if tracing.On() {
-		var span trace.Span
-		ctx, span = tracing.Tracer().Start(ctx, "accept")
-		defer span.End()
-	}
+	ctx, span := tracing.Start(ctx, "accept")
+	defer span.End()
 	hash, err := Fingerprint(parcel)
 	if err != nil {
 		return nil, err
@@ -210,7 +206,7 @@ func (a *Accepter) Accept(ctx context.Context, callerID, key string, parcel labe
 		switch out.Result {
 		case postgres.AcceptStored:
 			if tracing.On() {
-				trace.SpanFromContext(ctx).SetAttributes(attribute.String("labels.request_id", row.Intent.RequestID))
+				span.SetAttributes(attribute.String("labels.request_id", row.Intent.RequestID))
 			}
 			stored(row, out.At)
 			a.opts.Notifier.Notify(notify.ChannelIntents, "")

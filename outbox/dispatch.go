@@ -7,7 +7,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/labelkit/labels/internal/tracing"
@@ -209,10 +208,7 @@ func startRelaySpans(ctx context.Context, ids []string, traceparents []*string) 
 // end ends the spans once the batch's transaction is over (err: it failed).
 func (r relaySpans) end(err error) {
 	for _, s := range r.spans {
-		if err != nil {
-			s.RecordError(err)
-			s.SetStatus(codes.Error, err.Error())
-		}
+		tracing.Fail(s, err)
 		s.End()
 	}
 }

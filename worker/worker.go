@@ -24,6 +24,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/labelkit/labels/idempotency"
+	"github.com/labelkit/labels/internal/tracing"
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/notify"
@@ -250,6 +251,9 @@ func New(cfg Config) (*Worker, error) {
 		Logger:   slog.New(NewSlogHandler(cfg.Log, slog.LevelWarn)),
 		TestOnly: cfg.TestOnly,
 		Hooks:    []rivertype.Hook{started},
+		// With tracing on: a job continues the trace of the request that
+		// asked for it (the traceparent in its metadata).
+		Middleware: tracing.RiverMiddleware(),
 	})
 	if err != nil {
 		return nil, err

@@ -166,6 +166,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 2
 	}
 
+	stopTracing, ok := cli.Tracing(ctx, "api", getenv, log, stderr)
+	if !ok {
+		return 2
+	}
+	defer stopTracing()
 	ctx, cancel := cli.ServiceContext(ctx, log)
 	defer cancel()
 	return serve(ctx, cfg, db, log)
