@@ -34,6 +34,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Name is the instrumentation scope of the project's own spans.
@@ -103,11 +104,19 @@ func Setup(ctx context.Context, getenv func(string) string, defaultService strin
 // Install makes tp the process's tracer provider, W3C trace context its
 // propagator, and turns [On] on: what [Setup] does with its provider, and
 // what a test does with one over an in-memory recorder. Clients, handlers
-// and pools built before it are not traced.
-func Install(tp trace.TracerProvider) {
+// and pools built before it are not traced. The function returned turns On
+// off again, with a no-op provider and the propagator that was there (for
+// tests).
+func Install(tp trace.TracerProvider) (restore func()) {
+	prevProp := otel.GetTextMapPropagator()
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagator, propagation.Baggage{}))
 	on.Store(true)
+	return func() {
+		on.Store(false)
+		otel.SetTracerProvider(noop.NewTracerProvider())
+		otel.SetTextMapPropagator(prevProp)
+	}
 }
 
 // Handler wraps the API's handler in otelhttp's: a server span per request,
