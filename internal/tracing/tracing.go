@@ -14,10 +14,13 @@
 package tracing
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -65,15 +68,16 @@ func Enabled(getenv func(string) string) bool {
 }
 
 // Setup installs tracing when getenv configures it ([Enabled]): an OTLP
-// exporter over HTTP/protobuf (its endpoint, headers, timeout and so on from
-// the OTEL_EXPORTER_OTLP_* variables, read by the exporter itself), a
-// batching tracer provider whose sampler is OTEL_TRACES_SAMPLER and
-// OTEL_TRACES_SAMPLER_ARG (default parentbased_always_on), and the resource
-// of OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES (service.name
-// defaultService when unset). It returns the shutdown that flushes the spans
-// still buffered; off, it installs nothing and the shutdown does nothing.
-// The process's environment must hold the variables: the exporter and the
-// SDK read them there.
+// exporter over HTTP/protobuf to OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (the
+// URL as it is) or OTEL_EXPORTER_OTLP_ENDPOINT (its /v1/traces), a batching
+// tracer provider sampling by OTEL_TRACES_SAMPLER and
+// OTEL_TRACES_SAMPLER_ARG (default parentbased_always_on), and service.name
+// OTEL_SERVICE_NAME (default defaultService). What the exporter and the SDK
+// read themselves comes from the process's environment: the headers,
+// timeout and TLS of OTEL_EXPORTER_OTLP_*, OTEL_BSP_*, and
+// OTEL_RESOURCE_ATTRIBUTES. It returns the shutdown that flushes the spans
+// still buffered and turns tracing off; off, it installs nothing and the
+// shutdown does nothing.
 func Setup(ctx context.Context, getenv func(string) string, defaultService string) (func(context.Context) error, error) {
 	if !Enabled(getenv) {
 		return func(context.Context) error { return nil }, nil
@@ -86,19 +90,67 @@ func Setup(ctx context.Context, getenv func(string) string, defaultService strin
 			break
 		}
 	}
-	exp, err := otlptracehttp.New(ctx)
+	endpoint := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+	if endpoint == "" {
+		endpoint = strings.TrimRight(getenv("OTEL_EXPORTER_OTLP_ENDPOINT"), "/") + "/v1/traces"
+	}
+	if u, err := url.Parse(endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("OTLP endpoint %q: want an http:// or https:// URL", endpoint)
+	}
+	sampler, err := samplerOf(getenv("OTEL_TRACES_SAMPLER"), getenv("OTEL_TRACES_SAMPLER_ARG"))
+	if err != nil {
+		return nil, err
+	}
+	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(endpoint))
 	if err != nil {
 		return nil, fmt.Errorf("otlp exporter: %w", err)
 	}
-	// Later detectors win: the environment's service name over the default.
-	res, err := resource.New(ctx, resource.WithAttributes(attribute.String("service.name", defaultService)),
-		resource.WithTelemetrySDK(), resource.WithFromEnv())
+	res, err := resource.New(ctx, resource.WithTelemetrySDK(), resource.WithFromEnv())
 	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
 		return nil, fmt.Errorf("otel resource: %w", err)
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	Install(tp)
-	return tp.Shutdown, nil
+	service := getenv("OTEL_SERVICE_NAME")
+	if v, ok := res.Set().Value("service.name"); service == "" && ok {
+		service = v.AsString()
+	}
+	res, err = resource.Merge(res, resource.NewSchemaless(attribute.String("service.name", cmp.Or(service, defaultService))))
+	if err != nil {
+		return nil, fmt.Errorf("otel resource: %w", err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res), sdktrace.WithSampler(sampler))
+	restore := Install(tp)
+	return func(ctx context.Context) error {
+		restore()
+		return tp.Shutdown(ctx)
+	}, nil
+}
+
+// samplerOf is the sampler OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG
+// name (the specification's values; the ratio defaults to 1).
+func samplerOf(name, arg string) (sdktrace.Sampler, error) {
+	ratio := 1.0
+	if arg != "" && strings.HasSuffix(name, "traceidratio") {
+		r, err := strconv.ParseFloat(arg, 64)
+		if err != nil || r < 0 || r > 1 {
+			return nil, fmt.Errorf("OTEL_TRACES_SAMPLER_ARG=%q: want a ratio from 0 to 1", arg)
+		}
+		ratio = r
+	}
+	switch name {
+	case "", "parentbased_always_on":
+		return sdktrace.ParentBased(sdktrace.AlwaysSample()), nil
+	case "parentbased_always_off":
+		return sdktrace.ParentBased(sdktrace.NeverSample()), nil
+	case "parentbased_traceidratio":
+		return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio)), nil
+	case "always_on":
+		return sdktrace.AlwaysSample(), nil
+	case "always_off":
+		return sdktrace.NeverSample(), nil
+	case "traceidratio":
+		return sdktrace.TraceIDRatioBased(ratio), nil
+	}
+	return nil, fmt.Errorf("OTEL_TRACES_SAMPLER=%q: want always_on, always_off, traceidratio or their parentbased_ forms", name)
 }
 
 // Install makes tp the process's tracer provider, W3C trace context its
