@@ -140,6 +140,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		},
 	}
 	log := cli.Logger(env, stderr, "api")
+	otel := cli.TracingEnv(env)
 
 	fs := flag.NewFlagSet("api", flag.ContinueOnError)
 	fs.StringVar(&cfg.Addr, "addr", cfg.Addr, "")
@@ -166,7 +167,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 2
 	}
 
-	stopTracing, ok := cli.Tracing(ctx, "api", getenv, log, stderr)
+	stopTracing, ok := cli.Tracing(ctx, "api", otel, log, stderr)
 	if !ok {
 		return 2
 	}

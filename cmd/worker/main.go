@@ -204,6 +204,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		},
 	}
 	log := cli.Logger(env, stderr, "worker")
+	otel := cli.TracingEnv(env)
 
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.StringVar(&cfg.Database.URL, "database-url", cfg.Database.URL, "")
@@ -228,7 +229,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		periodic = append(periodic, pj)
 	}
 
-	stopTracing, ok := cli.Tracing(ctx, "worker", getenv, log, stderr)
+	stopTracing, ok := cli.Tracing(ctx, "worker", otel, log, stderr)
 	if !ok {
 		return 2
 	}

@@ -11,8 +11,19 @@ import (
 	"github.com/labelkit/labels/internal/tracing"
 )
 
-// Tracing sets up OpenTelemetry tracing from the OTEL_* variables
-// (tracing.Setup; the service name defaults to labels-<name>) and returns
+// TracingEnv reads the OTEL_* variables tracing.Setup takes (tracing.Vars)
+// and returns them as its getenv: read with the configuration, so that
+// --help reads them too.
+func TracingEnv(e *Env) func(string) string {
+	vals := make(map[string]string, len(tracing.Vars))
+	for _, n := range tracing.Vars {
+		vals[n] = e.String(n, "")
+	}
+	return func(n string) string { return vals[n] }
+}
+
+// Tracing sets up OpenTelemetry tracing from getenv, which [TracingEnv]
+// returns (tracing.Setup; the service name defaults to labels-<name>) and returns
 // the function that flushes the spans still buffered, to call when the
 // service has stopped. ok is false, the reason written to stderr, when the
 // settings are wrong.

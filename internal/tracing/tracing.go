@@ -55,6 +55,14 @@ func Tracer() trace.Tracer { return otel.Tracer(Name) }
 // propagator is W3C trace context: traceparent (and tracestate).
 var propagator = propagation.TraceContext{}
 
+// Vars are the variables [Setup] reads through its getenv.
+var Vars = []string{
+	"OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER",
+	"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+	"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+	"OTEL_SERVICE_NAME", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG",
+}
+
 // Enabled says what getenv asks for: tracing on when an OTLP endpoint is
 // configured, unless the SDK or the traces exporter is turned off.
 func Enabled(getenv func(string) string) bool {
