@@ -180,12 +180,20 @@ func Install(tp trace.TracerProvider) (restore func()) {
 }
 
 // Handler wraps the API's handler in otelhttp's: a server span per request,
-// continuing the caller's traceparent. Off: h itself.
+// continuing the caller's traceparent, but for the probes and the scrapes
+// (/healthz, /readyz, /metrics), which would drown the traces. Off: h
+// itself.
 func Handler(h http.Handler) http.Handler {
 	if !On() {
 		return h
 	}
-	return otelhttp.NewHandler(h, "http.server")
+	return otelhttp.NewHandler(h, "http.server", otelhttp.WithFilter(func(r *http.Request) bool {
+		switch r.URL.Path {
+		case "/healthz", "/readyz", "/metrics":
+			return false
+		}
+		return true
+	}))
 }
 
 // Transport wraps an HTTP client's transport in otelhttp's: a client span
