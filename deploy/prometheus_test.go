@@ -1,0 +1,176 @@
+package deploy
+
+import (
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+)
+
+// runbookURL is where every alert's runbook_url points: a section of
+// docs/operations.md.
+const runbookURL = "https://github.com/labelkit/labels/blob/main/docs/operations.md#"
+
+// promtool returns the path of promtool, or skips the test when it is not
+// installed (`go tool task promtool` installs it; `go tool task test` does
+// first).
+func promtool(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool is not installed: `go tool task promtool` installs Debian's prometheus package (as root)")
+	}
+	return p
+}
+
+// promtool accepts the rules, and its unit tests (alerts_test.yaml) pass.
+func TestAlertRulesPassPromtool(t *testing.T) {
+	t.Parallel()
+	p := promtool(t)
+	for _, args := range [][]string{
+		{"check", "rules", "prometheus/alerts.yaml"},
+		{"test", "rules", "prometheus/alerts_test.yaml"},
+	} {
+		out, err := exec.Command(p, args...).CombinedOutput()
+		require.NoError(t, err, "promtool %s:\n%s", strings.Join(args, " "), out)
+		require.Contains(t, string(out), "SUCCESS", "promtool %s", strings.Join(args, " "))
+	}
+}
+
+// alertRule is one rule of alerts.yaml.
+type alertRule struct {
+	Alert       string            `yaml:"alert"`
+	Expr        string            `yaml:"expr"`
+	For         string            `yaml:"for"`
+	Labels      map[string]string `yaml:"labels"`
+	Annotations map[string]string `yaml:"annotations"`
+}
+
+func readAlertRules(t *testing.T) []alertRule {
+	t.Helper()
+	b, err := os.ReadFile("prometheus/alerts.yaml")
+	require.NoError(t, err)
+	var f struct {
+		Groups []struct {
+			Rules []alertRule `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	require.NoError(t, yaml.Unmarshal(b, &f))
+	var rules []alertRule
+	for _, g := range f.Groups {
+		rules = append(rules, g.Rules...)
+	}
+	require.NotEmpty(t, rules)
+	return rules
+}
+
+// headingAnchor is the anchor GitHub gives a Markdown heading: lower case,
+// punctuation other than - and _ dropped, spaces made hyphens.
+func headingAnchor(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(heading) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9':
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// runbookSections returns the anchors of every heading of docs/operations.md,
+// and those of the sections under "## Alerts and what to do".
+func runbookSections(t *testing.T) (all, alerts []string) {
+	t.Helper()
+	b, err := os.ReadFile("../docs/operations.md")
+	require.NoError(t, err)
+	heading := regexp.MustCompile(`^(#{2,4}) (.+)$`)
+	inAlerts := false
+	for line := range strings.SplitSeq(string(b), "\n") {
+		m := heading.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		a := headingAnchor(m[2])
+		all = append(all, a)
+		if m[1] == "##" {
+			inAlerts = a == "alerts-and-what-to-do"
+		} else if inAlerts && m[1] == "###" {
+			alerts = append(alerts, a)
+		}
+	}
+	require.NotEmpty(t, alerts, "docs/operations.md: no section under ## Alerts and what to do")
+	return all, alerts
+}
+
+// Every rule has a severity, a summary, a description and a runbook_url that
+// names a section of docs/operations.md that exists; every section of the
+// runbook's alerts has a rule that links it.
+func TestAlertRulesLinkTheRunbook(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "oldest-intent-growing", headingAnchor("Oldest intent growing"))
+	require.Equal(t, "prefer-wait-under-load", headingAnchor("Prefer: wait under load"))
+	all, alertSections := runbookSections(t)
+	linked := map[string]bool{}
+	names := map[string]bool{}
+	for _, r := range readAlertRules(t) {
+		require.NotEmpty(t, r.Alert, "a rule without an alert name: %q (only alerting rules here)", r.Expr)
+		require.False(t, names[r.Alert], "%s defined twice", r.Alert)
+		names[r.Alert] = true
+		require.Contains(t, []string{"critical", "warning", "info"}, r.Labels["severity"], "%s: severity", r.Alert)
+		require.NotEmpty(t, r.Annotations["summary"], "%s: summary", r.Alert)
+		require.NotEmpty(t, r.Annotations["description"], "%s: description", r.Alert)
+		u := r.Annotations["runbook_url"]
+		require.True(t, strings.HasPrefix(u, runbookURL), "%s: runbook_url %q is not a section of docs/operations.md", r.Alert, u)
+		anchor := strings.TrimPrefix(u, runbookURL)
+		require.Contains(t, all, anchor, "%s: runbook_url names #%s, which is no heading of docs/operations.md", r.Alert, anchor)
+		linked[anchor] = true
+	}
+	for _, s := range alertSections {
+		require.True(t, linked[s], "docs/operations.md#%s describes an alert that no rule of alerts.yaml links", s)
+	}
+}
+
+// Every alert has a unit test in which it fires and one in which, at some
+// evaluation, it does not.
+func TestEveryAlertIsTestedBothWays(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("prometheus/alerts_test.yaml")
+	require.NoError(t, err)
+	var f struct {
+		RuleFiles []string `yaml:"rule_files"`
+		Tests     []struct {
+			AlertRuleTest []struct {
+				Alertname string `yaml:"alertname"`
+				ExpAlerts []any  `yaml:"exp_alerts"`
+			} `yaml:"alert_rule_test"`
+		} `yaml:"tests"`
+	}
+	require.NoError(t, yaml.Unmarshal(b, &f))
+	require.Equal(t, []string{"alerts.yaml"}, f.RuleFiles)
+	fires, quiet := map[string]bool{}, map[string]bool{}
+	for _, tc := range f.Tests {
+		for _, a := range tc.AlertRuleTest {
+			if len(a.ExpAlerts) > 0 {
+				fires[a.Alertname] = true
+			} else {
+				quiet[a.Alertname] = true
+			}
+		}
+	}
+	var rules []string
+	for _, r := range readAlertRules(t) {
+		rules = append(rules, r.Alert)
+		require.True(t, fires[r.Alert], "alerts_test.yaml: no case fires %s", r.Alert)
+		require.True(t, quiet[r.Alert], "alerts_test.yaml: no case where %s stays quiet", r.Alert)
+	}
+	for a := range fires {
+		require.True(t, slices.Contains(rules, a), "alerts_test.yaml tests %s, which alerts.yaml does not define", a)
+	}
+}
