@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"regexp"
@@ -173,4 +174,90 @@ func TestEveryAlertIsTestedBothWays(t *testing.T) {
 	for a := range fires {
 		require.True(t, slices.Contains(rules, a), "alerts_test.yaml tests %s, which alerts.yaml does not define", a)
 	}
+}
+
+// section returns the lines of docs/operations.md under the heading "## title",
+// up to the next heading of that level.
+func section(t *testing.T, title string) []string {
+	t.Helper()
+	b, err := os.ReadFile("../docs/operations.md")
+	require.NoError(t, err)
+	var lines []string
+	in := false
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if strings.HasPrefix(line, "## ") {
+			in = line == "## "+title
+			continue
+		}
+		if in {
+			lines = append(lines, line)
+		}
+	}
+	require.NotEmpty(t, lines, "docs/operations.md: no section ## %s", title)
+	return lines
+}
+
+// tableAfter returns the cells of the rows of the Markdown table whose header
+// row is header.
+func tableAfter(t *testing.T, lines []string, header string) [][]string {
+	t.Helper()
+	i := slices.Index(lines, header)
+	require.NotEqual(t, -1, i, "no table %q", header)
+	var rows [][]string
+	for _, l := range lines[i+2:] {
+		if !strings.HasPrefix(l, "|") {
+			break
+		}
+		cells := strings.Split(strings.Trim(l, "|"), " | ")
+		for j := range cells {
+			cells[j] = strings.TrimSpace(cells[j])
+		}
+		rows = append(rows, cells)
+	}
+	return rows
+}
+
+// docs/operations.md lists every alert rule with its severity, its for and
+// its runbook section, and every panel of the dashboard under its row, in
+// the dashboard's order.
+func TestRunbookListsEveryRuleAndPanel(t *testing.T) {
+	t.Parallel()
+	lines := section(t, "Alert rules and the dashboard")
+
+	var want [][]string
+	for _, r := range readAlertRules(t) {
+		f := r.For
+		if f == "" {
+			f = "—"
+		}
+		anchor := strings.TrimPrefix(r.Annotations["runbook_url"], runbookURL)
+		want = append(want, []string{"`" + r.Alert + "`", r.Labels["severity"], f, "[" + anchor + "](#" + anchor + ")"})
+	}
+	require.Equal(t, want, tableAfter(t, lines, "| alert | severity | for | runbook |"))
+
+	b, err := os.ReadFile("grafana/labels.json")
+	require.NoError(t, err)
+	var d struct {
+		Panels []struct {
+			Type  string `json:"type"`
+			Title string `json:"title"`
+		} `json:"panels"`
+	}
+	require.NoError(t, json.Unmarshal(b, &d))
+	var panels, documented [][]string
+	row := ""
+	for _, p := range d.Panels {
+		if p.Type == "row" {
+			row = p.Title
+			continue
+		}
+		panels = append(panels, []string{row, p.Title})
+	}
+	require.NotEmpty(t, panels)
+	for _, cells := range tableAfter(t, lines, "| row | panel | what it shows |") {
+		require.Len(t, cells, 3)
+		require.NotEmpty(t, cells[2], "panel %q: what it shows", cells[1])
+		documented = append(documented, cells[:2])
+	}
+	require.Equal(t, panels, documented, "docs/operations.md's panel table against deploy/grafana/labels.json")
 }
