@@ -52,10 +52,17 @@ type alertRule struct {
 	Annotations map[string]string `yaml:"annotations"`
 }
 
+// readFile returns the content of path, failing the test if it cannot be read.
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return b
+}
+
 func readAlertRules(t *testing.T) []alertRule {
 	t.Helper()
-	b, err := os.ReadFile("prometheus/alerts.yaml")
-	require.NoError(t, err)
+	b := readFile(t, "prometheus/alerts.yaml")
 	var f struct {
 		Groups []struct {
 			Rules []alertRule `yaml:"rules"`
@@ -89,8 +96,7 @@ func headingAnchor(heading string) string {
 // and those of the sections under "## Alerts and what to do".
 func runbookSections(t *testing.T) (all, alerts []string) {
 	t.Helper()
-	b, err := os.ReadFile("../docs/operations.md")
-	require.NoError(t, err)
+	b := readFile(t, "../docs/operations.md")
 	heading := regexp.MustCompile(`^(#{2,4}) (.+)$`)
 	inAlerts := false
 	for line := range strings.SplitSeq(string(b), "\n") {
@@ -142,8 +148,7 @@ func TestAlertRulesLinkTheRunbook(t *testing.T) {
 // evaluation, it does not.
 func TestEveryAlertIsTestedBothWays(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("prometheus/alerts_test.yaml")
-	require.NoError(t, err)
+	b := readFile(t, "prometheus/alerts_test.yaml")
 	var f struct {
 		RuleFiles []string `yaml:"rule_files"`
 		Tests     []struct {
@@ -180,8 +185,7 @@ func TestEveryAlertIsTestedBothWays(t *testing.T) {
 // up to the next heading of that level.
 func section(t *testing.T, title string) []string {
 	t.Helper()
-	b, err := os.ReadFile("../docs/operations.md")
-	require.NoError(t, err)
+	b := readFile(t, "../docs/operations.md")
 	var lines []string
 	in := false
 	for line := range strings.SplitSeq(string(b), "\n") {
@@ -235,8 +239,7 @@ func TestRunbookListsEveryRuleAndPanel(t *testing.T) {
 	}
 	require.Equal(t, want, tableAfter(t, lines, "| alert | severity | for | runbook |"))
 
-	b, err := os.ReadFile("grafana/labels.json")
-	require.NoError(t, err)
+	b := readFile(t, "grafana/labels.json")
 	var d struct {
 		Panels []struct {
 			Type  string `json:"type"`
