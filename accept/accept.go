@@ -24,11 +24,13 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/oklog/ulid/v2"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/idempotency"
 	"github.com/labelkit/labels/internal/group"
+	"github.com/labelkit/labels/internal/tracing"
 	"github.com/labelkit/labels/notify"
 	"github.com/labelkit/labels/postgres"
 )
@@ -166,7 +168,12 @@ func Fingerprint(parcel labels.Parcel) ([]byte, error) {
 // Accept runs the algorithm for one validated request of callerID under key.
 // An error is the store's (the request was not carried out, unless a retry
 // finds it stored), or [ErrInProgress].
+//
+// With tracing on, the accept is a span, and what it stores carries its
+// traceparent (the relay continues the trace from there).
 func (a *Accepter) Accept(ctx context.Context, callerID, key string, parcel labels.Parcel) (*Decision, error) {
+	ctx, span := tracing.Start(ctx, "accept")
+	defer span.End()
 	hash, err := Fingerprint(parcel)
 	if err != nil {
 		return nil, err
@@ -186,6 +193,7 @@ func (a *Accepter) Accept(ctx context.Context, callerID, key string, parcel labe
 	// between: the accept starts over, once.
 	for range 2 {
 		row := a.row(callerID, key, parcel, hash)
+		row.Intent.Traceparent = tracing.Traceparent(ctx)
 		out, err := a.store(ctx, row)
 		if err != nil {
 			return nil, err
@@ -197,6 +205,9 @@ func (a *Accepter) Accept(ctx context.Context, callerID, key string, parcel labe
 		var d *Decision
 		switch out.Result {
 		case postgres.AcceptStored:
+			if tracing.On() {
+				span.SetAttributes(attribute.String("labels.request_id", row.Intent.RequestID))
+			}
 			stored(row, out.At)
 			a.opts.Notifier.Notify(notify.ChannelIntents, "")
 			d = &Decision{Outcome: Accepted, Intent: row.Intent}

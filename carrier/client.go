@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/labelkit/labels/internal/tracing"
 )
 
 // maxLabelBody bounds what we read of a purchase answer: a label is a few hundred
@@ -129,7 +131,7 @@ func defaultHTTPClient(inFlight int) *http.Client {
 	tr.MaxIdleConns = inFlight
 	tr.MaxIdleConnsPerHost = inFlight
 	return &http.Client{
-		Transport: tr,
+		Transport: tracing.Transport(tr), // with tracing on: a span per call, and traceparent
 		// A redirect is not part of the protocol; following one would turn the
 		// POST into a GET. Surface the 3xx instead, as an unknown outcome.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },

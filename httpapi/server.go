@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/accept"
 	"github.com/labelkit/labels/carrier"
+	"github.com/labelkit/labels/internal/tracing"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/notify"
 	"github.com/labelkit/labels/postgres"
@@ -88,7 +90,7 @@ func NewServer(deps Deps) http.Handler {
 		deps.Listener.Watch(notify.ChannelFinal, s.waiters.notified)
 	}
 	s.accepter = accept.New(deps.Opts)
-	return s.routes()
+	return tracing.Handler(s.routes())
 }
 
 // reqInfo collects what the request log line and the metrics report.
@@ -118,8 +120,12 @@ func infoFrom(r *http.Request) *reqInfo {
 // It is the one place the API adds per-request fields to its lines.
 func (s *Server) requestLog(r *http.Request) zerolog.Logger {
 	info := infoFrom(r)
-	return s.deps.Log.With().Str("http_request_id", info.httpID).Str("caller", info.callerID).
-		Str("key", info.key).Str("request_id", info.requestID).Logger()
+	c := s.deps.Log.With().Str("http_request_id", info.httpID).Str("caller", info.callerID).
+		Str("key", info.key).Str("request_id", info.requestID)
+	if id := tracing.TraceID(r.Context()); id != "" {
+		c = c.Str("trace_id", id)
+	}
+	return c.Logger()
 }
 
 func noteOutcome(r *http.Request, outcome string) {
@@ -164,6 +170,9 @@ func (s *Server) observe(route string, h http.HandlerFunc) http.HandlerFunc {
 		}
 		w.Header().Set("X-Request-Id", rid)
 		info := &reqInfo{route: route, httpID: rid}
+		if tracing.On() && r.Pattern != "" {
+			trace.SpanFromContext(r.Context()).SetName(r.Pattern)
+		}
 		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, info))
 		sw := &statusWriter{ResponseWriter: w}
 		defer func() {

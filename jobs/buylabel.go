@@ -11,10 +11,13 @@ import (
 	"github.com/oklog/ulid/v2"
 	"github.com/riverqueue/river"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/internal/group"
+	"github.com/labelkit/labels/internal/tracing"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/notify"
 	"github.com/labelkit/labels/postgres"
@@ -167,6 +170,7 @@ func (w *BuyLabelWorker) work(ctx context.Context, job *river.Job[BuyLabelArgs],
 	// cancellation so that shutdown or the job timeout never abandons it.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.CarrierTimeout)
 	callStart := time.Now()
+	cctx, span := tracing.Start(cctx, "carrier.buy", trace.WithSpanKind(trace.SpanKindClient))
 	bought, cerr := cfg.Carrier.Buy(cctx, in.CarrierKey, purchaseRequest(in))
 	cancel()
 	if cerr == nil {
@@ -175,6 +179,7 @@ func (w *BuyLabelWorker) work(ctx context.Context, job *river.Job[BuyLabelArgs],
 		cerr = carrier.CheckStatus(bought)
 	}
 	callOutcome := classify(bought, cerr)
+	endCarrierSpan(span, callOutcome, attempt, cerr)
 	cfg.Metrics.CarrierCalls.WithLabelValues(callOutcome).Inc()
 	cfg.Metrics.CarrierDuration.WithLabelValues(callOutcome).Observe(time.Since(callStart).Seconds())
 
@@ -220,6 +225,8 @@ func (w *BuyLabelWorker) work(ctx context.Context, job *river.Job[BuyLabelArgs],
 	// Transaction 2: the outcome commits with the label, only if the lease is still ours.
 	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.CarrierTimeout)
 	defer dcancel()
+	dctx, span = tracing.Start(dctx, "buy_label.complete")
+	defer span.End()
 	result, err := w.complete(dctx, completionOf(in, token, out))
 	if result == postgres.CompleteParcelLabelled {
 		// Unreachable while the intents' natural key holds; if it happens the
@@ -262,7 +269,11 @@ func (w *BuyLabelWorker) lease(ctx context.Context, row postgres.LeaseRow) (post
 // complete saves one job's outcome, in the statement it shares with the jobs
 // completing at the same time. A row another session holds is tried again
 // until ctx ends: the purchase is made, and its outcome must be saved.
+//
+// With tracing on, the webhook event the completion writes stores the
+// traceparent of ctx's span, for its delivery to link to.
 func (w *BuyLabelWorker) complete(ctx context.Context, c postgres.Completion) (postgres.CompleteResult, error) {
+	c.Traceparent = tracing.Traceparent(ctx)
 	wait := 50 * time.Millisecond
 	for {
 		var r postgres.CompleteResult
@@ -285,6 +296,15 @@ func (w *BuyLabelWorker) complete(ctx context.Context, c postgres.Completion) (p
 		}
 		wait = min(2*wait, time.Second)
 	}
+}
+
+// endCarrierSpan ends the span of a carrier call with its outcome.
+func endCarrierSpan(span trace.Span, outcome string, attempt int, err error) {
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("labels.carrier_outcome", outcome), attribute.Int("labels.carrier_attempt", attempt))
+		tracing.Fail(span, err)
+	}
+	span.End()
 }
 
 // newLabel is the label an attempt saves for what the carrier sold.

@@ -44,18 +44,23 @@ func (VoidLabelArgs) InsertOpts() river.InsertOpts {
 // EnqueueVoids returns reconcile.VoidOpts.Enqueue: one unique void_label job
 // per carrier label, inserted in the request's transaction.
 func EnqueueVoids(client *river.Client[pgx.Tx]) reconcile.EnqueueVoids {
-	return InsertByID(client, func(id string) river.JobArgs { return VoidLabelArgs{CarrierLabelID: id} })
+	insert := InsertByID(client, func(id string) river.JobArgs { return VoidLabelArgs{CarrierLabelID: id} })
+	return func(ctx context.Context, tx pgx.Tx, ids []string) error { return insert(ctx, tx, ids, nil) }
 }
 
 // InsertByID returns a function that inserts, in tx, one job per id with
 // the args newArgs makes of it, in one round trip (River's InsertManyTx):
 // the relays' and the void's enqueue, inside the transaction that takes the
-// ids.
-func InsertByID(client *river.Client[pgx.Tx], newArgs func(id string) river.JobArgs) func(ctx context.Context, tx pgx.Tx, ids []string) error {
-	return func(ctx context.Context, tx pgx.Tx, ids []string) error {
+// ids. metadata, when not nil, holds each job's metadata (nil: none), in
+// the order of ids.
+func InsertByID(client *river.Client[pgx.Tx], newArgs func(id string) river.JobArgs) func(ctx context.Context, tx pgx.Tx, ids []string, metadata [][]byte) error {
+	return func(ctx context.Context, tx pgx.Tx, ids []string, metadata [][]byte) error {
 		params := make([]river.InsertManyParams, len(ids))
 		for i, id := range ids {
 			params[i] = river.InsertManyParams{Args: newArgs(id)}
+			if metadata != nil && metadata[i] != nil {
+				params[i].InsertOpts = &river.InsertOpts{Metadata: metadata[i]}
+			}
 		}
 		_, err := client.InsertManyTx(ctx, tx, params)
 		return err

@@ -17,7 +17,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/labelkit/labels/internal/tracing"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/postgres"
 	"github.com/labelkit/labels/webhook"
@@ -306,8 +309,23 @@ func (w *DeliverWebhookWorker) open(ev *postgres.WebhookEvent) ([][]byte, error)
 }
 
 // send posts one attempt and returns the status (0 when none came) and the
-// Retry-After of a 429 or 503.
-func (w *DeliverWebhookWorker) send(ctx context.Context, ev *postgres.WebhookEvent, body []byte, secrets [][]byte) (int, time.Duration, error) {
+// Retry-After of a 429 or 503. With tracing on, the attempt is a span of the
+// delivery job's trace linked to the purchase's (the traceparent the
+// completion stored with the event).
+func (w *DeliverWebhookWorker) send(ctx context.Context, ev *postgres.WebhookEvent, body []byte, secrets [][]byte) (status int, retryAfter time.Duration, err error) {
+	var opts []trace.SpanStartOption
+	if sc := tracing.SpanContext(ev.Traceparent); sc.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+	}
+	ctx, span := tracing.Start(ctx, "webhook.deliver", opts...)
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(attribute.String("labels.request_id", ev.RequestID), attribute.String("labels.webhook_id", ev.EventID),
+				attribute.Int("labels.webhook_attempt", ev.Attempt), attribute.Int("http.response.status_code", status))
+			tracing.Fail(span, err)
+		}
+		span.End()
+	}()
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(cctx, http.MethodPost, ev.URL, bytes.NewReader(body))
@@ -326,7 +344,6 @@ func (w *DeliverWebhookWorker) send(ctx context.Context, ev *postgres.WebhookEve
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	var retryAfter time.Duration
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	}

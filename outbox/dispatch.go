@@ -6,13 +6,17 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/labelkit/labels/internal/tracing"
 	"github.com/labelkit/labels/jobs"
 )
 
 // insertFunc inserts one River job per request id inside tx, the relay's
-// transaction.
-type insertFunc func(ctx context.Context, tx pgx.Tx, requestIDs []string) error
+// transaction; metadata, when not nil, holds each job's metadata (nil:
+// none), in the order of the ids.
+type insertFunc func(ctx context.Context, tx pgx.Tx, requestIDs []string, metadata [][]byte) error
 
 // insertBuyLabels returns the intent relay's insert: one buy_label job
 // ([jobs.BuyLabelArgs], unique by request id) per intent.
@@ -49,7 +53,8 @@ func insertWebhooks(client *river.Client[pgx.Tx]) insertFunc {
 //     found by its ctid (a TID scan, whatever the queue's size).
 //
 // It returns the room, how many turns it read, the request ids taken in
-// turn order, and the caller of the last one (the one served last). It runs
+// turn order, the caller of the last one (the one served last), and the
+// traceparents the accepts stored with the ids taken (NULL: tracing off). It runs
 // as a one-off statement, always planned with the table's current size:
 // planning and running it take a few hundred microseconds with thousands
 // queued, and the relay runs it once per notification, poll or refill (a
@@ -93,10 +98,12 @@ taken AS (
                                          ORDER BY turn, caller_id <= $4::text, caller_id
                                          LIMIT (SELECT n FROM room)))
                  FOR UPDATE SKIP LOCKED))
-       RETURNING request_id)
+       RETURNING request_id, traceparent)
 SELECT (SELECT n FROM room), (SELECT count(*) FROM turns)::int, coalesce(array_agg(t.request_id ORDER BY t.o), '{}'),
-       coalesce((array_agg(t.caller_id ORDER BY t.o DESC))[1], $4::text)
-  FROM (SELECT t.request_id, t.caller_id, row_number() OVER (ORDER BY t.turn, t.caller_id <= $4::text, t.caller_id) AS o
+       coalesce((array_agg(t.caller_id ORDER BY t.o DESC))[1], $4::text),
+       coalesce(array_agg(t.traceparent ORDER BY t.o), '{}')
+  FROM (SELECT t.request_id, t.caller_id, taken.traceparent,
+               row_number() OVER (ORDER BY t.turn, t.caller_id <= $4::text, t.caller_id) AS o
           FROM taken JOIN turns t USING (request_id)) t`
 
 // dispatchOpts bounds what one [dispatchIntents] takes.
@@ -140,11 +147,13 @@ type dispatched struct {
 // caller, rather than in River's queue, which runs in order.
 func dispatchIntents(ctx context.Context, pool *pgxpool.Pool, opts dispatchOpts, insert insertFunc) (dispatched, error) {
 	var d dispatched
+	var spans relaySpans
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var read int
 		var ids []string
+		var traceparents []*string
 		err := tx.QueryRow(ctx, sqlDispatch, pgx.QueryExecModeExec, opts.Batch, opts.Backlog, opts.Queue, opts.After).
-			Scan(&d.Room, &read, &ids, &d.Last)
+			Scan(&d.Room, &read, &ids, &d.Last, &traceparents)
 		if err != nil {
 			return err
 		}
@@ -152,16 +161,56 @@ func dispatchIntents(ctx context.Context, pool *pgxpool.Pool, opts dispatchOpts,
 		if len(ids) == 0 {
 			return nil
 		}
-		if err := insert(ctx, tx, ids); err != nil {
+		spans = startRelaySpans(ctx, ids, traceparents)
+		if err := insert(ctx, tx, ids, spans.metadata); err != nil {
 			return err
 		}
 		d.Taken = len(ids)
 		return nil
 	})
+	spans.end(err)
 	if err != nil {
 		return dispatched{}, err
 	}
 	return d, nil
+}
+
+// relaySpans are the relay's spans of one batch: one per intent whose
+// accept stored a traceparent, in the intent's trace.
+type relaySpans struct {
+	spans    []trace.Span
+	metadata [][]byte // each job's: the traceparent of its relay span; nil: none has one
+}
+
+// startRelaySpans starts the relay's span of each intent with a traceparent,
+// a child of its accept's span, and names it in its job's metadata: the job
+// continues the trace from there (tracing.RiverMiddleware). Nothing while
+// tracing is off.
+func startRelaySpans(ctx context.Context, ids []string, traceparents []*string) relaySpans {
+	var r relaySpans
+	if !tracing.On() {
+		return r
+	}
+	for i, tp := range traceparents {
+		if tp == nil {
+			continue
+		}
+		sctx, span := tracing.Tracer().Start(tracing.WithParent(ctx, *tp), "outbox.relay",
+			trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attribute.String("labels.request_id", ids[i])))
+		if r.metadata == nil {
+			r.metadata = make([][]byte, len(ids))
+		}
+		r.spans, r.metadata[i] = append(r.spans, span), tracing.JobMetadata(tracing.Traceparent(sctx))
+	}
+	return r
+}
+
+// end ends the spans once the batch's transaction is over (err: it failed).
+func (r relaySpans) end(err error) {
+	for _, s := range r.spans {
+		tracing.Fail(s, err)
+		s.End()
+	}
 }
 
 // sqlDispatchEvents marks up to $1 of the oldest undispatched events
@@ -190,7 +239,7 @@ func dispatchEvents(ctx context.Context, pool *pgxpool.Pool, batch int, insert i
 		if err != nil || len(ids) == 0 {
 			return err
 		}
-		if err := insert(ctx, tx, ids); err != nil {
+		if err := insert(ctx, tx, ids, nil); err != nil {
 			return err
 		}
 		n = len(ids)

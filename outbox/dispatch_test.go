@@ -53,9 +53,9 @@ func TestDispatchTakesCallersInTurns(t *testing.T) {
 	take := func(o outbox.DispatchOpts) outbox.Dispatched {
 		t.Helper()
 		o.Queue, o.After = jobs.QueueLabels, last
-		d, err := outbox.DispatchIntents(ctx, pool, o, func(ctx context.Context, tx pgx.Tx, ids []string) error {
+		d, err := outbox.DispatchIntents(ctx, pool, o, func(ctx context.Context, tx pgx.Tx, ids []string, meta [][]byte) error {
 			got = append(got, ids)
-			return insert(ctx, tx, ids)
+			return insert(ctx, tx, ids, meta)
 		})
 		require.NoError(t, err)
 		last = d.Last
@@ -137,7 +137,7 @@ func TestIntentQueueDispatchesEachAcceptOnce(t *testing.T) {
 	// A dispatch that fails after the rows were taken commits nothing: the
 	// rows are back for the next relay.
 	var taken []string
-	_, err = outbox.DispatchIntents(ctx, pool, outbox.DispatchOpts{Batch: 5}, func(_ context.Context, _ pgx.Tx, ids []string) error {
+	_, err = outbox.DispatchIntents(ctx, pool, outbox.DispatchOpts{Batch: 5}, func(_ context.Context, _ pgx.Tx, ids []string, _ [][]byte) error {
 		taken = ids
 		return crash
 	})
@@ -152,7 +152,7 @@ func TestIntentQueueDispatchesEachAcceptOnce(t *testing.T) {
 	for range 3 {
 		wg.Go(func() {
 			for {
-				d, err := outbox.DispatchIntents(ctx, pool, outbox.DispatchOpts{Batch: 4}, func(_ context.Context, _ pgx.Tx, ids []string) error {
+				d, err := outbox.DispatchIntents(ctx, pool, outbox.DispatchOpts{Batch: 4}, func(_ context.Context, _ pgx.Tx, ids []string, _ [][]byte) error {
 					mu.Lock()
 					defer mu.Unlock()
 					got = append(got, ids...)
@@ -171,7 +171,7 @@ func TestIntentQueueDispatchesEachAcceptOnce(t *testing.T) {
 	slices.Sort(got)
 	require.Equal(t, want, got, "every intent dispatched exactly once")
 	require.Zero(t, queued())
-	d, err := outbox.DispatchIntents(ctx, pool, outbox.DispatchOpts{Batch: 4}, func(context.Context, pgx.Tx, []string) error {
+	d, err := outbox.DispatchIntents(ctx, pool, outbox.DispatchOpts{Batch: 4}, func(context.Context, pgx.Tx, []string, [][]byte) error {
 		t.Error("nothing is left to dispatch")
 		return nil
 	})

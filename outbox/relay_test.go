@@ -37,9 +37,9 @@ func TestTwoRelaysNeverDoubleDispatch(t *testing.T) {
 	var dispatched atomic.Int64
 	var calls atomic.Int64
 	dispatch := outbox.InsertBuyLabels(client)
-	counting := func(ctx context.Context, tx pgx.Tx, ids []string) error {
+	counting := func(ctx context.Context, tx pgx.Tx, ids []string, meta [][]byte) error {
 		calls.Add(1)
-		return dispatch(ctx, tx, ids)
+		return dispatch(ctx, tx, ids, meta)
 	}
 	ctx := context.Background()
 	var rg sync.WaitGroup
@@ -75,7 +75,7 @@ func TestTwoRelaysNeverDoubleDispatch(t *testing.T) {
 		if err := tx.QueryRow(ctx, `SELECT request_id FROM label_intents LIMIT 1`).Scan(&id); err != nil {
 			return err
 		}
-		return dispatch(ctx, tx, []string{id})
+		return dispatch(ctx, tx, []string{id}, nil)
 	})
 	require.NoError(t, err)
 	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'buy_label'`).Scan(&jobsN))

@@ -77,8 +77,8 @@ const (
 
 // sqlAccept inserts the keys, then the intents of the keys it inserted with
 // their rows of the relay's queue (label_intent_outbox, with the caller the
-// relay takes turns by), and says for each row whether both were stored,
-// whether the key existed or the parcel was taken, whether the row was busy,
+// relay takes turns by and the traceparent, NULL while tracing is off), and
+// says for each row whether both were stored, whether the key existed or the parcel was taken, whether the row was busy,
 // and whether a tombstone matches. Rows of one call that share a key or a
 // parcel are told apart by the unique indexes themselves: the first stores,
 // the others find the key existing or the parcel taken.
@@ -101,9 +101,9 @@ var sqlAccept = `
 WITH inp AS (
        SELECT *, now() AS created_at, now() + make_interval(secs => retention) AS expires_at
          FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int2[], $5::text[], $6::float8[],
-                            $7::bigint[], $8::int[], $9::int[], $10::jsonb[], $11::text[])
+                            $7::bigint[], $8::int[], $9::int[], $10::jsonb[], $11::text[], $12::text[])
          AS t(caller_id, idem_key, request_hash, fingerprint_version, request_id, retention,
-              order_id, parcel_no, label_version, payload, carrier_key)),
+              order_id, parcel_no, label_version, payload, carrier_key, traceparent)),
      claim AS MATERIALIZED (
        SELECT x.request_id, x.key_seen, x.parcel_seen,
               CASE WHEN x.key_seen OR x.parcel_seen THEN false
@@ -135,8 +135,8 @@ WITH inp AS (
           WHERE status IN ('pending', 'succeeded') DO NOTHING
        RETURNING request_id, caller_id, created_at),
      o AS (
-       INSERT INTO label_intent_outbox (created_at, request_id, caller_id)
-       SELECT created_at, request_id, caller_id FROM i)
+       INSERT INTO label_intent_outbox (created_at, request_id, caller_id, traceparent)
+       SELECT i.created_at, i.request_id, i.caller_id, inp.traceparent FROM i JOIN inp USING (request_id))
 SELECT inp.request_id,
        CASE WHEN i.request_id IS NOT NULL THEN ` + sqlOutcome(AcceptStored) + `
             WHEN c.key_seen THEN ` + sqlOutcome(AcceptKeyExists) + `
@@ -177,6 +177,7 @@ func Accept(ctx context.Context, pool *pgxpool.Pool, rows []AcceptRow, opts Acce
 	n := len(rows)
 	var (
 		callers, keys, ids, carrierKeys = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		traceparents                    = make([]*string, n) // nil: NULL
 		hashes, payloads                = make([][]byte, n), make([][]byte, n)
 		versions                        = make([]int16, n)
 		retentions                      = make([]float64, n)
@@ -194,6 +195,9 @@ func Accept(ctx context.Context, pool *pgxpool.Pool, rows []AcceptRow, opts Acce
 		callers[j], keys[j], ids[j], carrierKeys[j] = k.CallerID, k.Key, k.RequestID, in.CarrierKey
 		hashes[j], payloads[j], versions[j] = k.RequestHash, payload, int16(k.FingerprintVersion)
 		retentions[j] = row.KeyRetention.Seconds()
+		if in.Traceparent != "" {
+			traceparents[j] = &in.Traceparent
+		}
 		orders[j], parcels[j], labelVersions[j] = in.Parcel.OrderID, in.Parcel.ParcelNo, in.Parcel.LabelVersion
 	}
 	outs := make([]AcceptOutcome, n)
@@ -203,7 +207,7 @@ func Accept(ctx context.Context, pool *pgxpool.Pool, rows []AcceptRow, opts Acce
 			b.Queue(sqlAwaitClaims, callers, keys, orders, parcels, labelVersions)
 		}
 		b.Queue(`SELECT now()`).QueryRow(func(r pgx.Row) error { return r.Scan(&txNow) })
-		b.Queue(sqlAccept, callers, keys, hashes, versions, ids, retentions, orders, parcels, labelVersions, payloads, carrierKeys).
+		b.Queue(sqlAccept, callers, keys, hashes, versions, ids, retentions, orders, parcels, labelVersions, payloads, carrierKeys, traceparents).
 			Query(func(rs pgx.Rows) error {
 				var id string
 				var o AcceptOutcome

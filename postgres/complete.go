@@ -25,6 +25,9 @@ type Completion struct {
 	// time: Label.CreatedAt is not sent.
 	Body  []byte
 	Label *Label // nil for a problem
+	// Traceparent is stored with the webhook event, if one is written, for
+	// its delivery to link to ("" while tracing is off: NULL).
+	Traceparent string
 }
 
 // CompleteResult is what [Complete] did with one completion.
@@ -62,11 +65,11 @@ WITH inp AS (
        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[], $5::int[], $6::text[],
                             $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[],
                             $13::bigint[], $14::bigint[], $15::int[], $16::int[], $17::timestamptz[],
-                            $19::text[], $20::text[], $21::bigint[])
+                            $19::text[], $20::text[], $21::bigint[], $22::text[])
          AS t(request_id, caller_id, idem_key, token, status, body,
               label_id, service, tracking_no, carrier_label_id, carrier_key, currency,
               order_id, cost_cents, parcel_no, label_version, purchased_at,
-              document_url, document_content_type, document_size_bytes)),
+              document_url, document_content_type, document_size_bytes, traceparent)),
      ok AS MATERIALIZED (
        SELECT inp.*
          FROM inp
@@ -110,9 +113,10 @@ WITH inp AS (
         WHERE i.request_id = g.request_id
        RETURNING i.request_id),
      events AS (
-       INSERT INTO webhook_events (request_id, caller_id, type, created_at)
+       INSERT INTO webhook_events (request_id, caller_id, type, created_at, traceparent)
        SELECT g.request_id, g.caller_id,
-              CASE WHEN g.label_id IS NULL THEN 'label_request.failed' ELSE 'label_request.succeeded' END, now()
+              CASE WHEN g.label_id IS NULL THEN 'label_request.failed' ELSE 'label_request.succeeded' END, now(),
+              g.traceparent
          FROM good g
         WHERE EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.caller_id = g.caller_id)
        ON CONFLICT DO NOTHING)
@@ -175,6 +179,7 @@ func completeArgs(cs []Completion, retention time.Duration) ([]any, map[string]i
 		orderIDs, costs                                 = make([]*int64, 0, n), make([]*int64, 0, n)
 		purchased                                       = make([]*time.Time, 0, n)
 		docURLs, docTypes, docSizes                     = make([]*string, 0, n), make([]*string, 0, n), make([]*int64, 0, n)
+		traceparents                                    = make([]*string, 0, n) // nil: NULL
 		at                                              = make(map[string]int, n)
 	)
 	outs := make([]CompleteResult, n)
@@ -194,6 +199,11 @@ func completeArgs(cs []Completion, retention time.Duration) ([]any, map[string]i
 			}
 		}
 		statuses, bodies = append(statuses, c.Status), append(bodies, string(body))
+		if c.Traceparent != "" {
+			traceparents = append(traceparents, &c.Traceparent)
+		} else {
+			traceparents = append(traceparents, nil)
+		}
 		if l := c.Label; l != nil {
 			labelIDs, services, trackings = append(labelIDs, &l.LabelID), append(services, &l.Service), append(trackings, &l.TrackingNo)
 			cls, ckeys, curs = append(cls, &l.CarrierLabelID), append(ckeys, &l.CarrierKey), append(curs, &l.Currency)
@@ -216,6 +226,6 @@ func completeArgs(cs []Completion, retention time.Duration) ([]any, map[string]i
 	}
 	args := []any{ids, callers, keys, tokens, statuses, bodies,
 		labelIDs, services, trackings, cls, ckeys, curs, orderIDs, costs, parcelNos, versions,
-		purchased, retention.Seconds(), docURLs, docTypes, docSizes}
+		purchased, retention.Seconds(), docURLs, docTypes, docSizes, traceparents}
 	return args, at, outs, nil
 }

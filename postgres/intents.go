@@ -26,6 +26,9 @@ type Intent struct {
 	Error              []byte // the saved problem of a failed intent
 	CreatedAt          time.Time
 	CompletedAt        *time.Time
+	// Traceparent is the W3C traceparent the accept stores with the intent's
+	// row of the relay's queue ("" while tracing is off: NULL); not read back.
+	Traceparent string
 }
 
 // intentColumns are the columns scanIntent reads, in its order.

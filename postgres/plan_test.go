@@ -20,8 +20,8 @@ func TestPlansProbe(t *testing.T) {
 	a, ts, uid := "'{a}'", "'{2026-12-02T00:00:00Z}'", "'{00000000-0000-0000-0000-000000000000}'"
 	t.Run("accept", func(t *testing.T) {
 		dbtest.RequireProbes(t, conn, postgres.PlanSettings, lock, postgres.SQLAccept,
-			[]string{"text[]", "text[]", "bytea[]", "int2[]", "text[]", "float8[]", "bigint[]", "int[]", "int[]", "jsonb[]", "text[]"},
-			[]string{a, a, `'{"\\x00"}'`, "'{1}'", a, "'{86400}'", "'{1}'", "'{1}'", "'{1}'", `'{"{}"}'`, a},
+			[]string{"text[]", "text[]", "bytea[]", "int2[]", "text[]", "float8[]", "bigint[]", "int[]", "int[]", "jsonb[]", "text[]", "text[]"},
+			[]string{a, a, `'{"\\x00"}'`, "'{1}'", a, "'{86400}'", "'{1}'", "'{1}'", "'{1}'", `'{"{}"}'`, a, a},
 			"idempotency_tombstones", "idempotency_keys", "label_intents")
 	})
 	t.Run("parcel taken", func(t *testing.T) {
@@ -38,8 +38,8 @@ func TestPlansProbe(t *testing.T) {
 		num := "'{1}'"
 		dbtest.RequireProbes(t, conn, postgres.PlanSettings, lock, postgres.SQLComplete,
 			[]string{"text[]", "text[]", "text[]", "uuid[]", "int[]", "text[]", "text[]", "text[]", "text[]", "text[]", "text[]", "text[]",
-				"bigint[]", "bigint[]", "int[]", "int[]", "timestamptz[]", "float8", "text[]", "text[]", "bigint[]"},
-			[]string{a, a, a, uid, num, `'{"{}"}'`, a, a, a, a, a, a, num, num, num, num, ts, "86400", a, a, num},
+				"bigint[]", "bigint[]", "int[]", "int[]", "timestamptz[]", "float8", "text[]", "text[]", "bigint[]", "text[]"},
+			[]string{a, a, a, uid, num, `'{"{}"}'`, a, a, a, a, a, a, num, num, num, num, ts, "86400", a, a, num, a},
 			"idempotency_keys", "label_intents")
 	})
 }

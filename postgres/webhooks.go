@@ -145,6 +145,9 @@ type WebhookEvent struct {
 	Attempt   int // this attempt's number, from 1
 	URL       string
 	Secrets   []Secret // the live secrets, newest first
+	// Traceparent is the traceparent of the purchase's job that the
+	// completion stored with the event ("" when it ran untraced).
+	Traceparent string
 }
 
 // AttemptResult says whether an attempt may deliver.
@@ -179,11 +182,12 @@ func StartWebhookAttempt(ctx context.Context, pool *pgxpool.Pool, requestID stri
 		var state, dropReason string
 		var url, epState *string
 		err := tx.QueryRow(ctx, `
-			SELECT e.request_id, e.event_id, e.caller_id, e.type, e.created_at, e.state, coalesce(e.drop_reason, ''), e.attempts, p.url, p.state
+			SELECT e.request_id, e.event_id, e.caller_id, e.type, e.created_at, e.state, coalesce(e.drop_reason, ''), e.attempts, p.url, p.state,
+			       coalesce(e.traceparent, '')
 			  FROM webhook_events e LEFT JOIN webhook_endpoints p ON p.caller_id = e.caller_id
 			 WHERE e.request_id = $1
 			   FOR UPDATE OF e`, requestID).
-			Scan(&ev.RequestID, &ev.EventID, &ev.CallerID, &ev.Type, &ev.CreatedAt, &state, &dropReason, &ev.Attempt, &url, &epState)
+			Scan(&ev.RequestID, &ev.EventID, &ev.CallerID, &ev.Type, &ev.CreatedAt, &state, &dropReason, &ev.Attempt, &url, &epState, &ev.Traceparent)
 		if errors.Is(err, pgx.ErrNoRows) {
 			res = AttemptGone
 			return nil

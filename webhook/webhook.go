@@ -25,6 +25,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/labelkit/labels/internal/tracing"
 )
 
 // SecretPrefix starts every signing secret (Standard Webhooks).
@@ -205,7 +207,8 @@ func NewClient(timeout time.Duration, p Policy) *http.Client {
 	d := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second, Control: p.Control}
 	return &http.Client{
 		Timeout: timeout,
-		Transport: schemeCheck{policy: p, next: &http.Transport{
+		// With tracing on: a span per attempt, and traceparent.
+		Transport: tracing.Transport(schemeCheck{policy: p, next: &http.Transport{
 			Proxy:                 nil,
 			DialContext:           p.dialContext(d),
 			TLSHandshakeTimeout:   timeout,
@@ -213,7 +216,7 @@ func NewClient(timeout time.Duration, p Policy) *http.Client {
 			MaxIdleConnsPerHost:   4,
 			IdleConnTimeout:       90 * time.Second,
 			ForceAttemptHTTP2:     true,
-		}},
+		}}),
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/idempotency"
+	"github.com/labelkit/labels/internal/tracing"
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/notify"
@@ -253,6 +254,9 @@ func New(cfg Config) (*Worker, error) {
 		Logger:   NewRiverLogger(cfg.Log),
 		TestOnly: cfg.TestOnly,
 		Hooks:    []rivertype.Hook{started},
+		// With tracing on: a job continues the trace of the request that
+		// asked for it (the traceparent in its metadata).
+		Middleware: tracing.RiverMiddleware(),
 	})
 	if err != nil {
 		return nil, err

@@ -86,6 +86,7 @@ func (s *Server) wait(ctx context.Context, d time.Duration) error {
 func (s *Server) handleBuy(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.stats.Calls++
+	s.traceparents = append(s.traceparents, r.Header.Get("traceparent"))
 	opts := s.opts
 	f := s.drawLocked()
 	s.mu.Unlock()

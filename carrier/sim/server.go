@@ -88,6 +88,9 @@ type Server struct {
 	stats     Stats
 	journal   *journal
 	closing   bool
+	// traceparents are the traceparent headers of the purchase calls ("":
+	// none), in order.
+	traceparents []string
 
 	done   chan struct{} // closed by Close: wakes every wait
 	active sync.WaitGroup
@@ -144,6 +147,7 @@ func (s *Server) clearLocked() {
 	s.byLabel = map[string]int{}
 	s.voidKeys = map[string]voidAnswer{}
 	s.voids = nil
+	s.traceparents = nil
 	s.offset = 0
 	inFlight := s.stats.InFlight
 	s.stats = Stats{ByKey: map[string]int{}, InFlight: inFlight}
@@ -254,6 +258,15 @@ func (s *Server) Purchases() []Purchase {
 	out := make([]Purchase, len(s.purchases))
 	copy(out, s.purchases)
 	return out
+}
+
+// Traceparents returns the traceparent header of every purchase call
+// received since the start or the last reset ("" for a call without one),
+// in order: what a traced caller propagates.
+func (s *Server) Traceparents() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.traceparents...)
 }
 
 // Stats returns the counters.

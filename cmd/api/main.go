@@ -151,6 +151,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		WebhookSecretKeys:      webhook.SecretKeysFromEnv(env),
 	}
 	log := cli.Logger(env, stderr, "api")
+	otel := cli.TracingEnv(env)
 
 	fs := flag.NewFlagSet("api", flag.ContinueOnError)
 	fs.StringVar(&cfg.Addr, "addr", cfg.Addr, "")
@@ -177,6 +178,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 2
 	}
 
+	stopTracing, ok := cli.Tracing(ctx, "api", otel, log, stderr)
+	if !ok {
+		return 2
+	}
+	defer stopTracing()
 	ctx, cancel := cli.ServiceContext(ctx, log)
 	defer cancel()
 	return serve(ctx, cfg, db, log)

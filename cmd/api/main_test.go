@@ -45,6 +45,10 @@ func TestHelpAndBadConfig(t *testing.T) {
 		{"PREFER_WAIT_MAX": "-1"},
 		{"PREFER_WAIT_MAX": "100001"},
 		{"PREFER_WAIT_MAX": "many"},
+		{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1", "OTEL_TRACES_SAMPLER": "sometimes"},
+		{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1", "OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "2"},
+		{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+		{"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"},
 	} {
 		errb.Reset()
 		require.Equal(t, 2, run(context.Background(), []string{"api"}, clitest.Env(e), io.Discard, &errb), e)

@@ -22,6 +22,7 @@ import (
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/idempotency"
 	"github.com/labelkit/labels/internal/cli"
+	"github.com/labelkit/labels/internal/tracing"
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/migrations"
@@ -199,6 +200,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		WebhookSecretKeys:    webhook.SecretKeysFromEnv(env),
 	}
 	log := cli.Logger(env, stderr, "worker")
+	otel := cli.TracingEnv(env)
 
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.StringVar(&cfg.Database.URL, "database-url", cfg.Database.URL, "")
@@ -223,6 +225,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		periodic = append(periodic, pj)
 	}
 
+	stopTracing, ok := cli.Tracing(ctx, "worker", otel, log, stderr)
+	if !ok {
+		return 2
+	}
+	defer stopTracing()
 	ctx, cancel := cli.ServiceContext(ctx, log)
 	defer cancel()
 	return work(ctx, cfg, db, periodic, log)
@@ -231,6 +238,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 func work(ctx context.Context, cfg Config, db postgres.Endpoints, periodic []*river.PeriodicJob, log zerolog.Logger) int {
 	poolCfg := db.Pool
 	poolCfg.MaxConns = max(poolCfg.MaxConns, int32(min(cfg.Concurrency+10, 60)))
+	tracing.Pool(poolCfg)
 	pool, err := pgxpool.NewWithConfig(context.WithoutCancel(ctx), poolCfg)
 	if err != nil {
 		log.Error().Err(err).Msg("database pool")

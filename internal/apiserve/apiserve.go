@@ -20,6 +20,7 @@ import (
 	"github.com/labelkit/labels/api"
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/httpapi"
+	"github.com/labelkit/labels/internal/tracing"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/migrations"
 	"github.com/labelkit/labels/notify"
@@ -107,6 +108,7 @@ type Options struct {
 func Start(ctx context.Context, db postgres.Endpoints, o Options, log zerolog.Logger) (*API, error) {
 	poolCfg := db.Pool.Copy()
 	poolCfg.MaxConns = max(poolCfg.MaxConns, 20)
+	tracing.Pool(poolCfg)
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return nil, err

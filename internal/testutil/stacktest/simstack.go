@@ -20,6 +20,7 @@ import (
 	"github.com/labelkit/labels/httpapi"
 	"github.com/labelkit/labels/internal/apiserve"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
+	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/notify"
 	"github.com/labelkit/labels/postgres"
@@ -41,6 +42,8 @@ type SimOpts struct {
 	// AfterVoidFunc runs between the carrier's answer to a void and its
 	// record (worker.Config.AfterVoidFunc): an error is a crash there.
 	AfterVoidFunc func(ctx context.Context, carrierLabelID string) error
+	// Webhooks configures the webhook delivery, as [Opts.Webhooks] does.
+	Webhooks jobs.WebhookConfig
 }
 
 // SimStack is the whole pipeline as a caller meets it: the API behind a
@@ -74,6 +77,7 @@ type SimStack struct {
 func NewSim(t testing.TB, o SimOpts) *SimStack {
 	t.Helper()
 	defaults(&o.LeaseDuration, &o.CarrierTimeout, &o.MaxAttempts, &o.RetryBase)
+	webhookDefaults(&o.Webhooks)
 	if o.Downtime == 0 {
 		o.Downtime = 100 * time.Millisecond
 	}
@@ -107,6 +111,7 @@ func NewSim(t testing.TB, o SimOpts) *SimStack {
 			Pool: pool, Carrier: carrier.NewClient(simHTTP.URL, nil), CarrierTimeout: o.CarrierTimeout,
 			LeaseDuration: o.LeaseDuration, MaxAttempts: o.MaxAttempts, RetryBase: o.RetryBase,
 			Metrics: m, Log: log, Notifier: notifier, Listener: listener, AfterVoidFunc: o.AfterVoidFunc,
+			Webhooks: o.Webhooks,
 		})
 	}
 	t.Cleanup(func() {

@@ -75,10 +75,7 @@ type Stack struct {
 func New(t testing.TB, o Opts) *Stack {
 	t.Helper()
 	defaults(&o.LeaseDuration, &o.CarrierTimeout, &o.MaxAttempts, &o.RetryBase)
-	if o.Webhooks.RetryBase == 0 {
-		o.Webhooks.RetryBase = 10 * time.Millisecond
-	}
-	o.Webhooks.SecretKey = o.Webhooks.SecretKey.AllowingUnsealed()
+	webhookDefaults(&o.Webhooks)
 	pool := o.Pool
 	if pool == nil {
 		pool, _ = dbtest.New(t)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/worker"
 )
 
@@ -25,6 +26,16 @@ func defaults(lease, carrierTimeout *time.Duration, attempts *int, retryBase *ti
 	if *retryBase == 0 {
 		*retryBase = 10 * time.Millisecond
 	}
+}
+
+// webhookDefaults fills in the webhook settings both stacks share: a retry
+// base of 10ms, and the allowance for raw secrets (a stack is a development
+// setup: WEBHOOK_ALLOW_UNSEALED).
+func webhookDefaults(c *jobs.WebhookConfig) {
+	if c.RetryBase == 0 {
+		c.RetryBase = 10 * time.Millisecond
+	}
+	c.SecretKey = c.SecretKey.AllowingUnsealed()
 }
 
 // startWorker starts what cmd/worker runs (worker.New), tuned for tests: 20
