@@ -11,9 +11,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
 	"github.com/labelkit/labels/accept"
@@ -21,6 +23,7 @@ import (
 	"github.com/labelkit/labels/idempotency"
 	"github.com/labelkit/labels/internal/apiserve"
 	"github.com/labelkit/labels/internal/cli"
+	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/migrations"
 	"github.com/labelkit/labels/postgres"
 	"github.com/labelkit/labels/webhook"
@@ -54,7 +57,8 @@ Flags (override the environment):
 
 Environment: DATABASE_URL, DATABASE_DIRECT_URL (a direct connection when
 DATABASE_URL is a pooler: LISTEN and migrations), DATABASE_POOLED (default:
-true when DATABASE_DIRECT_URL is set), API_ADDR, KEY_RETENTION (%s), ACCEPT_BATCH (%d:
+true when DATABASE_DIRECT_URL is set), API_ADDR, API_METRICS_ADDR (unset:
+/metrics on API_ADDR; set: /metrics only on this listener), KEY_RETENTION (%s), ACCEPT_BATCH (%d:
 accepts per shared transaction; 0 = one transaction per accept),
 RATE_LIMIT (%d: off; creates a second per caller in this process, past which
 429 rate_limited), RATE_LIMIT_BURST (0: RATE_LIMIT), PREFER_WAIT_MAX (%d:
@@ -75,6 +79,7 @@ const DefaultAddr = ":8080"
 type Config struct {
 	Database     cli.Database
 	Addr         string
+	MetricsAddr  string // API_METRICS_ADDR; empty: /metrics on Addr
 	KeyRetention time.Duration
 	AcceptBatch  int // ACCEPT_BATCH; 0: off
 	RateLimit    int // RATE_LIMIT: creates a second per caller; 0: off
@@ -124,6 +129,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cfg := Config{
 		Database:     env.Database(),
 		Addr:         env.String("API_ADDR", DefaultAddr),
+		MetricsAddr:  env.String("API_METRICS_ADDR", ""),
 		KeyRetention: env.Duration("KEY_RETENTION", idempotency.DefaultKeyRetention),
 		AcceptBatch:  env.Int("ACCEPT_BATCH", accept.DefaultBatch),
 		RateLimit:    env.Int("RATE_LIMIT", httpapi.DefaultRateLimit),
@@ -177,7 +183,8 @@ func serve(ctx context.Context, cfg Config, db postgres.Endpoints, log zerolog.L
 		maxWaiters = -1 // httpapi.Deps: none held
 	}
 	svc, err := apiserve.Start(ctx, db, apiserve.Options{KeyRetention: cfg.KeyRetention, AcceptBatch: cli.Batch(cfg.AcceptBatch),
-		RateLimit: httpapi.RateLimit{PerSecond: float64(cfg.RateLimit), Burst: cfg.RateBurst}, MaxWaiters: maxWaiters}, log)
+		RateLimit: httpapi.RateLimit{PerSecond: float64(cfg.RateLimit), Burst: cfg.RateBurst}, MaxWaiters: maxWaiters,
+		MetricsElsewhere: cfg.MetricsAddr != ""}, log)
 	if err != nil {
 		log.Error().Err(err).Msg("database pool")
 		return 1
@@ -194,6 +201,14 @@ func serve(ctx context.Context, cfg Config, db postgres.Endpoints, log zerolog.L
 		return 1
 	} else if err != nil {
 		log.Warn().Err(err).Msg("schema version not read (the database does not answer): /readyz answers 503 until it does")
+	}
+	if cfg.MetricsAddr != "" {
+		msrv, err := serveMetrics(cfg.MetricsAddr, svc.Metrics(), log)
+		if err != nil {
+			log.Error().Err(err).Str("addr", cfg.MetricsAddr).Msg("metrics listener")
+			return 1
+		}
+		defer msrv.Close()
 	}
 	srv := httpapi.NewHTTPServer(svc.Handler, httpapi.Limits{})
 	ln, err := net.Listen("tcp", cfg.Addr)
@@ -219,6 +234,22 @@ func serve(ctx context.Context, cfg Config, db postgres.Endpoints, log zerolog.L
 	}
 	log.Info().Msg("stopped")
 	return 0
+}
+
+// serveMetrics serves GET /metrics of m, and nothing else, on its own
+// listener (API_METRICS_ADDR), announced as the worker's is: a "metrics
+// listening" line with the address.
+func serveMetrics(addr string, m *metrics.Metrics, log zerolog.Logger) (*http.Server, error) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	log.Info().Str("addr", ln.Addr().String()).Msg("metrics listening")
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return srv, nil
 }
 
 func migrate(ctx context.Context, poolCfg *pgxpool.Config, stdout, stderr io.Writer) int {
