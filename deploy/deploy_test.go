@@ -24,7 +24,7 @@ import (
 
 // The invocations of operations.md that a deployment runs, by workload.
 var wantInvocation = map[string]string{
-	"Job/labels-migrate":       "api migrate",
+	"CronJob/labels-migrate":   "api migrate",
 	"Deployment/labels-api":    "api",
 	"Deployment/labels-worker": "worker",
 	"CronJob/labels-reconcile": "reconcile",
@@ -267,6 +267,7 @@ func TestKubernetesManifests(t *testing.T) {
 	apiVersions := map[string]string{
 		"ConfigMap": "v1", "Secret": "v1", "Service": "v1",
 		"Deployment": "apps/v1", "Job": "batch/v1", "CronJob": "batch/v1",
+		"PodDisruptionBudget": "policy/v1", "NetworkPolicy": "networking.k8s.io/v1",
 	}
 	var ids []string
 	for id, o := range byID {
@@ -276,10 +277,25 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 	slices.Sort(ids)
 	require.Equal(t, []string{
-		"ConfigMap/labels-config", "ConfigMap/labels-pgbouncer", "CronJob/labels-reconcile", "Deployment/labels-api",
-		"Deployment/labels-pgbouncer", "Deployment/labels-worker", "Job/labels-migrate", "Service/labels-api",
-		"Service/labels-pgbouncer",
+		"ConfigMap/labels-config", "ConfigMap/labels-pgbouncer", "CronJob/labels-migrate", "CronJob/labels-reconcile",
+		"Deployment/labels-api", "Deployment/labels-pgbouncer", "Deployment/labels-worker",
+		"NetworkPolicy/labels-api", "NetworkPolicy/labels-default-deny", "NetworkPolicy/labels-dns",
+		"NetworkPolicy/labels-migrate", "NetworkPolicy/labels-pgbouncer", "NetworkPolicy/labels-reconcile",
+		"NetworkPolicy/labels-worker",
+		"PodDisruptionBudget/labels-api", "PodDisruptionBudget/labels-pgbouncer", "PodDisruptionBudget/labels-worker",
+		"Service/labels-api", "Service/labels-pgbouncer",
 	}, ids)
+
+	// The migration is a suspended CronJob: each run is a Job of its own
+	// name (kubectl create job --from=cronjob/labels-migrate NAME), never
+	// one scheduled, and never two at once.
+	var migrate struct {
+		Suspend           bool   `yaml:"suspend"`
+		ConcurrencyPolicy string `yaml:"concurrencyPolicy"`
+	}
+	require.NoError(t, byID["CronJob/labels-migrate"].Spec.Decode(&migrate))
+	require.True(t, migrate.Suspend, "CronJob/labels-migrate runs only when an operator creates a Job from it")
+	require.Equal(t, "Forbid", migrate.ConcurrencyPolicy)
 
 	// kubectl apply -k applies every file.
 	require.NotNil(t, kustomization)
@@ -463,6 +479,12 @@ func TestKubernetesManifests(t *testing.T) {
 			_, port, err := net.SplitHostPort(env["API_ADDR"])
 			require.NoError(t, err, "%s: API_ADDR", id)
 			require.Equal(t, port, strconv.Itoa(ports["http"]), "%s: API_ADDR listens on the container port", id)
+			// /metrics on a port of its own, which the Service leaves out.
+			addr := env["API_METRICS_ADDR"]
+			require.False(t, addr == "" || isLoopback(addr), "%s: API_METRICS_ADDR=%q must be reachable by Prometheus", id, addr)
+			_, port, err = net.SplitHostPort(addr)
+			require.NoError(t, err, "%s: API_METRICS_ADDR", id)
+			require.Equal(t, port, strconv.Itoa(ports["metrics"]), "%s: API_METRICS_ADDR listens on the container port", id)
 		case "worker":
 			timeout, lease := duration(t, "CARRIER_TIMEOUT", env["CARRIER_TIMEOUT"]), duration(t, "LEASE_DURATION", env["LEASE_DURATION"])
 			require.Less(t, timeout, lease, "%s: CARRIER_TIMEOUT must be below LEASE_DURATION", id)
@@ -497,7 +519,7 @@ func TestKubernetesManifests(t *testing.T) {
 	for k, v := range svc.Selector {
 		require.Equal(t, v, api.pod.Metadata.Labels[k], "the Service selects the API pods")
 	}
-	require.Len(t, svc.Ports, 1)
+	require.Len(t, svc.Ports, 1, "the Service exposes the API port alone, not /metrics's")
 	require.Equal(t, "http", svc.Ports[0].TargetPort)
 
 	checkPooler(t, byID, configMaps, envs)
