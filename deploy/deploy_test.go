@@ -789,3 +789,96 @@ func TestRunbookMetricsTableMatchesTheProcesses(t *testing.T) {
 	}
 	require.Equal(t, exported, documented, "docs/operations.md's metrics table (metric, exported by) against package metrics")
 }
+
+// systemd/README.md installs every file of systemd/ (an `install` line names
+// it), enables every unit that has an [Install] section in the order the
+// units depend on (migrations, API, workers, the timer), and quotes the
+// addresses the units set. Every file of systemd/ it names exists.
+func TestSystemdHowTo(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("systemd/README.md")
+	require.NoError(t, err)
+	howto := string(b)
+	var commands []string
+	inBlock := false
+	for line := range strings.SplitSeq(howto, "\n") {
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(trimmed, "```"):
+			inBlock = !inBlock && trimmed == "```sh"
+		case inBlock:
+			commands = append(commands, trimmed)
+		}
+	}
+	require.NotEmpty(t, commands, "systemd/README.md: its commands in ```sh blocks")
+
+	var files []string
+	require.NoError(t, filepath.WalkDir("systemd", func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && path != filepath.Join("systemd", "README.md") {
+			files = append(files, path)
+		}
+		return err
+	}))
+	require.NotEmpty(t, files)
+	installed := func(path string) bool {
+		for _, c := range commands {
+			if strings.HasPrefix(c, "install ") && slices.Contains(strings.Fields(c), "deploy/"+filepath.ToSlash(path)) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, f := range files {
+		require.True(t, installed(f), "systemd/README.md installs no deploy/%s", f)
+	}
+	for _, m := range regexp.MustCompile(`deploy/(systemd/[A-Za-z0-9@._/-]+[A-Za-z0-9])`).FindAllStringSubmatch(howto, -1) {
+		require.FileExists(t, m[1], "systemd/README.md names %s", m[1])
+	}
+
+	// The units with an [Install] section are enabled, in dependency order;
+	// the template as instances.
+	enabled := []string{}
+	for _, c := range commands {
+		if rest, ok := strings.CutPrefix(c, "systemctl enable --now "); ok {
+			enabled = append(enabled, strings.Fields(rest)...)
+		}
+	}
+	position := func(unit string) int {
+		for i, e := range enabled {
+			if e == unit || strings.HasSuffix(unit, "@.service") && strings.HasPrefix(e, strings.TrimSuffix(unit, ".service")) && strings.HasSuffix(e, ".service") {
+				return i
+			}
+		}
+		return -1
+	}
+	order := []string{"labels-migrate.service", "labels-api.service", "labels-worker@.service", "labels-reconcile.timer"}
+	last := -1
+	for _, unit := range order {
+		p := position(unit)
+		require.GreaterOrEqual(t, p, 0, "systemd/README.md never enables %s", unit)
+		require.Greater(t, p, last, "systemd/README.md enables %s out of order (%v)", unit, enabled)
+		last = p
+	}
+	units, err := filepath.Glob("systemd/*.*")
+	require.NoError(t, err)
+	for _, path := range units {
+		if ext := filepath.Ext(path); ext != ".service" && ext != ".timer" {
+			continue
+		}
+		if readUnit(t, path)["Install"] != nil {
+			require.True(t, slices.Contains(order, filepath.Base(path)), "%s has an [Install] section the how-to does not enable", path)
+		}
+	}
+
+	// The addresses it checks are the units'.
+	for _, e := range readUnit(t, "systemd/labels-api.service")["Service"]["Environment"] {
+		if addr, ok := strings.CutPrefix(e, "API_ADDR="); ok {
+			require.Contains(t, howto, "curl -s http://"+addr+"/readyz")
+		}
+	}
+	for _, e := range readUnit(t, "systemd/labels-worker@.service")["Service"]["Environment"] {
+		if addr, ok := strings.CutPrefix(e, "METRICS_ADDR="); ok {
+			require.Contains(t, howto, "curl -s http://"+strings.ReplaceAll(addr, "%i", "1")+"/readyz", "worker 1's METRICS_ADDR")
+		}
+	}
+}
