@@ -50,7 +50,7 @@ func TestReferencesResolve(t *testing.T) {
 // kustomizationImage returns the image the kustomization sets: name and tag.
 func kustomizationImage(t *testing.T, r *rendered) (name, tag string) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "kubernetes", "kustomization.yaml"))
+	b, err := os.ReadFile(filepath.Join(manifestsDir, "kustomization.yaml"))
 	require.NoError(t, err)
 	m := regexp.MustCompile(`(?m)^images:\n  - name: (\S+)\n    newTag: (\S+)$`).FindSubmatch(b)
 	require.NotNil(t, m, "kustomization.yaml sets the image's tag under images")
@@ -367,7 +367,7 @@ func TestNetworkPolicies(t *testing.T) {
 // the Job it creates comes from the suspended CronJob.
 func TestUpgradeSteps(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "operations.md"))
+	b, err := os.ReadFile(runbook)
 	require.NoError(t, err)
 	doc := string(b)
 	m := regexp.MustCompile(`kubectl apply -k deploy/kubernetes -l '([^']+)'`).FindStringSubmatch(doc)
@@ -378,6 +378,8 @@ func TestUpgradeSteps(t *testing.T) {
 	require.Contains(t, doc, "kubectl wait --for=condition=complete --timeout=10m job/"+create[2])
 
 	r := render(t, nil)
+	name, _ := kustomizationImage(t, r)
+	require.Contains(t, doc, "kustomize edit set image "+name+"="+name+":", "operations.md sets the tag of the kustomization's image")
 	selected := map[string]bool{}
 	for _, o := range r.objs {
 		ok, err := o.node.MatchesLabelSelector(selector)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,13 +16,14 @@ import (
 	kyaml "sigs.k8s.io/kustomize/kyaml/yaml"
 )
 
-// repoRoot is the service's repository, found from this file.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	require.True(t, ok)
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
+// The inputs, read through links inside this module (testdata/kubernetes
+// to deploy/kubernetes, testdata/operations.md to docs/operations.md): go
+// test's cache rechecks the files a test opened only inside the module, so
+// an edited manifest or page reruns the test rather than reusing a result.
+const (
+	manifestsDir = "testdata/kubernetes"
+	runbook      = "testdata/operations.md"
+)
 
 // obj is one rendered object.
 type obj struct {
@@ -49,7 +49,7 @@ const kustomizeDir = "/deploy/kubernetes"
 // the copy (nil: none), and renders it as kubectl apply -k would.
 func render(t *testing.T, edit func(fs filesys.FileSystem)) *rendered {
 	t.Helper()
-	src := filepath.Join(repoRoot(t), "deploy", "kubernetes")
+	src := manifestsDir
 	entries, err := os.ReadDir(src)
 	require.NoError(t, err)
 	fs := filesys.MakeFsInMemory()
