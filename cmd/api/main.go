@@ -11,11 +11,9 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
 	"github.com/labelkit/labels/accept"
@@ -23,7 +21,6 @@ import (
 	"github.com/labelkit/labels/idempotency"
 	"github.com/labelkit/labels/internal/apiserve"
 	"github.com/labelkit/labels/internal/cli"
-	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/migrations"
 	"github.com/labelkit/labels/postgres"
 	"github.com/labelkit/labels/webhook"
@@ -203,7 +200,7 @@ func serve(ctx context.Context, cfg Config, db postgres.Endpoints, log zerolog.L
 		log.Warn().Err(err).Msg("schema version not read (the database does not answer): /readyz answers 503 until it does")
 	}
 	if cfg.MetricsAddr != "" {
-		msrv, err := serveMetrics(cfg.MetricsAddr, svc.Metrics(), log)
+		msrv, err := svc.Metrics().Serve(cfg.MetricsAddr, nil, log)
 		if err != nil {
 			log.Error().Err(err).Str("addr", cfg.MetricsAddr).Msg("metrics listener")
 			return 1
@@ -234,22 +231,6 @@ func serve(ctx context.Context, cfg Config, db postgres.Endpoints, log zerolog.L
 	}
 	log.Info().Msg("stopped")
 	return 0
-}
-
-// serveMetrics serves GET /metrics of m, and nothing else, on its own
-// listener (API_METRICS_ADDR), announced as the worker's is: a "metrics
-// listening" line with the address.
-func serveMetrics(addr string, m *metrics.Metrics, log zerolog.Logger) (*http.Server, error) {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	log.Info().Str("addr", ln.Addr().String()).Msg("metrics listening")
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	return srv, nil
 }
 
 func migrate(ctx context.Context, poolCfg *pgxpool.Config, stdout, stderr io.Writer) int {
