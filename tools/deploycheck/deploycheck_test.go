@@ -45,6 +45,34 @@ func TestReferencesResolve(t *testing.T) {
 		}
 	}
 	require.NotZero(t, generated, "the workloads read the generated Secret under its hashed name")
+
+	// A URL of the environment whose host is a bare name (or NAME.NAMESPACE…)
+	// is a Service of the kustomization, with that port; a StatefulSet's
+	// serviceName too.
+	services := 0
+	for _, w := range ws {
+		if name := str(get(w.m, "spec", "serviceName")); name != "" {
+			require.NotNil(t, r.byID["Service/"+name], "%s: serviceName %s", w.id(), name)
+		}
+		for _, c := range w.containers() {
+			for k, v := range r.env(t, c) {
+				u, err := url.Parse(v)
+				if err != nil || u.Scheme == "" || u.Host == "" || strings.Contains(u.Hostname(), ".") && !strings.HasSuffix(u.Hostname(), ".svc.cluster.local") {
+					continue
+				}
+				host, port := portOf(t, v)
+				svc := r.byID["Service/"+strings.Split(host, ".")[0]]
+				require.NotNil(t, svc, "%s: %s names the Service %s, which kubectl apply -k does not create", w.id(), k, host)
+				var ports []int
+				for _, p := range list(get(svc.m, "spec", "ports")) {
+					ports = append(ports, toInt(get(p, "port")))
+				}
+				require.Contains(t, ports, port, "%s: %s: %s has no port %d", w.id(), k, svc.id(), port)
+				services++
+			}
+		}
+	}
+	require.NotZero(t, services, "the services reach PgBouncer through its Service")
 }
 
 // kustomizationImage returns the image the kustomization sets: name and tag.
