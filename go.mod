@@ -6,6 +6,7 @@ require (
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/jackc/puddle/v2 v2.2.3
+	github.com/labelkit/labels/client v0.0.0
 	github.com/oklog/ulid/v2 v2.1.2
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
@@ -164,3 +165,7 @@ require (
 )
 
 tool github.com/go-task/task/v3/cmd/task
+
+// The SDK is a module of its own (client/go.mod), so that its callers get
+// nothing of the service's dependencies; the service's tests use this copy.
+replace github.com/labelkit/labels/client => ./client

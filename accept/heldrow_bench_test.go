@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
@@ -138,26 +137,7 @@ func (h *heldRowHarness) create(ctx context.Context, url, token, key string, bod
 // process id.
 func (h *heldRowHarness) holdKeyRow(ctx context.Context, caller, key string) (pid uint32, release func()) {
 	h.tb.Helper()
-	conn, err := pgx.Connect(ctx, h.dbURL)
-	if err != nil {
-		h.tb.Fatal(err)
-	}
-	var once sync.Once
-	release = func() {
-		once.Do(func() {
-			_, _ = conn.Exec(context.Background(), "ROLLBACK")
-			_ = conn.Close(context.Background())
-		})
-	}
-	h.tb.Cleanup(release)
-	for _, sql := range []string{
-		"SET idle_in_transaction_session_timeout = 0", "SET statement_timeout = 0", "SET lock_timeout = 0",
-		"BEGIN",
-	} {
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			h.tb.Fatal(err)
-		}
-	}
+	conn, release := dbtest.HoldingSession(h.tb, h.dbURL)
 	tag, err := conn.Exec(ctx, `UPDATE idempotency_keys SET locked_until = now() + interval '1 hour', lease_token = gen_random_uuid(),
 		attempts = coalesce(attempts, 0) + 1 WHERE caller_id = $1 AND idem_key = $2`, caller, key)
 	if err != nil || tag.RowsAffected() != 1 {

@@ -15,7 +15,6 @@ import (
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/fixture"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
-	"github.com/labelkit/labels/postgres"
 )
 
 // Issue 33's held key row on the API side: a session holds an uncommitted
@@ -101,17 +100,7 @@ func TestBusyRowWaitsAloneOutsideTheFlusher(t *testing.T) {
 	hash, err := accept.Fingerprint(first.Intent.Parcel)
 	require.NoError(t, err)
 	first.Key.RequestHash, first.Intent.RequestHash = hash, hash
-	gate, inFlight := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	open := func() { once.Do(func() { close(gate) }) }
-	t.Cleanup(open)
-	firstDone := make(chan error, 1)
-	go func() {
-		_, err := postgres.Accept(ctx, pool, []postgres.AcceptRow{first}, postgres.AcceptOpts{
-			BeforeCommitFunc: func(context.Context) error { close(inFlight); <-gate; return nil }})
-		firstDone <- err
-	}()
-	<-inFlight
+	commit, firstDone := fixture.AcceptHeld(t, ctx, pool, first)
 
 	a := accept.New(accept.Opts{Pool: pool, ClaimWait: time.Hour, Timeout: time.Hour})
 	type answer struct {
@@ -151,7 +140,7 @@ func TestBusyRowWaitsAloneOutsideTheFlusher(t *testing.T) {
 	default:
 	}
 
-	open()
+	commit()
 	require.NoError(t, <-firstDone)
 	r := <-repeat
 	require.NoError(t, r.err)

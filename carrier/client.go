@@ -93,6 +93,10 @@ type Client struct {
 	httpClient *http.Client
 }
 
+// DefaultTimeout is CARRIER_TIMEOUT's default: how long one carrier call
+// may take (a worker's purchase, the API's fetch of a label document).
+const DefaultTimeout = 20 * time.Second
+
 // DefaultBaseURL is CARRIER_URL's default: the simulator (cmd/carrier) on
 // its default address.
 const DefaultBaseURL = "http://127.0.0.1:8090"

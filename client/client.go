@@ -14,8 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/labelkit/labels"
 )
 
 // maxAnswer bounds what is read of one answer: a label or a problem is a few
@@ -79,7 +77,7 @@ func New(baseURL, token string, opts ...Option) *Client {
 // parcel, this version": label:{order_id}:{parcel_no}:v{label_version}, e.g.
 // label:918273:1:v1. A zero LabelVersion counts as 1, as in the API. The key
 // holds no personal data.
-func DeriveKey(p labels.Parcel) string {
+func DeriveKey(p Parcel) string {
 	return fmt.Sprintf("label:%d:%d:v%d", p.OrderID, p.ParcelNo, max(p.LabelVersion, 1))
 }
 
@@ -91,7 +89,7 @@ func DeriveKey(p labels.Parcel) string {
 // After an error for which [IsTemporary] is true, calling CreateLabel again
 // with the same parcel is safe and is how the outcome is learnt: the API
 // answers a repeat from the key and never buys twice.
-func (c *Client) CreateLabel(ctx context.Context, parcel labels.Parcel, opts ...CreateOption) (*labels.Label, error) {
+func (c *Client) CreateLabel(ctx context.Context, parcel Parcel, opts ...CreateOption) (*Label, error) {
 	var o createOpts
 	for _, opt := range opts {
 		opt(&o)
@@ -125,7 +123,7 @@ type accepted struct {
 
 // submit posts the request until it is answered for good: a label, an
 // accepted request to wait for, or a final error.
-func (c *Client) submit(ctx context.Context, key string, body []byte) (*labels.Label, *accepted, error) {
+func (c *Client) submit(ctx context.Context, key string, body []byte) (*Label, *accepted, error) {
 	start := time.Now()
 	header := http.Header{}
 	header.Set("Content-Type", "application/json")
@@ -170,7 +168,7 @@ func (c *Client) submit(ctx context.Context, key string, body []byte) (*labels.L
 
 // await polls an accepted request until its outcome is final, or returns a
 // PendingError when WithMaxWait or the context runs out first.
-func (c *Client) await(ctx context.Context, key string, acc *accepted) (*labels.Label, error) {
+func (c *Client) await(ctx context.Context, key string, acc *accepted) (*Label, error) {
 	pending := &PendingError{Key: key, RequestID: acc.requestID}
 	stop := time.Now().Add(c.maxWait)
 	delay := max(c.pollInterval, acc.retryAfter)
@@ -194,19 +192,19 @@ func (c *Client) await(ctx context.Context, key string, acc *accepted) (*labels.
 		if a.status != http.StatusOK {
 			return nil, newProblemError(key, acc.requestID, a)
 		}
-		var lr labels.LabelRequest
+		var lr LabelRequest
 		if err := json.Unmarshal(a.body, &lr); err != nil {
 			return nil, fmt.Errorf("labels: key %q: unreadable label request: %w", key, err)
 		}
 		switch lr.Status {
-		case labels.StatusSucceeded:
-			var l labels.Label
+		case StatusSucceeded:
+			var l Label
 			if err := json.Unmarshal(lr.Label, &l); err != nil || l.LabelID == "" {
 				return nil, fmt.Errorf("labels: key %q: label request %s succeeded without a readable label", key, lr.ID)
 			}
 			return &l, nil
-		case labels.StatusFailed:
-			var p labels.Problem
+		case StatusFailed:
+			var p Problem
 			if err := json.Unmarshal(lr.Error, &p); err != nil || p.Code == "" {
 				return nil, fmt.Errorf("labels: key %q: label request %s failed without a readable problem", key, lr.ID)
 			}
@@ -219,7 +217,7 @@ func (c *Client) await(ctx context.Context, key string, acc *accepted) (*labels.
 
 // verdict is what one POST answer means.
 type verdict struct {
-	label    *labels.Label
+	label    *Label
 	accepted *accepted
 	retry    bool  // transient: try again with the same key
 	err      error // final when !retry, else what went wrong
@@ -232,13 +230,13 @@ func (c *Client) classifyCreate(key string, a answer) verdict {
 	}
 	switch a.status {
 	case http.StatusCreated:
-		var l labels.Label
+		var l Label
 		if err := json.Unmarshal(a.body, &l); err != nil || l.LabelID == "" {
 			return verdict{err: fmt.Errorf("labels: key %q: 201 without a readable label", key)}
 		}
 		return verdict{label: &l}
 	case http.StatusAccepted:
-		var lr labels.LabelRequest
+		var lr LabelRequest
 		if err := json.Unmarshal(a.body, &lr); err != nil || lr.ID == "" {
 			return verdict{err: fmt.Errorf("labels: key %q: 202 without a readable label request", key)}
 		}
@@ -256,10 +254,10 @@ func (c *Client) classifyCreate(key string, a answer) verdict {
 	switch {
 	// A saved outcome of the intent is final, whatever its status: a 502
 	// carrier_unavailable is the carrier's story, not the API's.
-	case p.Code == labels.CodeCarrierRejected || p.Code == labels.CodeCarrierUnavailable:
+	case p.Code == CodeCarrierRejected || p.Code == CodeCarrierUnavailable:
 		return verdict{err: finalProblem(key, requestID, replayed, p)}
 	case a.status == http.StatusConflict:
-		return verdict{retry: p.Code == labels.CodeRequestInProgress, err: newProblemError(key, requestID, a)}
+		return verdict{retry: p.Code == CodeRequestInProgress, err: newProblemError(key, requestID, a)}
 	case transient(a.status):
 		return verdict{retry: true, err: newProblemError(key, "", a)}
 	}
@@ -272,11 +270,11 @@ func transient(status int) bool {
 }
 
 // finalProblem turns a saved or final problem into its error type.
-func finalProblem(key, requestID string, replayed bool, p labels.Problem) error {
+func finalProblem(key, requestID string, replayed bool, p Problem) error {
 	switch p.Code {
-	case labels.CodeCarrierRejected:
+	case CodeCarrierRejected:
 		return &RejectedError{Key: key, RequestID: requestID, CarrierCode: p.CarrierCode, CarrierMessage: p.CarrierMessage, Problem: p}
-	case labels.CodeCarrierUnavailable:
+	case CodeCarrierUnavailable:
 		return &UnavailableError{Key: key, RequestID: requestID, Final: true, Problem: &p}
 	}
 	return &ProblemError{Key: key, RequestID: requestID, Replayed: replayed, Problem: p}
@@ -284,8 +282,8 @@ func finalProblem(key, requestID string, replayed bool, p labels.Problem) error 
 
 // readProblem reads a problem answer; an answer that is not one (a proxy's
 // HTML page) becomes a problem with the status and no code.
-func readProblem(a answer) labels.Problem {
-	var p labels.Problem
+func readProblem(a answer) Problem {
+	var p Problem
 	mt, _, _ := mime.ParseMediaType(a.header.Get("Content-Type"))
 	if mt == "application/problem+json" || mt == "application/json" {
 		_ = json.Unmarshal(a.body, &p)
@@ -310,6 +308,12 @@ type answer struct {
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body []byte, header http.Header, timeout time.Duration) answer {
+	return c.doLimit(ctx, method, path, body, header, timeout, maxAnswer)
+}
+
+// doLimit is do reading at most limit bytes of the answer; a longer one is
+// an error that is not retried.
+func (c *Client) doLimit(ctx context.Context, method, path string, body []byte, header http.Header, timeout time.Duration, limit int64) answer {
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var rd io.Reader
@@ -322,16 +326,21 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, heade
 	}
 	req.Header = header
 	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Accept", "application/json, application/problem+json")
+	if req.Header.Get("Accept") == "" {
+		req.Header.Set("Accept", "application/json, application/problem+json")
+	}
 	resp, err := c.httpClient.Do(req)
 	if err != nil {
 		return answer{err: err}
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		// The reply was cut: as good as lost.
 		return answer{err: fmt.Errorf("reading the answer to %s %s: %w", method, path, err)}
+	}
+	if int64(len(b)) > limit {
+		return answer{err: fmt.Errorf("the answer to %s %s is over %d bytes", method, path, limit), fatal: true}
 	}
 	return answer{
 		status:     resp.StatusCode,

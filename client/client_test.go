@@ -12,15 +12,12 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/stretchr/testify/require"
-
-	"github.com/labelkit/labels"
 )
 
-// These tests put the client in front of scripted answers; stack_test.go runs
-// it against the real API. Sleeps are recorded instead of slept, and the
-// jitter draws its ceiling, so delays are checked exactly and nothing waits.
+// These tests put the client in front of scripted answers; e2e/sdk, in the
+// service's module, runs it against the real API. Sleeps are recorded instead
+// of slept, and the jitter draws its ceiling, so delays are checked exactly
+// and nothing waits.
 
 type recorder struct {
 	mu       sync.Mutex
@@ -76,11 +73,11 @@ func inTurn(answers ...func(w http.ResponseWriter)) func(n int, w http.ResponseW
 	}
 }
 
-var testParcel = labels.Parcel{OrderID: 918273, ParcelNo: 1, WeightG: 1450, Service: "ground", ShipTo: labels.Address{
+var testParcel = Parcel{OrderID: 918273, ParcelNo: 1, WeightG: 1450, Service: "ground", ShipTo: Address{
 	Name: "A. Example", Line1: "1 Example Street", City: "Exampleton", PostalCode: "10115", Country: "DE",
 }}
 
-var testLabel = labels.Label{LabelID: "lbl_1", OrderID: 918273, ParcelNo: 1, LabelVersion: 1, Service: "ground",
+var testLabel = Label{LabelID: "lbl_1", OrderID: 918273, ParcelNo: 1, LabelVersion: 1, Service: "ground",
 	TrackingNo: "GRD000918273", CarrierLabelID: "CL-1", CostCents: 595, Currency: "USD",
 	CreatedAt: time.Date(2026, 12, 2, 10, 0, 1, 0, time.UTC)}
 
@@ -91,9 +88,9 @@ func writeLabel(w http.ResponseWriter) {
 }
 
 func writeProblem(w http.ResponseWriter, status int, code string, headers ...string) {
-	p := labels.NewProblem(code, "detail of "+code)
+	p := newProblem(code, "detail of "+code)
 	p.Status = status
-	if code == labels.CodeCarrierRejected {
+	if code == CodeCarrierRejected {
 		p.CarrierCode, p.CarrierMessage = "address_invalid", "no such postal code"
 	}
 	for i := 0; i+1 < len(headers); i += 2 {
@@ -101,7 +98,12 @@ func writeProblem(w http.ResponseWriter, status int, code string, headers ...str
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)
-	_, _ = w.Write(p.Body())
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+// newProblem is a problem document as the API writes it.
+func newProblem(code, detail string) Problem {
+	return Problem{Type: "https://labelkit.dev/problems/" + code, Title: "Title of " + code, Code: code, Detail: detail}
 }
 
 func hangUp(w http.ResponseWriter) {
@@ -128,17 +130,17 @@ func TestClassification(t *testing.T) {
 			w.WriteHeader(201)
 			_, _ = w.Write([]byte(`{"label_id"`))
 		}, retry: true},
-		"503 store":    {first: func(w http.ResponseWriter) { writeProblem(w, 503, labels.CodeStoreUnavailable, "Retry-After", "1") }, retry: true},
-		"500 internal": {first: func(w http.ResponseWriter) { writeProblem(w, 500, labels.CodeInternal) }, retry: true},
+		"503 store":    {first: func(w http.ResponseWriter) { writeProblem(w, 503, CodeStoreUnavailable, "Retry-After", "1") }, retry: true},
+		"500 internal": {first: func(w http.ResponseWriter) { writeProblem(w, 500, CodeInternal) }, retry: true},
 		"502 gateway":  {first: func(w http.ResponseWriter) { http.Error(w, "<html>bad gateway</html>", 502) }, retry: true},
 		"504 gateway":  {first: func(w http.ResponseWriter) { http.Error(w, "timeout", 504) }, retry: true},
 		"429":          {first: func(w http.ResponseWriter) { http.Error(w, "slow down", 429) }, retry: true},
 		"408":          {first: func(w http.ResponseWriter) { http.Error(w, "too slow", 408) }, retry: true},
 		"409 in progress": {first: func(w http.ResponseWriter) {
-			writeProblem(w, 409, labels.CodeRequestInProgress, "Retry-After", "1")
+			writeProblem(w, 409, CodeRequestInProgress, "Retry-After", "1")
 		}, retry: true},
 		"409 parcel already labelled": {first: func(w http.ResponseWriter) {
-			writeProblem(w, 409, labels.CodeParcelAlreadyLabelled, "Location", "/v1/label-requests/lr_OTHER")
+			writeProblem(w, 409, CodeParcelAlreadyLabelled, "Location", "/v1/label-requests/lr_OTHER")
 		}, check: func(t *testing.T, err error) {
 			require.ErrorIs(t, err, ErrParcelAlreadyLabelled)
 			var pe *ProblemError
@@ -146,7 +148,7 @@ func TestClassification(t *testing.T) {
 			require.Equal(t, "lr_OTHER", pe.RequestID)
 		}},
 		"saved 502 carrier_unavailable": {first: func(w http.ResponseWriter) {
-			writeProblem(w, 502, labels.CodeCarrierUnavailable, "Idempotent-Replayed", "true")
+			writeProblem(w, 502, CodeCarrierUnavailable, "Idempotent-Replayed", "true")
 		}, check: func(t *testing.T, err error) {
 			var u *UnavailableError
 			require.ErrorAs(t, err, &u)
@@ -155,14 +157,14 @@ func TestClassification(t *testing.T) {
 			require.ErrorIs(t, err, ErrUnavailable)
 		}},
 		"502 carrier_unavailable after Prefer: wait": {first: func(w http.ResponseWriter) {
-			writeProblem(w, 502, labels.CodeCarrierUnavailable) // final, though not replayed
+			writeProblem(w, 502, CodeCarrierUnavailable) // final, though not replayed
 		}, check: func(t *testing.T, err error) {
 			var u *UnavailableError
 			require.ErrorAs(t, err, &u)
 			require.True(t, u.Final)
 		}},
 		"422 carrier_rejected": {first: func(w http.ResponseWriter) {
-			writeProblem(w, 422, labels.CodeCarrierRejected, "Idempotent-Replayed", "true")
+			writeProblem(w, 422, CodeCarrierRejected, "Idempotent-Replayed", "true")
 		}, check: func(t *testing.T, err error) {
 			var r *RejectedError
 			require.ErrorAs(t, err, &r)
@@ -171,12 +173,12 @@ func TestClassification(t *testing.T) {
 			require.Equal(t, "label:918273:1:v1", r.Key)
 			require.ErrorIs(t, err, ErrRejected)
 		}},
-		"422 key reused": {first: func(w http.ResponseWriter) { writeProblem(w, 422, labels.CodeIdempotencyKeyReused) }, check: is(ErrKeyReused)},
-		"400 invalid":    {first: func(w http.ResponseWriter) { writeProblem(w, 400, labels.CodeInvalidRequest) }, check: is(ErrInvalidRequest)},
-		"400 key":        {first: func(w http.ResponseWriter) { writeProblem(w, 400, labels.CodeIdempotencyKeyInvalid) }, check: is(ErrInvalidRequest)},
-		"413":            {first: func(w http.ResponseWriter) { writeProblem(w, 413, labels.CodePayloadTooLarge) }, check: is(ErrInvalidRequest)},
-		"401":            {first: func(w http.ResponseWriter) { writeProblem(w, 401, labels.CodeUnauthenticated) }, check: is(ErrUnauthenticated)},
-		"404":            {first: func(w http.ResponseWriter) { writeProblem(w, 404, labels.CodeNotFound) }, check: is(ErrNotFound)},
+		"422 key reused": {first: func(w http.ResponseWriter) { writeProblem(w, 422, CodeIdempotencyKeyReused) }, check: is(ErrKeyReused)},
+		"400 invalid":    {first: func(w http.ResponseWriter) { writeProblem(w, 400, CodeInvalidRequest) }, check: is(ErrInvalidRequest)},
+		"400 key":        {first: func(w http.ResponseWriter) { writeProblem(w, 400, CodeIdempotencyKeyInvalid) }, check: is(ErrInvalidRequest)},
+		"413":            {first: func(w http.ResponseWriter) { writeProblem(w, 413, CodePayloadTooLarge) }, check: is(ErrInvalidRequest)},
+		"401":            {first: func(w http.ResponseWriter) { writeProblem(w, 401, CodeUnauthenticated) }, check: is(ErrUnauthenticated)},
+		"404":            {first: func(w http.ResponseWriter) { writeProblem(w, 404, CodeNotFound) }, check: is(ErrNotFound)},
 		"redirect": {first: func(w http.ResponseWriter) {
 			w.Header().Set("Location", "/elsewhere")
 			w.WriteHeader(http.StatusFound)
@@ -244,22 +246,21 @@ func TestKey(t *testing.T) {
 func TestBackoff(t *testing.T) {
 	t.Parallel()
 	c, rec := script(t, func(n int, w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, 503, labels.CodeStoreUnavailable)
+		writeProblem(w, 503, CodeStoreUnavailable)
 	}, WithBackoff(100*time.Millisecond, time.Second), WithMaxAttempts(7))
 	_, err := c.CreateLabel(context.Background(), testParcel)
 	var u *UnavailableError
 	require.ErrorAs(t, err, &u)
 	require.False(t, u.Final)
 	require.Equal(t, 7, u.Attempts)
-	require.Equal(t, labels.CodeStoreUnavailable, u.Problem.Code)
+	require.Equal(t, CodeStoreUnavailable, u.Problem.Code)
 	require.True(t, IsTemporary(err))
 	ms := time.Millisecond
 	require.Equal(t, []time.Duration{100 * ms, 200 * ms, 400 * ms, 800 * ms, time.Second, time.Second}, rec.Sleeps())
 
 	for range 1000 {
 		d := jitter(300 * ms)
-		require.GreaterOrEqual(t, d, time.Duration(0))
-		require.LessOrEqual(t, d, 300*ms)
+		require.Between(t, d, 0, 300*ms)
 	}
 	require.Zero(t, jitter(0))
 	huge := New("http://x", "t", WithBackoff(time.Second, time.Minute))
@@ -274,7 +275,7 @@ func TestRetryAfter(t *testing.T) {
 	t.Run("honoured", func(t *testing.T) {
 		t.Parallel()
 		c, rec := script(t, inTurn(
-			func(w http.ResponseWriter) { writeProblem(w, 503, labels.CodeStoreUnavailable, "Retry-After", "3") },
+			func(w http.ResponseWriter) { writeProblem(w, 503, CodeStoreUnavailable, "Retry-After", "3") },
 			func(w http.ResponseWriter) {
 				w.Header().Set("Retry-After", "2")
 				http.Error(w, "slow down", 429)
@@ -288,7 +289,7 @@ func TestRetryAfter(t *testing.T) {
 	t.Run("beyond the budget", func(t *testing.T) {
 		t.Parallel()
 		c, rec := script(t, func(n int, w http.ResponseWriter, r *http.Request) {
-			writeProblem(w, 503, labels.CodeStoreUnavailable, "Retry-After", "120")
+			writeProblem(w, 503, CodeStoreUnavailable, "Retry-After", "120")
 		})
 		_, err := c.CreateLabel(context.Background(), testParcel)
 		var u *UnavailableError
@@ -299,7 +300,7 @@ func TestRetryAfter(t *testing.T) {
 	t.Run("beyond the deadline", func(t *testing.T) {
 		t.Parallel()
 		c, rec := script(t, func(n int, w http.ResponseWriter, r *http.Request) {
-			writeProblem(w, 503, labels.CodeStoreUnavailable, "Retry-After", "30")
+			writeProblem(w, 503, CodeStoreUnavailable, "Retry-After", "30")
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -363,13 +364,13 @@ func writePending(w http.ResponseWriter, status int, retryAfter string) {
 		w.Header().Set("Retry-After", retryAfter)
 	}
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(labels.LabelRequest{ID: "lr_1 x", IdempotencyKey: "label:918273:1:v1", Status: labels.StatusPending})
+	_ = json.NewEncoder(w).Encode(LabelRequest{ID: "lr_1 x", IdempotencyKey: "label:918273:1:v1", Status: StatusPending})
 }
 
 // pending1s is a 202 asking to poll again after a second.
 func pending1s(w http.ResponseWriter) { writePending(w, 202, "1") }
 
-func writeFinal(w http.ResponseWriter, lr labels.LabelRequest) {
+func writeFinal(w http.ResponseWriter, lr LabelRequest) {
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(lr)
 }
@@ -382,12 +383,12 @@ func TestPolling(t *testing.T) {
 		t.Parallel()
 		c, rec := script(t, inTurn(
 			func(w http.ResponseWriter) { writePending(w, 202, "2") },
-			func(w http.ResponseWriter) { writeProblem(w, 500, labels.CodeInternal) },
-			func(w http.ResponseWriter) { writeProblem(w, 503, labels.CodeStoreUnavailable) },
+			func(w http.ResponseWriter) { writeProblem(w, 500, CodeInternal) },
+			func(w http.ResponseWriter) { writeProblem(w, 503, CodeStoreUnavailable) },
 			func(w http.ResponseWriter) { writePending(w, 200, "1") },
 			func(w http.ResponseWriter) {
 				b, _ := json.Marshal(testLabel)
-				writeFinal(w, labels.LabelRequest{ID: "lr_1 x", Status: labels.StatusSucceeded, Label: b})
+				writeFinal(w, LabelRequest{ID: "lr_1 x", Status: StatusSucceeded, Label: b})
 			},
 		), WithBackoff(10*time.Millisecond, time.Second), WithPollInterval(500*time.Millisecond))
 		l, err := c.CreateLabel(context.Background(), testParcel)
@@ -408,9 +409,10 @@ func TestPolling(t *testing.T) {
 	t.Run("failed", func(t *testing.T) {
 		t.Parallel()
 		c, _ := script(t, inTurn(pending1s, func(w http.ResponseWriter) {
-			p := labels.NewProblem(labels.CodeCarrierRejected, "rejected")
-			p.CarrierCode = "address_invalid"
-			writeFinal(w, labels.LabelRequest{ID: "lr_1 x", Status: labels.StatusFailed, Error: p.Body()})
+			p := newProblem(CodeCarrierRejected, "rejected")
+			p.Status, p.CarrierCode = 422, "address_invalid"
+			b, _ := json.Marshal(p)
+			writeFinal(w, LabelRequest{ID: "lr_1 x", Status: StatusFailed, Error: b})
 		}))
 		_, err := c.CreateLabel(context.Background(), testParcel)
 		var r *RejectedError
@@ -420,7 +422,7 @@ func TestPolling(t *testing.T) {
 	})
 	t.Run("gone", func(t *testing.T) {
 		t.Parallel()
-		c, _ := script(t, inTurn(pending1s, func(w http.ResponseWriter) { writeProblem(w, 404, labels.CodeNotFound) }))
+		c, _ := script(t, inTurn(pending1s, func(w http.ResponseWriter) { writeProblem(w, 404, CodeNotFound) }))
 		_, err := c.CreateLabel(context.Background(), testParcel)
 		require.ErrorIs(t, err, ErrNotFound)
 		require.False(t, IsTemporary(err))
@@ -442,7 +444,7 @@ func TestPolling(t *testing.T) {
 func TestContextEnds(t *testing.T) {
 	t.Parallel()
 	c, _ := script(t, func(n int, w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, 503, labels.CodeStoreUnavailable)
+		writeProblem(w, 503, CodeStoreUnavailable)
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	c.sleepFunc = func(context.Context, time.Duration) error { cancel(); return context.Canceled }
@@ -478,4 +480,59 @@ func TestIsTemporary(t *testing.T) {
 			require.NotEmpty(t, err.Error())
 		}
 	}
+}
+
+// LabelDocument: the document's bytes, type and ETag; If-None-Match sent
+// and a 304 read as NotModified; a 502 carrier_unavailable retried after its
+// Retry-After; a 404 final; a document over the bound refused, not retried.
+func TestLabelDocument(t *testing.T) {
+	t.Parallel()
+	pdf := []byte("%PDF-1.4 a label\n%%EOF\n")
+	serve := func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("If-None-Match") == `"v1"` {
+			w.Header().Set("ETag", `"v1"`)
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		w.Header().Set("Content-Type", "application/pdf")
+		w.Header().Set("ETag", `"v1"`)
+		_, _ = w.Write(pdf)
+	}
+	c, rec := script(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		if n == 1 {
+			writeProblem(w, 502, CodeCarrierUnavailable, "Retry-After", "2")
+			return
+		}
+		serve(w, r)
+	})
+	doc, err := c.LabelDocument(context.Background(), "lbl 1", "")
+	require.NoError(t, err)
+	require.Equal(t, &DocumentFile{ContentType: "application/pdf", ETag: `"v1"`, Data: pdf}, doc)
+	require.Equal(t, []time.Duration{2 * time.Second}, rec.Sleeps(), "the carrier's trouble is retried after Retry-After")
+	for _, r := range rec.Requests() {
+		require.Equal(t, http.MethodGet, r.Method)
+		require.Equal(t, "/v1/labels/lbl%201/document", r.URL.EscapedPath())
+		require.Equal(t, "Bearer lk_test", r.Header.Get("Authorization"))
+		require.Equal(t, "*/*", r.Header.Get("Accept"))
+		require.Equal(t, "", r.Header.Get("If-None-Match"))
+	}
+
+	same, err := c.LabelDocument(context.Background(), "lbl 1", doc.ETag)
+	require.NoError(t, err)
+	require.Equal(t, &DocumentFile{ETag: `"v1"`, NotModified: true}, same)
+	reqs := rec.Requests()
+	require.Equal(t, `"v1"`, reqs[len(reqs)-1].Header.Get("If-None-Match"))
+
+	missing, rec404 := script(t, inTurn(func(w http.ResponseWriter) { writeProblem(w, 404, CodeNotFound) }))
+	_, err = missing.LabelDocument(context.Background(), "lbl_x", "")
+	require.ErrorIs(t, err, ErrNotFound)
+	require.Len(t, rec404.Requests(), 1, "a 404 is final")
+
+	huge, recHuge := script(t, inTurn(func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/pdf")
+		_, _ = w.Write(make([]byte, maxDocument+1))
+	}))
+	_, err = huge.LabelDocument(context.Background(), "lbl_big", "")
+	require.ErrorContains(t, err, "over")
+	require.Len(t, recHuge.Requests(), 1, "an answer over the bound is not retried")
 }

@@ -1,4 +1,10 @@
 // Package client is the Go SDK for the label service's HTTP API (docs/api.md).
+// It is a module of its own, github.com/labelkit/labels/client, that needs
+// only the standard library and Go 1.22; its versions are the repository's
+// tags that prefix the version with the folder, as Go requires for a nested
+// module ("go get github.com/labelkit/labels/client@latest").
+// The wire types ([Parcel], [Label], [LabelRequest], [Problem]) are its own.
+//
 // It exists so that a caller gets idempotency right without thinking about it:
 // the seed's first failure is a client that mints a new key on every retry
 // attempt, and each such attempt looks like a new request, so a retried
@@ -81,7 +87,9 @@
 // # Reading
 //
 // [Client.GetLabel] reads a label by id, with the printable document the
-// carrier named (Label.Document: where to fetch it, its media type and size).
+// carrier named (Label.Document: its media type and size), and
+// [Client.LabelDocument] fetches that document through the API with the
+// caller's token (a 502 carrier_unavailable there is transient, and retried).
 // [Client.GetLabelRequest] reads a label request by id and [Client.FindByKey]
 // by idempotency key, without waiting: pending, or final with the label or
 // the saved problem. Reads change nothing, so they retry what is transient

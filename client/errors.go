@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/labelkit/labels"
 )
 
 // Sentinel errors, for errors.Is.
@@ -47,7 +45,7 @@ type ProblemError struct {
 	Replayed bool
 	// Problem is the problem document; Status is always set, Code when the
 	// answer was a problem document of the API.
-	Problem labels.Problem
+	Problem Problem
 	// HTTPRequestID is the answer's X-Request-Id: the id under which the
 	// service logged the request (http_request_id), to quote when asking
 	// its operators. Empty when the answer had none.
@@ -96,19 +94,19 @@ func (e *ProblemError) Error() string {
 func (e *ProblemError) Is(target error) bool {
 	switch target {
 	case ErrKeyReused:
-		return e.Problem.Code == labels.CodeIdempotencyKeyReused
+		return e.Problem.Code == CodeIdempotencyKeyReused
 	case ErrParcelAlreadyLabelled:
-		return e.Problem.Code == labels.CodeParcelAlreadyLabelled
+		return e.Problem.Code == CodeParcelAlreadyLabelled
 	case ErrInvalidRequest:
 		switch e.Problem.Code {
-		case labels.CodeInvalidRequest, labels.CodeIdempotencyKeyMissing, labels.CodeIdempotencyKeyInvalid,
-			labels.CodePayloadTooLarge, labels.CodeUnsupportedMediaType:
+		case CodeInvalidRequest, CodeIdempotencyKeyMissing, CodeIdempotencyKeyInvalid,
+			CodePayloadTooLarge, CodeUnsupportedMediaType:
 			return true
 		}
 	case ErrUnauthenticated:
-		return e.Problem.Code == labels.CodeUnauthenticated
+		return e.Problem.Code == CodeUnauthenticated
 	case ErrNotFound:
-		return e.Problem.Code == labels.CodeNotFound
+		return e.Problem.Code == CodeNotFound
 	}
 	return false
 }
@@ -123,7 +121,7 @@ type RejectedError struct {
 	// "address_invalid".
 	CarrierCode    string
 	CarrierMessage string
-	Problem        labels.Problem
+	Problem        Problem
 }
 
 // Error implements error.
@@ -151,7 +149,7 @@ type UnavailableError struct {
 	Attempts int
 	// Problem is the saved problem when Final, else the last problem answer
 	// seen, if any.
-	Problem *labels.Problem
+	Problem *Problem
 	// Err is the last failure seen when not Final.
 	Err error
 }

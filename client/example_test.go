@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/client"
 )
 
@@ -26,8 +25,8 @@ func ExampleClient_CreateLabel() {
 
 	labelService := client.New(srv.URL, "lk_fulfilment_token",
 		client.WithBackoff(time.Millisecond, 10*time.Millisecond)) // short, for the example
-	shipTo := labels.Address{Name: "A. Example", Line1: "1 Example Street", City: "Exampleton", PostalCode: "10115", Country: "DE"}
-	packed := []labels.Parcel{
+	shipTo := client.Address{Name: "A. Example", Line1: "1 Example Street", City: "Exampleton", PostalCode: "10115", Country: "DE"}
+	packed := []client.Parcel{
 		{OrderID: 918273, ParcelNo: 1, WeightG: 1450, Service: "ground", ShipTo: shipTo},
 		{OrderID: 918273, ParcelNo: 2, WeightG: 800, Service: "ground", ShipTo: shipTo},
 	}
@@ -64,7 +63,7 @@ func ExampleClient_CreateLabel() {
 // The key names the intent "a label for this parcel, this version"; a
 // reprint is a new version, so a new key.
 func ExampleDeriveKey() {
-	p := labels.Parcel{OrderID: 918273, ParcelNo: 1}
+	p := client.Parcel{OrderID: 918273, ParcelNo: 1}
 	fmt.Println(client.DeriveKey(p))
 	p.LabelVersion = 2
 	fmt.Println(client.DeriveKey(p))
@@ -91,7 +90,7 @@ func (a *lossyAPI) bought() int {
 
 func (a *lossyAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	key := strings.Trim(r.Header.Get("Idempotency-Key"), `"`)
-	var p labels.Parcel
+	var p client.Parcel
 	if err := json.NewDecoder(r.Body).Decode(&p); err != nil || key == "" {
 		http.Error(w, "bad request", http.StatusBadRequest)
 		return
@@ -103,7 +102,7 @@ func (a *lossyAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if p.ParcelNo > 1 {
 			tracking += fmt.Sprintf("-%d", p.ParcelNo)
 		}
-		body, _ = json.Marshal(labels.Label{
+		body, _ = json.Marshal(client.Label{
 			LabelID: fmt.Sprintf("lbl_%d_%d", p.OrderID, p.ParcelNo), OrderID: p.OrderID, ParcelNo: p.ParcelNo,
 			LabelVersion: p.LabelVersion, Service: p.Service, TrackingNo: tracking, CarrierLabelID: "CL-1",
 			CostCents: 595, Currency: "USD", CreatedAt: time.Date(2026, 12, 2, 10, 0, 1, 0, time.UTC),

@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/labelkit/labels"
 )
 
 // Event is a completion webhook's body: a label request became final
@@ -25,7 +23,7 @@ type Event struct {
 	Type      string    `json:"type"`
 	Timestamp time.Time `json:"timestamp"`
 	// Data is the label request, as GET /v1/label-requests/{id} returns it.
-	Data labels.LabelRequest `json:"data"`
+	Data LabelRequest `json:"data"`
 }
 
 // Event types.

@@ -1,4 +1,4 @@
-package client_test
+package client
 
 import (
 	"crypto/hmac"
@@ -9,10 +9,6 @@ import (
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/stretchr/testify/require"
-
-	"github.com/labelkit/labels/client"
 )
 
 // sign is the docs' formula, written out independently of every package of
@@ -46,30 +42,30 @@ func TestVerifyWebhook(t *testing.T) {
 		return h
 	}
 
-	ev, err := client.VerifyWebhook(secret, headers(now.Unix(), sign(t, secret, "msg_lr_1", now.Unix(), body)), body, now)
+	ev, err := VerifyWebhook(secret, headers(now.Unix(), sign(t, secret, "msg_lr_1", now.Unix(), body)), body, now)
 	require.NoError(t, err)
 	require.Equal(t, "msg_lr_1", ev.ID)
-	require.Equal(t, client.EventSucceeded, ev.Type)
+	require.Equal(t, EventSucceeded, ev.Type)
 	require.Equal(t, "lr_1", ev.Data.ID)
 	require.JSONEq(t, `{"label_id":"lbl_1"}`, string(ev.Data.Label))
 
 	// During a rotation: one signature per live secret, either verifies.
 	both := sign(t, other, "msg_lr_1", now.Unix(), body) + " " + sign(t, secret, "msg_lr_1", now.Unix(), body)
-	_, err = client.VerifyWebhook(secret, headers(now.Unix(), both), body, now)
+	_, err = VerifyWebhook(secret, headers(now.Unix(), both), body, now)
 	require.NoError(t, err)
-	_, err = client.VerifyWebhook(other, headers(now.Unix(), both), body, now)
+	_, err = VerifyWebhook(other, headers(now.Unix(), both), body, now)
 	require.NoError(t, err)
 
 	// Within five minutes either way, not beyond.
 	for _, skew := range []time.Duration{-5 * time.Minute, 5 * time.Minute} {
 		ts := now.Add(skew).Unix()
-		_, err = client.VerifyWebhook(secret, headers(ts, sign(t, secret, "msg_lr_1", ts, body)), body, now)
+		_, err = VerifyWebhook(secret, headers(ts, sign(t, secret, "msg_lr_1", ts, body)), body, now)
 		require.NoError(t, err, skew)
 	}
 	for _, skew := range []time.Duration{-5*time.Minute - time.Second, 5*time.Minute + time.Second} {
 		ts := now.Add(skew).Unix()
-		_, err = client.VerifyWebhook(secret, headers(ts, sign(t, secret, "msg_lr_1", ts, body)), body, now)
-		require.ErrorIs(t, err, client.ErrWebhookSignature, skew)
+		_, err = VerifyWebhook(secret, headers(ts, sign(t, secret, "msg_lr_1", ts, body)), body, now)
+		require.ErrorIs(t, err, ErrWebhookSignature, skew)
 	}
 
 	for name, tc := range map[string]struct {
@@ -85,7 +81,7 @@ func TestVerifyWebhook(t *testing.T) {
 		"no signature":    {secret, headers(now.Unix(), ""), body},
 		"a bad timestamp": {secret, func() http.Header { h := headers(0, "v1,x"); h.Set("webhook-timestamp", "soon"); return h }(), body},
 	} {
-		_, err := client.VerifyWebhook(tc.secret, tc.h, tc.body, now)
-		require.True(t, errors.Is(err, client.ErrWebhookSignature), "%s: %v", name, err)
+		_, err := VerifyWebhook(tc.secret, tc.h, tc.body, now)
+		require.True(t, errors.Is(err, ErrWebhookSignature), "%s: %v", name, err)
 	}
 }

@@ -1,7 +1,11 @@
 // Package e2e holds system tests that cross every part of the pipeline and
-// disturb what is under it: losing the database, a worker killed in the middle
-// of a void or a webhook delivery, PgBouncer in front of PostgreSQL, the
-// brief's failure table row by row, and the one clock. Some start the real
-// binaries (internal/fleet); others run the pipeline in process
-// (internal/testutil/stacktest). e2e/chaos holds the chaos run.
+// disturb what is under it: losing the database (a PostgreSQL server of the
+// test's own, stopped and started), a worker killed in the middle of a void
+// or of a webhook delivery, PgBouncer in front of PostgreSQL, the rows of
+// docs/failure-modes.md that no other test covers (that document maps every
+// row to its test), and every time coming from the database's clock. Some
+// start the real binaries (internal/fleet, built by
+// internal/testutil/proctest); the others run the pipeline in process
+// (internal/testutil/stacktest). With -short, the tests that start binaries
+// or a server of their own are skipped. e2e/chaos holds the chaos run.
 package e2e

@@ -12,7 +12,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/carrier/sim"
 	"github.com/labelkit/labels/client"
@@ -138,7 +137,7 @@ func TestDownstreamWithoutKey(t *testing.T) {
 			s := stacktest.NewSim(t, stacktest.SimOpts{Sim: sim.Options{NoKeys: tc.noKeys, DropReplyRate: dropRate, Seed: seed}})
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			parcel := labels.Parcel{OrderID: 918273, ParcelNo: 1, WeightG: 1450, Service: "ground", ShipTo: labels.Address{
+			parcel := client.Parcel{OrderID: 918273, ParcelNo: 1, WeightG: 1450, Service: "ground", ShipTo: client.Address{
 				Name: "A. Example", Line1: "1 Example Street", City: "Exampleton", PostalCode: "10115", Country: "DE",
 			}}
 			label, err := client.New(s.URL, s.Token("fulfilment")).CreateLabel(ctx, parcel)

@@ -81,12 +81,13 @@ func (s *Server) handleCreateLabel(w http.ResponseWriter, r *http.Request, calle
 	}
 	if d.PurgedKey {
 		s.deps.Metrics.IdempotencyOutcomes.WithLabelValues(metrics.OutcomePurgedKeyReused).Inc()
-		s.deps.Log.Warn().Str("caller", callerID).Str("key", key).Str("outcome", string(d.Outcome)).
+		log := s.requestLog(r)
+		log.Warn().Str("outcome", string(d.Outcome)).
 			Msg("a request arrived with a key that was already purged: a possible duplicate; retention may be shorter than the retry horizon")
 	}
 	if d.Outcome == accept.Duplicate {
-		s.deps.Log.Warn().Str("caller", callerID).Str("key", key).Str("request_id", d.Intent.RequestID).
-			Str("existing_key", d.Intent.Key).Msg("a new key for a parcel that already has an intent: the client may be minting a key per attempt")
+		log := s.requestLog(r)
+		log.Warn().Str("existing_key", d.Intent.Key).Msg("a new key for a parcel that already has an intent: the client may be minting a key per attempt")
 	}
 
 	switch d.Outcome {

@@ -80,7 +80,7 @@ func TestRequestLogLine(t *testing.T) {
 	require.Len(t, requests, len(wants), buf.String())
 	for i, w := range wants {
 		l := requests[i]
-		for _, f := range []string{"http_request_id", "method", "route", "status", "duration", "caller", "key", "request_id", "outcome"} {
+		for _, f := range []string{"http_request_id", "method", "route", "status", "duration_ms", "caller", "key", "request_id", "outcome"} {
 			require.Contains(t, l, f, "line %d: %v", i, l)
 		}
 		require.NotEmpty(t, l["http_request_id"], l)
@@ -92,7 +92,7 @@ func TestRequestLogLine(t *testing.T) {
 		if w.status != 401 {
 			require.Equal(t, w.key, l["key"], l)
 		}
-		require.IsType(t, float64(0), l["duration"], l)
+		require.IsType(t, float64(0), l["duration_ms"], l)
 	}
 	require.Equal(t, "trace-1", requests[0]["http_request_id"], "a valid X-Request-Id is kept")
 

@@ -146,6 +146,32 @@ func TestOpenAPI(t *testing.T) {
 	require.Equal(t, http.StatusMethodNotAllowed, check(http.MethodDelete, "/v1/labels", s.Do(http.MethodDelete, "/v1/labels", tok, nil)).Status)
 	require.Equal(t, http.StatusMethodNotAllowed, check(http.MethodPut, "/healthz", s.Do(http.MethodPut, "/healthz", "", nil)).Status)
 
+	// A label's document, from an API whose carrier serves every label's
+	// document with an ETag, and from one whose carrier is gone.
+	var docLabel string
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT label_id FROM labels WHERE document_url IS NOT NULL LIMIT 1`).Scan(&docLabel))
+	docPath := "/v1/labels/" + docLabel + "/document"
+	pdf := []byte("%PDF-1.4\n%%EOF\n")
+	docCarrier := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/pdf")
+		w.Header().Set("ETag", `"v1"`)
+		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(pdf))
+	}))
+	t.Cleanup(docCarrier.Close)
+	docs := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Opts: accept.Opts{Pool: s.Pool}, Carrier: carrier.NewClient(docCarrier.URL, nil)}))
+	t.Cleanup(docs.Close)
+	got := doc.fetch(t, docs.URL, http.MethodGet, docPath, tok, nil)
+	require.Equal(t, http.StatusOK, got.Status)
+	require.Equal(t, pdf, got.Body)
+	require.Equal(t, http.StatusNotModified, doc.fetch(t, docs.URL, http.MethodGet, docPath, tok, nil, "If-None-Match", `"v1"`).Status)
+	require.Equal(t, http.StatusNotFound, doc.fetch(t, docs.URL, http.MethodGet, docPath, other, nil).Status)
+	require.Equal(t, http.StatusUnauthorized, doc.fetch(t, docs.URL, http.MethodGet, docPath, "", nil).Status)
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	noCarrier := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Opts: accept.Opts{Pool: s.Pool}, Carrier: carrier.NewClient(gone.URL, nil)}))
+	t.Cleanup(noCarrier.Close)
+	require.Equal(t, http.StatusBadGateway, doc.fetch(t, noCarrier.URL, http.MethodGet, docPath, tok, nil).Status)
+
 	// The operational endpoints, from an API that serves the document.
 	ops := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Opts: accept.Opts{Pool: s.Pool}, OpenAPI: api.OpenAPI}))
 	t.Cleanup(ops.Close)
@@ -190,7 +216,7 @@ func TestOpenAPI(t *testing.T) {
 	closed.Close()
 	down := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Opts: accept.Opts{Pool: closed, Timeout: time.Second}}))
 	t.Cleanup(down.Close)
-	for _, path := range []string{"/v1/label-requests/" + id, "/v1/label-requests?idempotency_key=k", "/v1/labels/" + lr.Label.LabelID, "/readyz"} {
+	for _, path := range []string{"/v1/label-requests/" + id, "/v1/label-requests?idempotency_key=k", "/v1/labels/" + lr.Label.LabelID, docPath, "/readyz"} {
 		require.Equal(t, http.StatusServiceUnavailable, doc.fetch(t, down.URL, http.MethodGet, path, tok, nil).Status, path)
 	}
 	require.Equal(t, http.StatusServiceUnavailable, doc.fetch(t, down.URL, http.MethodPost, "/v1/labels", tok, body, "Idempotency-Key", "k").Status)
@@ -204,9 +230,10 @@ func TestOpenAPI(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, doc.fetch(t, limited.URL, http.MethodPost, "/v1/labels", tok, stacktest.ParcelBody(3, 2, 100), "Idempotency-Key", "k-limited-2").Status)
 
 	doc.requireCovered(t, map[string]string{
-		"GET /v1/label-requests/{id} 500": "only on a database error that is not a connection error",
-		"GET /v1/label-requests 500":      "only on a database error that is not a connection error",
-		"GET /v1/labels/{label_id} 500":   "only on a database error that is not a connection error",
+		"GET /v1/label-requests/{id} 500":        "only on a database error that is not a connection error",
+		"GET /v1/label-requests 500":             "only on a database error that is not a connection error",
+		"GET /v1/labels/{label_id} 500":          "only on a database error that is not a connection error",
+		"GET /v1/labels/{label_id}/document 500": "only on a database error that is not a connection error",
 	})
 	doc.requireCodes(t)
 }
@@ -342,7 +369,25 @@ func (d *openAPIDoc) check(t *testing.T, method, path string, r stacktest.Respon
 	d.covered[name] = true
 	d.mu.Unlock()
 
-	// Body: the content type is listed and the body matches its schema.
+	// Body: the content type is listed and the body matches its schema; a
+	// 304 has none.
+	if r.Status == http.StatusNotModified {
+		require.Empty(t, r.Body, "%s: a 304 with a body", name)
+		_, has := resp["content"]
+		require.False(t, has, "%s: a 304 documented with content", name)
+	} else {
+		d.checkBody(t, name, respPtr, resp, r)
+	}
+
+	// Headers: the required ones are sent, the ones sent are documented, and
+	// every one matches its schema.
+	d.checkHeaders(t, name, respPtr, resp, r)
+}
+
+// checkBody checks that an answer's content type is listed for it and its
+// body matches the schema.
+func (d *openAPIDoc) checkBody(t *testing.T, name, respPtr string, resp map[string]any, r stacktest.Response) {
+	t.Helper()
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	require.NoError(t, err, "%s: Content-Type %q", name, r.Header.Get("Content-Type"))
 	content, _ := resp["content"].(map[string]any)
@@ -359,9 +404,12 @@ func (d *openAPIDoc) check(t *testing.T, method, path string, r stacktest.Respon
 			d.mu.Unlock()
 		}
 	}
+}
 
-	// Headers: the required ones are sent, the ones sent are documented, and
-	// every one matches its schema.
+// checkHeaders checks that an answer sends the required headers of its
+// documented response, and only documented ones, each matching its schema.
+func (d *openAPIDoc) checkHeaders(t *testing.T, name, respPtr string, resp map[string]any, r stacktest.Response) {
+	t.Helper()
 	headers, _ := resp["headers"].(map[string]any)
 	for h := range headers {
 		hobj, hptr := d.resolve(t, respPtr+"/headers/"+escape(h))

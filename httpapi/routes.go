@@ -15,6 +15,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /v1/label-requests/{id}", s.observe("get_label_request", s.authenticate(s.handleGetLabelRequest)))
 	mux.Handle("GET /v1/label-requests", s.observe("find_label_request", s.authenticate(s.handleFindLabelRequest)))
 	mux.Handle("GET /v1/labels/{label_id}", s.observe("get_label", s.authenticate(s.handleGetLabel)))
+	mux.Handle("GET /v1/labels/{label_id}/document", s.observe("get_label_document", s.authenticate(s.handleGetLabelDocument)))
 
 	mux.Handle("GET /healthz", s.observe("ops", handleHealthz))
 	mux.Handle("GET /readyz", s.observe("ops", s.handleReadyz))

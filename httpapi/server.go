@@ -16,6 +16,7 @@ import (
 
 	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/accept"
+	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/notify"
 	"github.com/labelkit/labels/postgres"
@@ -56,6 +57,12 @@ type Deps struct {
 	// time.After as a held request's deadline: for tests, which drive both.
 	WaitSweepTicks <-chan time.Time
 	WaitAfter      func(time.Duration) <-chan time.Time
+	// Carrier serves the label documents of GET
+	// /v1/labels/{label_id}/document (CARRIER_URL, CARRIER_TOKEN), each
+	// fetch bounded by CarrierTimeout (0: carrier.DefaultTimeout). Nil: that
+	// endpoint answers 502 carrier_unavailable.
+	Carrier        *carrier.Client
+	CarrierTimeout time.Duration
 	// Ready answers /readyz: nil when the requests can be served (nil
 	// Ready: a ping of the pool). A *migrations.BehindError is answered
 	// with its message, which names `api migrate`.
@@ -77,6 +84,9 @@ func NewServer(deps Deps) http.Handler {
 		deps.Metrics = metrics.New(metrics.API)
 	}
 	deps.Opts = deps.Opts.WithDefaults()
+	if deps.CarrierTimeout <= 0 {
+		deps.CarrierTimeout = carrier.DefaultTimeout
+	}
 	s := &Server{deps: deps, tokens: &tokenCache{ttl: time.Minute, m: map[string]tokenEntry{}}, limiter: newLimiter(deps.RateLimit), waiters: newWaiters(deps)}
 	if deps.Listener != nil {
 		deps.Listener.Watch(notify.ChannelFinal, s.waiters.notified)
@@ -88,6 +98,7 @@ func NewServer(deps Deps) http.Handler {
 // reqInfo collects what the request log line and the metrics report.
 type reqInfo struct {
 	route     string
+	httpID    string // X-Request-Id, the request's or a new one
 	callerID  string
 	key       string
 	requestID string // the label request (intent)
@@ -103,6 +114,16 @@ func infoFrom(r *http.Request) *reqInfo {
 		return i
 	}
 	return &reqInfo{}
+}
+
+// requestLog is the server's logger with the fields that follow an HTTP
+// request on every line about it: http_request_id, and caller, key and
+// request_id (the label request) as far as they are known yet (empty before).
+// It is the one place the API adds per-request fields to its lines.
+func (s *Server) requestLog(r *http.Request) zerolog.Logger {
+	info := infoFrom(r)
+	return s.deps.Log.With().Str("http_request_id", info.httpID).Str("caller", info.callerID).
+		Str("key", info.key).Str("request_id", info.requestID).Logger()
 }
 
 func noteOutcome(r *http.Request, outcome string) {
@@ -146,7 +167,7 @@ func (s *Server) observe(route string, h http.HandlerFunc) http.HandlerFunc {
 			rid = hex.EncodeToString(b)
 		}
 		w.Header().Set("X-Request-Id", rid)
-		info := &reqInfo{route: route}
+		info := &reqInfo{route: route, httpID: rid}
 		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, info))
 		sw := &statusWriter{ResponseWriter: w}
 		defer func() {
@@ -156,7 +177,8 @@ func (s *Server) observe(route string, h http.HandlerFunc) http.HandlerFunc {
 				}
 				info.internal = true
 				info.err = errors.New("panic")
-				s.deps.Log.Error().Interface("panic", p).Str("http_request_id", rid).Msg("handler panicked")
+				log := s.requestLog(r)
+				log.Error().Interface("panic", p).Msg("handler panicked")
 				if sw.status == 0 {
 					writeProblem(sw, r, labels.CodeInternal, "an internal error occurred")
 				}
@@ -167,15 +189,14 @@ func (s *Server) observe(route string, h http.HandlerFunc) http.HandlerFunc {
 			if route == "ops" {
 				return // health probes and scrapes would drown the log
 			}
-			ev := s.deps.Log.Info()
+			log := s.requestLog(r)
+			ev := log.Info()
 			if info.internal {
-				ev = s.deps.Log.Error()
+				ev = log.Error()
 			} else if info.err != nil {
-				ev = s.deps.Log.Warn()
+				ev = log.Warn()
 			}
-			ev.Str("http_request_id", rid).Str("method", r.Method).Str("route", route).
-				Int("status", sw.status).Dur("duration", d).
-				Str("caller", info.callerID).Str("key", info.key).Str("request_id", info.requestID).
+			ev.Str("method", r.Method).Str("route", route).Int("status", sw.status).Dur("duration_ms", d).
 				Str("outcome", info.outcome).Err(info.err).Msg("request")
 		}()
 		h(sw, r)

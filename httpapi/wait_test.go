@@ -198,6 +198,18 @@ func (w *waitAPI) tick(n int) {
 	}
 }
 
+// doAsync sends req and reads the whole answer, from a goroutine other than
+// the test's: errors are returned, not reported to the test.
+func doAsync(req *http.Request) (stacktest.Response, error) {
+	resp, err := (&http.Client{Timeout: 5 * time.Minute}).Do(req)
+	if err != nil {
+		return stacktest.Response{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return stacktest.Response{Status: resp.StatusCode, Header: resp.Header, Body: b}, err
+}
+
 // postAsync sends POST /v1/labels from a goroutine other than the test's.
 func postAsync(url, token, key string, body []byte, prefer string) (stacktest.Response, error) {
 	req, err := http.NewRequest(http.MethodPost, url+"/v1/labels", bytes.NewReader(body))
@@ -210,13 +222,7 @@ func postAsync(url, token, key string, body []byte, prefer string) (stacktest.Re
 	if prefer != "" {
 		req.Header.Set("Prefer", prefer)
 	}
-	resp, err := (&http.Client{Timeout: 5 * time.Minute}).Do(req)
-	if err != nil {
-		return stacktest.Response{}, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return stacktest.Response{Status: resp.StatusCode, Header: resp.Header, Body: b}, err
+	return doAsync(req)
 }
 
 // holdAll sends the creates at once with Prefer: wait=30 and returns their
@@ -414,13 +420,7 @@ func getAsync(url, token, path string) (stacktest.Response, error) {
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Prefer", "wait=30")
-	resp, err := (&http.Client{Timeout: 5 * time.Minute}).Do(req)
-	if err != nil {
-		return stacktest.Response{}, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return stacktest.Response{Status: resp.StatusCode, Header: resp.Header, Body: b}, err
+	return doAsync(req)
 }
 
 // GET /v1/label-requests/{id} and GET /v1/label-requests?idempotency_key=K

@@ -9,5 +9,7 @@
 // it live in package postgres: postgres.Accept writes it with the intent,
 // postgres.TakeLeases and postgres.Release move its lease, postgres.Complete
 // saves the outcome only while the lease is the attempt's own, and
-// postgres.Purge deletes completed records past expires_at in batches.
+// postgres.Purge deletes completed records past expires_at in batches,
+// leaving a tombstone of each key (idempotency_tombstones) so that a key
+// sent again after its record was purged is noticed.
 package idempotency

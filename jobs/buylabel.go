@@ -122,13 +122,13 @@ type outcome struct {
 // Work implements river.Worker.
 func (w *BuyLabelWorker) Work(ctx context.Context, job *river.Job[BuyLabelArgs]) error {
 	start := time.Now()
-	log := w.cfg.Log.With().Str("request_id", job.Args.RequestID).Int64("job_id", job.ID).Int("job_attempt", job.Attempt).Logger()
+	log := jobLogger(ctx, w.cfg.Log, job.JobRow).With().Str("request_id", job.Args.RequestID).Logger()
 	result, err := w.work(ctx, job, &log)
 	ev := log.Info()
 	if err != nil && result != "snoozed" {
 		ev = log.Warn().Err(err)
 	}
-	ev.Str("outcome", result).Dur("duration", time.Since(start)).Msg("buy_label attempt")
+	ev.Str("outcome", result).Dur("duration_ms", time.Since(start)).Msg("buy_label attempt")
 	w.cfg.Metrics.JobOutcomes.WithLabelValues("buy_label", result).Inc()
 	return err
 }

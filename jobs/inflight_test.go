@@ -89,6 +89,22 @@ func inFlightStack(t *testing.T) (*stacktest.SimStack, *gatedCarrier) {
 	return s, g
 }
 
+// inFlightKey is the idempotency key acceptInFlight sends inFlightParcel with.
+const inFlightKey = "label:918274:1:v1"
+
+// acceptInFlight starts an inFlightStack and has its caller's token send
+// inFlightParcel under inFlightKey; it returns once the intent is accepted,
+// its purchase made, the reply lost, and the retry waiting at the gate.
+func acceptInFlight(t *testing.T) (*stacktest.SimStack, *gatedCarrier, string) {
+	t.Helper()
+	s, g := inFlightStack(t)
+	tok := s.Token("fulfilment")
+	status, _, body := post(t, s, tok, inFlightKey, 0)
+	require.Equal(t, http.StatusAccepted, status, string(body))
+	<-g.held
+	return s, g, tok
+}
+
 var inFlightParcel = labels.Parcel{
 	OrderID: 918274, ParcelNo: 1, WeightG: 1450, Service: "ground", LabelVersion: 1,
 	ShipTo: labels.Address{Name: "A. Example", Line1: "1 Example Street", City: "Exampleton", PostalCode: "10115", Country: "DE"},
@@ -137,12 +153,8 @@ func final(t *testing.T, s *stacktest.SimStack, token, key string) (int, http.He
 // final, the next void decides again: the label is ours, kept.
 func TestVoidKeepsALabelAnIntentInFlightCanReceive(t *testing.T) {
 	t.Parallel()
-	s, g := inFlightStack(t)
-	tok := s.Token("fulfilment")
-	const key = "label:918274:1:v1"
-	status, _, body := post(t, s, tok, key, 0)
-	require.Equal(t, http.StatusAccepted, status, string(body))
-	<-g.held // the purchase is made, its reply lost; the retry waits
+	s, g, tok := acceptInFlight(t)
+	const key = inFlightKey
 
 	bought := s.Sim.Purchases()
 	require.Len(t, bought, 1)
@@ -177,7 +189,7 @@ func TestVoidKeepsALabelAnIntentInFlightCanReceive(t *testing.T) {
 
 	// The retry gets the label, live; the caller's replay ships it.
 	g.Open()
-	status, _, body = final(t, s, tok, key)
+	status, _, body := final(t, s, tok, key)
 	require.Equal(t, http.StatusCreated, status, string(body))
 	var label labels.Label
 	require.NoError(t, json.Unmarshal(body, &label))
@@ -202,19 +214,15 @@ func TestVoidKeepsALabelAnIntentInFlightCanReceive(t *testing.T) {
 // label_voided, instead of handing the caller a dead label.
 func TestWorkerNeverRecordsAVoidedLabel(t *testing.T) {
 	t.Parallel()
-	s, g := inFlightStack(t)
-	tok := s.Token("fulfilment")
-	const key = "label:918274:1:v1"
-	status, _, body := post(t, s, tok, key, 0)
-	require.Equal(t, http.StatusAccepted, status, string(body))
-	<-g.held
+	s, g, tok := acceptInFlight(t)
+	const key = inFlightKey
 
 	p := s.Sim.Purchases()[0]
 	_, err := carrier.NewClient(s.CarrierURL, nil).Void(context.Background(), carrier.DeriveVoidKey(p.CarrierLabelID), p.CarrierLabelID)
 	require.NoError(t, err)
 
 	g.Open()
-	status, _, body = final(t, s, tok, key)
+	status, _, body := final(t, s, tok, key)
 	require.Equal(t, http.StatusUnprocessableEntity, status, "no label for a voided carrier label: %s", body)
 	var prob labels.Problem
 	require.NoError(t, json.Unmarshal(body, &prob))

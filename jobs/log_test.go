@@ -93,7 +93,7 @@ func TestJobAttemptLogLine(t *testing.T) {
 		require.Equal(t, float64(i+1), l["carrier_attempt"], l)
 		require.Equal(t, "fulfilment", l["caller"], l)
 		require.Equal(t, "k-log", l["key"], l)
-		require.IsType(t, float64(0), l["duration"], l)
+		require.IsType(t, float64(0), l["duration_ms"], l)
 	}
 	require.Contains(t, lines[0], "error", "a failed attempt says why")
 

@@ -105,7 +105,7 @@ func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs
 	if err != nil {
 		return river.JobCancel(fmt.Errorf("reconcile: day %q: want YYYY-MM-DD", dayStr))
 	}
-	log := w.Log.With().Str("day", dayStr).Int64("job_id", job.ID).Int("job_attempt", job.Attempt).Logger()
+	log := jobLogger(ctx, w.Log, job.JobRow).With().Str("day", dayStr).Logger()
 
 	csv, err := w.Carrier.Invoice(ctx, day)
 	if err != nil {
@@ -146,7 +146,7 @@ func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs
 	}
 	ev.Int64("run_id", rep.RunID).Int("lines", rep.LinesRead).Int("lines_new", rep.LinesNew).
 		Int("discrepancies", rep.Discrepancies()).Dict("counts", counts).
-		Dur("took", now().Sub(started)).Msg("reconcile run saved")
+		Dur("duration_ms", now().Sub(started)).Msg("reconcile run saved")
 	if w.ReportFunc != nil {
 		w.ReportFunc(rep)
 	}

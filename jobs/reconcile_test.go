@@ -84,10 +84,11 @@ func (c *reconcileInvoicer) Invoice(_ context.Context, day time.Time) ([]byte, e
 
 const reconcileHeader = "invoice_no,line_no,billed_at,carrier_label_id,tracking_no,idempotency_key,reference,cost_cents,currency\n"
 
-// reconcileSeedLabel writes one label as the worker's completion leaves it,
-// created at 10:00 on 2026-12-02.
-func reconcileSeedLabel(t *testing.T, pool *pgxpool.Pool) {
+// reconcileSeeded returns a pool on a fresh database with one label as the
+// worker's completion leaves it, created at 10:00 on 2026-12-02.
+func reconcileSeeded(t *testing.T) *pgxpool.Pool {
 	t.Helper()
+	pool, _ := dbtest.New(t)
 	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
 		for _, sql := range []string{
 			`INSERT INTO label_intents (request_id, caller_id, idem_key, request_hash, fingerprint_version, order_id, parcel_no,
@@ -110,6 +111,7 @@ func reconcileSeedLabel(t *testing.T, pool *pgxpool.Pool) {
 		return nil
 	})
 	require.NoError(t, err)
+	return pool
 }
 
 func reconcileJob(day string) *river.Job[jobs.ReconcileArgs] {
@@ -120,9 +122,8 @@ func reconcileJob(day string) *river.Job[jobs.ReconcileArgs] {
 // job, an unreachable carrier a retry, an unreadable invoice a cancellation.
 func TestReconcileWorker(t *testing.T) {
 	t.Parallel()
-	pool, _ := dbtest.New(t)
+	pool := reconcileSeeded(t)
 	ctx := context.Background()
-	reconcileSeedLabel(t, pool)
 	inv := &reconcileInvoicer{invoices: map[string]string{
 		"2026-12-02": reconcileHeader +
 			"INV-20261202,1,2026-12-02T10:00:00Z,CL-1,GRD000000001,carrier:k1,lr_1,612,USD\n" +
@@ -163,9 +164,8 @@ func TestReconcileWorker(t *testing.T) {
 // the worker reconciles it.
 func TestReconcileThroughRiver(t *testing.T) {
 	t.Parallel()
-	pool, _ := dbtest.New(t)
+	pool := reconcileSeeded(t)
 	ctx := context.Background()
-	reconcileSeedLabel(t, pool)
 	inv := &reconcileInvoicer{invoices: map[string]string{
 		"2026-12-02": reconcileHeader + "INV-20261202,1,2026-12-02T10:00:00Z,CL-1,GRD000000001,carrier:k1,lr_1,612,USD\n",
 	}}

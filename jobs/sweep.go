@@ -73,15 +73,16 @@ type SweepKeysWorker struct {
 const MaxClockSkew = time.Second
 
 // Work implements river.Worker.
-func (w *SweepKeysWorker) Work(ctx context.Context, _ *river.Job[SweepKeysArgs]) error {
-	w.checkClock(ctx)
+func (w *SweepKeysWorker) Work(ctx context.Context, job *river.Job[SweepKeysArgs]) error {
+	log := jobLogger(ctx, w.Log, job.JobRow)
+	w.checkClock(ctx, log)
 	n, err := Sweep(ctx, w.Pool, w.Batch, func(deleted int64) {
 		if w.Metrics != nil {
 			w.Metrics.SweeperDeleted.Add(float64(deleted))
 		}
 	})
 	if err != nil {
-		w.Log.Warn().Int64("deleted", n).Err(err).Msg("sweep_keys")
+		log.Warn().Int64("deleted", n).Err(err).Msg("sweep_keys")
 		return err
 	}
 	retention := w.TombstoneRetention
@@ -90,7 +91,7 @@ func (w *SweepKeysWorker) Work(ctx context.Context, _ *river.Job[SweepKeysArgs])
 	}
 	tn, err := SweepTombstones(ctx, w.Pool, retention, w.Batch)
 	if err != nil {
-		w.Log.Warn().Int64("deleted", n).Int64("tombstones_deleted", tn).Err(err).Msg("sweep_keys")
+		log.Warn().Int64("deleted", n).Int64("tombstones_deleted", tn).Err(err).Msg("sweep_keys")
 		return err
 	}
 	// Finished webhook events are kept as long as tombstones, for looking
@@ -100,7 +101,7 @@ func (w *SweepKeysWorker) Work(ctx context.Context, _ *river.Job[SweepKeysArgs])
 	if err == nil {
 		jn, err = w.pruneSweeps(ctx)
 	}
-	w.Log.Info().Int64("deleted", n).Int64("tombstones_deleted", tn).Int64("webhook_events_deleted", en).
+	log.Info().Int64("deleted", n).Int64("tombstones_deleted", tn).Int64("webhook_events_deleted", en).
 		Int("sweep_jobs_deleted", jn).Err(err).Msg("sweep_keys")
 	return err
 }
@@ -113,13 +114,13 @@ func SweepWebhookEvents(ctx context.Context, pool *pgxpool.Pool, retention time.
 
 // checkClock warns when the worker's clock is more than MaxClockSkew from
 // the database's, beyond the measurement's own uncertainty.
-func (w *SweepKeysWorker) checkClock(ctx context.Context) {
+func (w *SweepKeysWorker) checkClock(ctx context.Context, log zerolog.Logger) {
 	skew, uncertainty, err := postgres.ClockSkew(ctx, w.Pool, w.NowFunc)
 	if err != nil {
 		return // the sweep that follows meets and reports the same error
 	}
 	if skew.Abs()-uncertainty > MaxClockSkew {
-		w.Log.Warn().Dur("skew", skew).Dur("uncertainty", uncertainty).Dur("max_clock_skew", MaxClockSkew).
+		log.Warn().Dur("skew_ms", skew).Dur("uncertainty_ms", uncertainty).Dur("max_clock_skew_ms", MaxClockSkew).
 			Msg("clock skew: the worker's clock is off the database's (skew: database minus worker); it decides no purge, but River's retries and webhook timestamps use it: sync it (NTP)")
 	}
 }

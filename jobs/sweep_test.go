@@ -9,6 +9,7 @@ import (
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -168,7 +169,7 @@ func TestSweeperIgnoresTheWorkerClock(t *testing.T) {
 		var buf logtest.Buffer
 		w := &jobs.SweepKeysWorker{Pool: pool, Batch: 10, Log: zerolog.New(&buf), TombstoneRetention: 30 * 24 * time.Hour,
 			NowFunc: func() time.Time { return time.Now().Add(skew) }}
-		require.NoError(t, w.Work(ctx, &river.Job[jobs.SweepKeysArgs]{}))
+		require.NoError(t, w.Work(ctx, &river.Job[jobs.SweepKeysArgs]{JobRow: &rivertype.JobRow{ID: 1, Kind: "sweep_keys"}}))
 		require.Equal(t, "live", keys(), "clock %v: the expired key went, the live one stayed", skew)
 		require.Equal(t, 1, dbtest.Scalar[int](t, pool, `SELECT count(*) FROM idempotency_tombstones WHERE key_hash = sha256('due')`))
 		require.Equal(t, "young", dbtest.Scalar[string](t, pool,
@@ -182,6 +183,6 @@ func TestSweeperIgnoresTheWorkerClock(t *testing.T) {
 	// A worker in step with the database logs nothing of the kind.
 	var buf logtest.Buffer
 	w := &jobs.SweepKeysWorker{Pool: pool, Batch: 10, Log: zerolog.New(&buf)}
-	require.NoError(t, w.Work(ctx, &river.Job[jobs.SweepKeysArgs]{}))
+	require.NoError(t, w.Work(ctx, &river.Job[jobs.SweepKeysArgs]{JobRow: &rivertype.JobRow{ID: 1, Kind: "sweep_keys"}}))
 	require.NotContains(t, buf.String(), "clock skew")
 }

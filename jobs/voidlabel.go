@@ -96,13 +96,13 @@ type VoidLabelWorker struct {
 // Work implements river.Worker.
 func (w *VoidLabelWorker) Work(ctx context.Context, job *river.Job[VoidLabelArgs]) error {
 	start := time.Now()
-	log := w.Log.With().Str("carrier_label_id", job.Args.CarrierLabelID).Int64("job_id", job.ID).Int("job_attempt", job.Attempt).Logger()
+	log := jobLogger(ctx, w.Log, job.JobRow).With().Str("carrier_label_id", job.Args.CarrierLabelID).Logger()
 	result, err := w.work(ctx, job.Args.CarrierLabelID, &log)
 	ev := log.Info()
 	if err != nil {
 		ev = log.Warn().Err(err)
 	}
-	ev.Str("outcome", result).Dur("duration", time.Since(start)).Msg("void_label attempt")
+	ev.Str("outcome", result).Dur("duration_ms", time.Since(start)).Msg("void_label attempt")
 	if w.Metrics != nil {
 		w.Metrics.JobOutcomes.WithLabelValues("void_label", result).Inc()
 	}

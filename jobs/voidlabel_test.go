@@ -18,9 +18,9 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/carrier/sim"
+	"github.com/labelkit/labels/client"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/reconcile"
@@ -28,7 +28,7 @@ import (
 
 // dupStack is a stack whose carrier sold our parcel twice, the label we
 // hold, and the reconcile run that found the duplicate.
-func dupStack(t *testing.T, o stacktest.SimOpts) (*stacktest.SimStack, *labels.Label, int64) {
+func dupStack(t *testing.T, o stacktest.SimOpts) (*stacktest.SimStack, *client.Label, int64) {
 	t.Helper()
 	s, label := stacktest.NewDuplicate(t, o)
 	rep := s.Reconcile()

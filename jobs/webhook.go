@@ -146,7 +146,7 @@ type EventBody struct {
 
 // Work implements river.Worker.
 func (w *DeliverWebhookWorker) Work(ctx context.Context, job *river.Job[DeliverWebhookArgs]) error {
-	log := w.cfg.Log.With().Str("request_id", job.Args.RequestID).Int64("job_id", job.ID).Logger()
+	log := jobLogger(ctx, w.cfg.Log, job.JobRow).With().Str("request_id", job.Args.RequestID).Logger()
 	result, err := w.work(ctx, job.Args.RequestID, &log)
 	ev := log.Info()
 	switch {
@@ -176,7 +176,7 @@ func (w *DeliverWebhookWorker) work(ctx context.Context, requestID string, log *
 	switch res {
 	case postgres.AttemptHeld:
 		cfg.Metrics.Held.Inc()
-		*log = log.With().Str("caller", ev.CallerID).Dur("retry_in", hold).Logger()
+		*log = log.With().Str("caller", ev.CallerID).Dur("retry_in_ms", hold).Logger()
 		return "held", river.JobSnooze(hold)
 	case postgres.AttemptGone:
 		return "cancelled", river.JobCancel(postgres.ErrNotFound)
@@ -263,7 +263,7 @@ func (w *DeliverWebhookWorker) work(ctx context.Context, requestID string, log *
 		return "exhausted", nil
 	}
 	delay := RetryDelay(cfg.RetryBase, cfg.RetryMax, ev.Attempt, retryAfter)
-	log.Warn().Str("result", result).Dur("retry_in", delay).Msg("webhook attempt failed")
+	log.Warn().Str("result", result).Dur("retry_in_ms", delay).Msg("webhook attempt failed")
 	return "retry", river.JobSnooze(delay)
 }
 

@@ -89,54 +89,22 @@ func New(processes ...Process) *Metrics {
 	r := prometheus.NewRegistry()
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := &Metrics{
-		Registry: r,
-		HTTPRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "labels_http_requests_total", Help: "HTTP requests answered, by route, method and status.",
-		}, []string{"route", "method", "status"}),
-		HTTPDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "labels_http_request_duration_seconds", Help: "HTTP request duration, by route.",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-		}, []string{"route"}),
-		IdempotencyOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "labels_idempotency_outcomes_total", Help: "POST /v1/labels outcomes: new, replayed, key_reused, in_progress, duplicate_intent (a new key for a parcel that has an intent), parcel_already_labelled; purged_key_reused (a key that arrived again after its record was purged) is counted besides the outcome.",
-		}, []string{"outcome"}),
-		WaitOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "labels_prefer_wait_total", Help: "Prefer: wait requests, by result: final (the outcome became final in time), timeout, capped (not held: the API held its most waiting requests).",
-		}, []string{"result"}),
-		Waiters: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "labels_prefer_wait_waiters", Help: "Prefer: wait requests held now, waiting for their outcome (at most PREFER_WAIT_MAX).",
-		}),
-		RelayDispatched: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "labels_outbox_dispatched_total", Help: "Intents the relay turned into River jobs.",
-		}),
-		CarrierCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "labels_carrier_calls_total", Help: "Carrier purchase calls, by outcome: bought, replayed, rejected, in_progress, unknown.",
-		}, []string{"outcome"}),
-		CarrierDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "labels_carrier_call_duration_seconds", Help: "Carrier purchase call duration, by outcome.",
-			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 30},
-		}, []string{"outcome"}),
-		LeaseTakeovers: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "labels_lease_takeovers_total", Help: "Attempts that took over a key whose previous lease had expired.",
-		}),
-		FencingRejections: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "labels_fencing_rejections_total", Help: "Completions rolled back because the attempt had lost its lease.",
-		}),
-		JobOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "labels_job_outcomes_total", Help: "Job attempts, by kind and outcome.",
-		}, []string{"kind", "outcome"}),
-		SweeperDeleted: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "labels_sweeper_deleted_keys_total", Help: "Completed key records purged after their retention.",
-		}),
-		ReconcileDiscrepancies: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "labels_reconcile_discrepancies_total", Help: "Items reconciliation runs reported as discrepancies, by category (every category but matched).",
-		}, []string{"category"}),
-		VoidOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "labels_void_outcomes_total", Help: "Voids of carrier labels the void job recorded (reconcile void), by outcome: voided, window_closed, not_found, failed.",
-		}, []string{"outcome"}),
-		VoidRecoveredCents: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "labels_void_recovered_cents_total", Help: "Charges of the carrier labels voided (reconcile void), in cents, by currency.",
-		}, []string{"currency"}),
+		Registry:               r,
+		HTTPRequests:           counterVec("labels_http_requests_total", "HTTP requests answered, by route, method and status.", "route", "method", "status"),
+		HTTPDuration:           histogramVec("labels_http_request_duration_seconds", "HTTP request duration, by route.", []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}, "route"),
+		IdempotencyOutcomes:    counterVec("labels_idempotency_outcomes_total", "POST /v1/labels outcomes: new, replayed, key_reused, in_progress, duplicate_intent (a new key for a parcel that has an intent), parcel_already_labelled; purged_key_reused (a key that arrived again after its record was purged) is counted besides the outcome.", "outcome"),
+		WaitOutcomes:           counterVec("labels_prefer_wait_total", "Prefer: wait requests, by result: final (the outcome became final in time), timeout, capped (not held: the API held its most waiting requests).", "result"),
+		Waiters:                gauge("labels_prefer_wait_waiters", "Prefer: wait requests held now, waiting for their outcome (at most PREFER_WAIT_MAX)."),
+		RelayDispatched:        counter("labels_outbox_dispatched_total", "Intents the relay turned into River jobs."),
+		CarrierCalls:           counterVec("labels_carrier_calls_total", "Carrier purchase calls, by outcome: bought, replayed, rejected, in_progress, unknown.", "outcome"),
+		CarrierDuration:        histogramVec("labels_carrier_call_duration_seconds", "Carrier purchase call duration, by outcome.", []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 30}, "outcome"),
+		LeaseTakeovers:         counter("labels_lease_takeovers_total", "Attempts that took over a key whose previous lease had expired."),
+		FencingRejections:      counter("labels_fencing_rejections_total", "Completions rolled back because the attempt had lost its lease."),
+		JobOutcomes:            counterVec("labels_job_outcomes_total", "Job attempts, by kind and outcome.", "kind", "outcome"),
+		SweeperDeleted:         counter("labels_sweeper_deleted_keys_total", "Completed key records purged after their retention."),
+		ReconcileDiscrepancies: counterVec("labels_reconcile_discrepancies_total", "Items reconciliation runs reported as discrepancies, by category (every category but matched).", "category"),
+		VoidOutcomes:           counterVec("labels_void_outcomes_total", "Voids of carrier labels the void job recorded (reconcile void), by outcome: voided, window_closed, not_found, failed.", "outcome"),
+		VoidRecoveredCents:     counterVec("labels_void_recovered_cents_total", "Charges of the carrier labels voided (reconcile void), in cents, by currency.", "currency"),
 	}
 	for _, o := range outcomes {
 		m.IdempotencyOutcomes.WithLabelValues(o)
@@ -223,3 +191,25 @@ func Names(p Process) []string {
 // fqNameRE finds a metric's name in a Desc's String (the only place the
 // client library shows it).
 var fqNameRE = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+// counter, counterVec, gauge, histogram and histogramVec make one collector
+// from its name, its help and, for a vector, its label names.
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+func gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+}
+
+func histogram(name, help string, buckets []float64) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+}
+
+func histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
+}

@@ -40,22 +40,11 @@ type Webhooks struct {
 // NewWebhooks returns the webhook metrics registered on r (nil: not registered).
 func NewWebhooks(r prometheus.Registerer) *Webhooks {
 	w := &Webhooks{
-		Deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "labels_webhook_deliveries_total", Help: "Webhook events finished, by outcome: delivered, gone (410), exhausted (every attempt failed), endpoint_disabled, endpoint_deleted (dropped undelivered).",
-		}, []string{"outcome"}),
-		Attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "labels_webhook_attempts_total", Help: "Webhook delivery attempts, by result: 2xx, 3xx, 4xx, 410, 429, 5xx, 503, timeout, refused (a forbidden address), error.",
-		}, []string{"result"}),
-		AttemptDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "labels_webhook_attempt_duration_seconds", Help: "Webhook delivery attempt duration.",
-			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 15, 30},
-		}),
-		EndpointsDisabled: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "labels_webhook_endpoints_disabled_total", Help: "Webhook endpoints the worker disabled (a 410, or WEBHOOK_DISABLE_AFTER events in a row failed).",
-		}),
-		Held: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "labels_webhook_held_total", Help: "Webhook deliveries put back without an attempt: their endpoint had WEBHOOK_ENDPOINT_CONCURRENCY attempts in flight in the process (or the process's last quarter of WEBHOOK_CONCURRENCY was kept for other endpoints).",
-		}),
+		Deliveries:        counterVec("labels_webhook_deliveries_total", "Webhook events finished, by outcome: delivered, gone (410), exhausted (every attempt failed), endpoint_disabled, endpoint_deleted (dropped undelivered).", "outcome"),
+		Attempts:          counterVec("labels_webhook_attempts_total", "Webhook delivery attempts, by result: 2xx, 3xx, 4xx, 410, 429, 5xx, 503, timeout, refused (a forbidden address), error.", "result"),
+		AttemptDuration:   histogram("labels_webhook_attempt_duration_seconds", "Webhook delivery attempt duration.", []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 15, 30}),
+		EndpointsDisabled: counter("labels_webhook_endpoints_disabled_total", "Webhook endpoints the worker disabled (a 410, or WEBHOOK_DISABLE_AFTER events in a row failed)."),
+		Held:              counter("labels_webhook_held_total", "Webhook deliveries put back without an attempt: their endpoint had WEBHOOK_ENDPOINT_CONCURRENCY attempts in flight in the process (or the process's last quarter of WEBHOOK_CONCURRENCY was kept for other endpoints)."),
 	}
 	for _, o := range WebhookOutcomes {
 		w.Deliveries.WithLabelValues(o)

@@ -135,7 +135,7 @@ func (l *Listener) Run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		l.log.Warn().Err(err).Dur("retry_in", backoff).Msg("notification listener lost its connection")
+		l.log.Warn().Err(err).Dur("retry_in_ms", backoff).Msg("notification listener lost its connection")
 		select {
 		case <-ctx.Done():
 			return

@@ -17,9 +17,8 @@ import (
 // taken while it was empty, it finds the callers and each one's oldest rows
 // through the caller index, and reads no table whole.
 func TestDispatchPlanFollowsTheTable(t *testing.T) {
-	pool, _ := dbtest.New(t)
 	ctx := context.Background()
-	conn := fixture.EmptiedFullStore(t, pool)
+	conn := fixture.EmptiedFullStore(t)
 	_, err := conn.Exec(ctx, `ANALYZE label_intent_outbox`) // statistics of an empty table
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, `

@@ -155,7 +155,7 @@ func (r *Relay) Run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			r.log.Warn().Err(err).Dur("retry_in", backoff).Msg(r.what + ": dispatch failed")
+			r.log.Warn().Err(err).Dur("retry_in_ms", backoff).Msg(r.what + ": dispatch failed")
 			sleep(ctx, backoff)
 			backoff = min(backoff*2, 5*time.Second)
 			continue

@@ -2,11 +2,9 @@ package postgres_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -31,7 +29,7 @@ func TestAcceptWaitsForNoHeldRow(t *testing.T) {
 	}, postgres.AcceptOpts{})
 	require.NoError(t, err)
 
-	holder := holdingSession(t, pool)
+	holder, _ := dbtest.HoldingSession(t, pool.Config().ConnString())
 	for _, sql := range []string{
 		`UPDATE idempotency_keys SET locked_until = now() + interval '1 hour', lease_token = gen_random_uuid() WHERE idem_key = 'k1'`,
 		`DELETE FROM idempotency_keys WHERE idem_key = 'k2'`,
@@ -65,17 +63,7 @@ func TestAcceptInFlightIsBusy(t *testing.T) {
 	t.Parallel()
 	pool := fixture.DB(t, "c1")
 	ctx := context.Background()
-	gate, inFlight := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	open := func() { once.Do(func() { close(gate) }) }
-	t.Cleanup(open)
-	firstDone := make(chan error, 1)
-	go func() {
-		_, err := postgres.Accept(ctx, pool, []postgres.AcceptRow{fixture.Accept("c1", "k1", "lr_1", 1)}, postgres.AcceptOpts{
-			BeforeCommitFunc: func(context.Context) error { close(inFlight); <-gate; return nil }})
-		firstDone <- err
-	}()
-	<-inFlight
+	commit, firstDone := fixture.AcceptHeld(t, ctx, pool, fixture.Accept("c1", "k1", "lr_1", 1))
 
 	outs, err := postgres.Accept(ctx, pool, []postgres.AcceptRow{
 		fixture.Accept("c1", "k1", "lr_k1_again", 1), // the key in flight
@@ -97,7 +85,7 @@ func TestAcceptInFlightIsBusy(t *testing.T) {
 		waited <- outs
 	}()
 	waitUntil(t, pool, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'advisory')`)
-	open()
+	commit()
 	require.NoError(t, <-firstDone)
 	require.Equal(t, []postgres.AcceptOutcome{{Result: postgres.AcceptKeyExists}}, withoutTimes(<-waited))
 }
@@ -109,23 +97,6 @@ func withoutTimes(outs []postgres.AcceptOutcome) []postgres.AcceptOutcome {
 		outs[i].At = time.Time{}
 	}
 	return outs
-}
-
-// holdingSession returns a connection of its own with an open transaction,
-// rolled back when t ends; it waits for nothing and is never timed out.
-func holdingSession(t *testing.T, pool *pgxpool.Pool) *pgx.Conn {
-	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	for _, sql := range []string{
-		"SET idle_in_transaction_session_timeout = 0", "SET statement_timeout = 0", "SET lock_timeout = 0", "BEGIN",
-	} {
-		_, err := conn.Exec(ctx, sql)
-		require.NoError(t, err)
-	}
-	return conn
 }
 
 // waitUntil polls a query of one boolean until it is true.

@@ -2,8 +2,9 @@
 // idempotency_keys, idempotency_tombstones, label_intents and labels, and the
 // webhook tables (webhook_endpoints, webhook_secrets, webhook_events), whose
 // events the completion writes. Every statement that reads or writes them is
-// here, but for the relays' takes (reconcile reads labels and keys for its
-// report, and owns its own tables).
+// here, but for the relays' takes and for package reconcile, which reads
+// labels, key records and intents for its report and its voids, and owns its
+// own tables.
 //
 // The two outbox tables are shared with package outbox, the hop into River:
 // here, the accept's statement ([Accept]) inserts each stored intent's row of
@@ -38,7 +39,8 @@
 //
 // [GetStoreStats] reads the figures of the store gauges (package metrics):
 // the pending intents and the outbox, and, for their counts only, river_job
-// and package reconcile's reconcile_runs.
+// and package reconcile's reconcile_runs; [GetWebhookStats] those of the
+// webhook gauges (the oldest undelivered event, the disabled endpoints).
 //
 // Every time written to or compared with these rows is the database's:
 // the statements use now() (the transaction's start), never a time a process

@@ -15,8 +15,7 @@ import (
 // table whole would be kept for the life of the connection while the table
 // grows.
 func TestPlansProbe(t *testing.T) {
-	pool, _ := dbtest.New(t)
-	conn := fixture.EmptiedFullStore(t, pool)
+	conn := fixture.EmptiedFullStore(t)
 	lock := []any{"1000ms"}
 	a, ts, uid := "'{a}'", "'{2026-12-02T00:00:00Z}'", "'{00000000-0000-0000-0000-000000000000}'"
 	t.Run("accept", func(t *testing.T) {

@@ -6,6 +6,7 @@ require (
 	github.com/google/go-containerregistry v0.22.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/labelkit/labels v0.0.0
+	github.com/labelkit/labels/client v0.0.0
 	github.com/oklog/ulid/v2 v2.1.2
 	github.com/stretchr/testify v1.12.1
 	gonum.org/v1/plot v0.17.0
@@ -67,3 +68,5 @@ require (
 )
 
 replace github.com/labelkit/labels => ../
+
+replace github.com/labelkit/labels/client => ../client

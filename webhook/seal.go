@@ -35,6 +35,24 @@ type SecretKeys struct {
 	AllowUnsealed bool   // WEBHOOK_ALLOW_UNSEALED: raw secrets stored and read (development)
 }
 
+// Env reads the environment: the binaries' cli.Env, which remembers a bad
+// value for the start-up checks.
+type Env interface {
+	String(name, def string) string
+	Bool(name string, def bool) bool
+}
+
+// SecretKeysFromEnv reads WEBHOOK_SECRET_KEY, WEBHOOK_SECRET_KEY_OLD and
+// WEBHOOK_ALLOW_UNSEALED. The api seals the secrets it stores and the
+// worker opens them to sign, so both read the same three.
+func SecretKeysFromEnv(e Env) SecretKeys {
+	return SecretKeys{
+		Key:           e.String("WEBHOOK_SECRET_KEY", ""),
+		Old:           e.String("WEBHOOK_SECRET_KEY_OLD", ""),
+		AllowUnsealed: e.Bool("WEBHOOK_ALLOW_UNSEALED", false),
+	}
+}
+
 // Parse checks the keys and returns the SecretKey; its errors name the
 // variable at fault.
 func (c SecretKeys) Parse() (SecretKey, error) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/webhook"
 )
 
@@ -155,4 +156,21 @@ func TestResealWithTheNewKey(t *testing.T) {
 	require.ErrorContains(t, err, "WEBHOOK_SECRET_KEY_OLD:")
 	_, err = webhook.SecretKeys{Key: "short"}.Parse()
 	require.ErrorContains(t, err, "WEBHOOK_SECRET_KEY:")
+}
+
+// The api and the worker read the same three variables through the
+// binaries' cli.Env; a bad WEBHOOK_ALLOW_UNSEALED is remembered there like
+// any other bad value.
+func TestSecretKeysFromEnv(t *testing.T) {
+	t.Parallel()
+	set := map[string]string{"WEBHOOK_SECRET_KEY": "new", "WEBHOOK_SECRET_KEY_OLD": "old", "WEBHOOK_ALLOW_UNSEALED": "true"}
+	e := &cli.Env{Getenv: func(k string) string { return set[k] }}
+	require.Equal(t, webhook.SecretKeys{Key: "new", Old: "old", AllowUnsealed: true}, webhook.SecretKeysFromEnv(e))
+	require.NoError(t, e.Err)
+
+	e = &cli.Env{Getenv: func(string) string { return "" }}
+	require.Equal(t, webhook.SecretKeys{}, webhook.SecretKeysFromEnv(e))
+	e = &cli.Env{Getenv: func(k string) string { return map[string]string{"WEBHOOK_ALLOW_UNSEALED": "perhaps"}[k] }}
+	webhook.SecretKeysFromEnv(e)
+	require.ErrorContains(t, e.Err, "WEBHOOK_ALLOW_UNSEALED")
 }

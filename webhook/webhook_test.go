@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/labelkit/labels/internal/testutil/dnstest"
 	"github.com/labelkit/labels/webhook"
 )
 
@@ -46,24 +47,6 @@ func TestNewSecret(t *testing.T) {
 	again, _, err := webhook.NewSecret()
 	require.NoError(t, err)
 	require.NotEqual(t, printed, again)
-}
-
-// fakeResolver answers from its map; any other name does not exist. No
-// test depends on real DNS.
-type fakeResolver map[string][]netip.Addr
-
-func (f fakeResolver) LookupNetIP(_ context.Context, network, host string) ([]netip.Addr, error) {
-	addrs, ok := f[host]
-	if !ok {
-		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-	}
-	var out []netip.Addr
-	for _, a := range addrs {
-		if network == "ip" || (network == "ip4") == a.Unmap().Is4() {
-			out = append(out, a)
-		}
-	}
-	return out, nil
 }
 
 // notPublic is every address the policy must refuse, by the range it stands
@@ -168,11 +151,10 @@ func TestClientChecksTheAddressDialled(t *testing.T) {
 	require.NoError(t, err)
 
 	for _, a := range append(notPublic, "127.0.0.1") {
-		addr := netip.MustParseAddr(a)
-		res := fakeResolver{"inside.test": {addr}, "mixed.test": {netip.MustParseAddr("93.184.216.34"), addr}}
+		res := dnstest.Resolver{"inside.test": {a}, "mixed.test": {"93.184.216.34", a}}
 		strict := webhook.NewClient(5*time.Second, webhook.Policy{AllowInsecure: true, Resolver: res})
 		urls := []string{"http://inside.test:" + port + "/", "http://mixed.test:" + port + "/"}
-		if addr.Zone() == "" {
+		if netip.MustParseAddr(a).Zone() == "" {
 			urls = append(urls, "http://"+net.JoinHostPort(a, port)+"/")
 		}
 		for _, u := range urls {
@@ -192,7 +174,7 @@ func TestClientChecksTheAddressDialled(t *testing.T) {
 		require.NoError(t, strict.Control("tcp", net.JoinHostPort(a, "443"), nil), a)
 	}
 
-	res := fakeResolver{"receiver.test": {netip.MustParseAddr("127.0.0.1")}}
+	res := dnstest.Resolver{"receiver.test": {"127.0.0.1"}}
 	lenient := webhook.NewClient(5*time.Second, webhook.Policy{AllowInsecure: true, AllowPrivate: true, Resolver: res})
 	resp, err := lenient.Post("http://receiver.test:"+port+"/moved", "application/json", nil)
 	require.NoError(t, err)
@@ -217,12 +199,12 @@ func TestClientChecksTheAddressDialled(t *testing.T) {
 func TestCheckURL(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	res := fakeResolver{
-		"hooks.example.com": {netip.MustParseAddr("93.184.216.34"), netip.MustParseAddr("2606:2800:220:1:248:1893:25c8:1946")},
-		"metadata.test":     {netip.MustParseAddr("100.100.100.200")},
-		"nat64.test":        {netip.MustParseAddr("64:ff9b::a9fe:a9fe")},
-		"mixed.test":        {netip.MustParseAddr("93.184.216.34"), netip.MustParseAddr("10.0.0.1")},
-		"localhost":         {netip.MustParseAddr("93.184.216.34")}, // refused by name, whatever resolves
+	res := dnstest.Resolver{
+		"hooks.example.com": {"93.184.216.34", "2606:2800:220:1:248:1893:25c8:1946"},
+		"metadata.test":     {"100.100.100.200"},
+		"nat64.test":        {"64:ff9b::a9fe:a9fe"},
+		"mixed.test":        {"93.184.216.34", "10.0.0.1"},
+		"localhost":         {"93.184.216.34"}, // refused by name, whatever resolves
 		"empty.test":        {},
 	}
 	strict := webhook.Policy{Resolver: res}

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"strings"
 
 	"github.com/rs/zerolog"
 )
@@ -10,8 +11,9 @@ import (
 // SlogHandler hands slog records (River's, the River UI's) to a zerolog
 // logger, so that they come out as every other line of the process: the
 // logger's own fields and `time`, the record's `level` and `message`, its
-// attributes as fields (a group's named "group.key"). Records below min, or
-// below the logger's level, are dropped.
+// attributes as fields (a group's named "group.key"; a duration's "key_ms",
+// in milliseconds; an error named "err", River's name, as "error"). Records below min, or below the logger's level, are
+// dropped.
 type SlogHandler struct {
 	log    zerolog.Logger
 	min    slog.Level
@@ -79,6 +81,9 @@ func addAttr(ev *zerolog.Event, prefix string, a slog.Attr) {
 	}
 	v := a.Value.Resolve()
 	key := prefix + a.Key
+	if key == "err" { // River's name (for an error or its text) for what every other line calls error
+		key = zerolog.ErrorFieldName
+	}
 	switch v.Kind() {
 	case slog.KindGroup:
 		if a.Key != "" {
@@ -99,6 +104,11 @@ func addAttr(ev *zerolog.Event, prefix string, a slog.Attr) {
 	case slog.KindBool:
 		ev.Bool(key, v.Bool())
 	case slog.KindDuration:
+		// As every duration of the service's own lines: milliseconds, the
+		// unit in the name.
+		if !strings.HasSuffix(key, "_ms") {
+			key += "_ms"
+		}
 		ev.Dur(key, v.Duration())
 	case slog.KindTime:
 		ev.Time(key, v.Time())
@@ -121,4 +131,20 @@ func zerologLevel(l slog.Level) zerolog.Level {
 		return zerolog.InfoLevel
 	}
 	return zerolog.DebugLevel
+}
+
+// riverLogLevel is the least level of River's records a process logs onto
+// log: warn, or everything when log is at debug.
+func riverLogLevel(log zerolog.Logger) slog.Level {
+	if log.GetLevel() <= zerolog.DebugLevel {
+		return slog.LevelDebug
+	}
+	return slog.LevelWarn
+}
+
+// NewRiverLogger is the slog logger a River client (or the River UI) of a
+// process is given: its records onto log, at riverLogLevel, as every other
+// line of the process.
+func NewRiverLogger(log zerolog.Logger) *slog.Logger {
+	return slog.New(NewSlogHandler(log, riverLogLevel(log)))
 }

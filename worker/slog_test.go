@@ -20,7 +20,7 @@ import (
 
 // A slog record comes out as one zerolog JSON line: the logger's fields,
 // level and message, the attributes (a group's as "group.key", an error as
-// its text) as fields; records below the minimum or the logger's level are
+// its text, a duration in milliseconds under a name that ends in _ms) as fields; records below the minimum or the logger's level are
 // dropped.
 func TestSlogHandlerWritesZerolog(t *testing.T) {
 	var buf logtest.Buffer
@@ -29,17 +29,21 @@ func TestSlogHandlerWritesZerolog(t *testing.T) {
 
 	log.Debug("dropped: below the minimum")
 	log.Warn("Job appears to be stuck", slog.Int64("id", 7), slog.Group("args", slog.String("kind", "buy_label")),
-		slog.Duration("after", 1500*time.Millisecond), slog.Any("err", errors.New("boom")), slog.Bool("ok", false))
+		slog.Duration("after", 1500*time.Millisecond), slog.Duration("wait_ms", 2*time.Millisecond), slog.Any("err", errors.New("boom")), slog.Bool("ok", false))
 	log.Error("failed")
+	slog.New(worker.NewSlogHandler(zl, slog.LevelInfo)).Error("errored", slog.Any("err", errors.New("bang")))
+	slog.New(worker.NewSlogHandler(zl, slog.LevelInfo)).Error("errored", slog.String("err", "bang"))
 	slog.New(worker.NewSlogHandler(zl.Level(zerolog.ErrorLevel), slog.LevelDebug)).Warn("dropped: below the logger's level")
 
 	lines := buf.Lines(t, "")
-	require.Len(t, lines, 2, buf.String())
+	require.Len(t, lines, 4, buf.String())
 	require.Equal(t, map[string]any{
 		"service": "worker", "level": "warn", "message": "Job appears to be stuck", "queue": "labels",
-		"job.id": float64(7), "job.args.kind": "buy_label", "job.after": float64(1500), "job.err": "boom", "job.ok": false,
+		"job.id": float64(7), "job.args.kind": "buy_label", "job.after_ms": float64(1500), "job.wait_ms": float64(2), "job.err": "boom", "job.ok": false,
 	}, lines[0])
 	require.Equal(t, map[string]any{"service": "worker", "level": "error", "message": "failed", "queue": "labels"}, lines[1])
+	require.Equal(t, map[string]any{"service": "worker", "level": "error", "message": "errored", "error": "bang"}, lines[2])
+	require.Equal(t, lines[2], lines[3], "River's err as an error or as its text")
 }
 
 type unknownArgs struct{}

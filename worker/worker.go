@@ -10,7 +10,6 @@ package worker
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/rs/zerolog"
 
+	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/idempotency"
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/metrics"
@@ -30,10 +30,12 @@ import (
 	"github.com/labelkit/labels/outbox"
 )
 
+// DefaultCarrierTimeout is CARRIER_TIMEOUT's default, the API's too.
+const DefaultCarrierTimeout = carrier.DefaultTimeout
+
 // Defaults of [Config]: a zero field takes its default (Config.WithDefaults),
 // and cmd/worker reads its environment with them.
 const (
-	DefaultCarrierTimeout     = 20 * time.Second // CARRIER_TIMEOUT
 	DefaultLeaseDuration      = 30 * time.Second // LEASE_DURATION
 	DefaultConcurrency        = 100              // WORKER_CONCURRENCY
 	DefaultMaxAttempts        = 20               // MAX_ATTEMPTS
@@ -246,8 +248,9 @@ func New(cfg Config) (*Worker, error) {
 		RetryPolicy: &jobs.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax},
 		// Finished jobs are kept as long as the keys they completed.
 		CompletedJobRetentionPeriod: cfg.KeyRetention,
-		// River's warnings and errors, on the process's logger.
-		Logger:   slog.New(NewSlogHandler(cfg.Log, slog.LevelWarn)),
+		// River's warnings and errors (everything at LOG_LEVEL=debug), on
+		// the process's logger.
+		Logger:   NewRiverLogger(cfg.Log),
 		TestOnly: cfg.TestOnly,
 		Hooks:    []rivertype.Hook{started},
 	})

@@ -1,6 +1,9 @@
 package sim
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"net/http"
 	"strconv"
 	"strings"
@@ -53,9 +56,9 @@ func baseURL(r *http.Request) string {
 	return scheme + "://" + r.Host
 }
 
-// handleDocument is GET /v1/labels/{carrier_label_id}/document: the label's
-// PDF, the same bytes every time (voided labels included: a carrier keeps
-// what it sold).
+// handleDocument is GET (and HEAD) /v1/labels/{carrier_label_id}/document:
+// the label's PDF, the same bytes and ETag every time (voided labels
+// included: a carrier keeps what it sold); 304 when If-None-Match names it.
 func (s *Server) handleDocument(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("carrier_label_id")
 	s.mu.Lock()
@@ -71,12 +74,19 @@ func (s *Server) handleDocument(w http.ResponseWriter, r *http.Request) {
 	}
 	doc := p.document()
 	w.Header().Set("Content-Type", DocumentContentType)
-	w.Header().Set("Content-Length", strconv.Itoa(len(doc)))
 	w.Header().Set("Content-Disposition", `inline; filename="`+p.CarrierLabelID+`.pdf"`)
-	w.WriteHeader(http.StatusOK)
-	if r.Method != http.MethodHead {
-		_, _ = w.Write(doc)
-	}
+	w.Header().Set("ETag", DocumentETag(doc))
+	// ServeContent answers If-None-Match with 304 and HEAD without the body,
+	// and sets Content-Length.
+	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(doc))
+}
+
+// DocumentETag is the strong ETag the simulator serves a document under: a
+// digest of its bytes, so the same label has the same tag, across restarts
+// too.
+func DocumentETag(doc []byte) string {
+	sum := sha256.Sum256(doc)
+	return `"` + hex.EncodeToString(sum[:16]) + `"`
 }
 
 // document renders the label as a minimal PDF 1.4 file: one 288 x 432 point

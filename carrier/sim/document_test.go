@@ -2,14 +2,19 @@ package sim_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/carrier/sim"
 )
 
@@ -92,4 +97,75 @@ func requireWellFormedPDF(t *testing.T, doc []byte) {
 	require.NotNil(t, length)
 	n, _ := strconv.Atoi(string(doc[length[2]:length[3]]))
 	require.True(t, bytes.HasPrefix(doc[length[1]+n:], []byte("endstream")), "the stream is /Length bytes long")
+}
+
+// carrier.Client.Document against the simulator: the document with its
+// media type, size and ETag; 304 for its ETag; HEAD without the body; 404
+// as a rejection; and a carrier in trouble as an unknown outcome with its
+// Retry-After.
+func TestClientDocument(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &sim.Options{Token: "s3cret"})
+	l := b.mustBuy(t, "k-doc", purchase(918273, "51147"))
+	c := carrier.NewClient(b.url, &carrier.ClientOpts{Token: "s3cret"})
+	ctx := context.Background()
+
+	got, err := c.Document(ctx, l.CarrierLabelID, http.MethodGet, "")
+	require.NoError(t, err)
+	doc, err := io.ReadAll(got.Body)
+	require.NoError(t, got.Body.Close())
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, got.Status)
+	require.Equal(t, sim.DocumentContentType, got.ContentType)
+	require.Equal(t, *l.LabelSizeBytes, got.ContentLength)
+	require.Len(t, doc, int(*l.LabelSizeBytes))
+	require.Equal(t, sim.DocumentETag(doc), got.ETag)
+	requireWellFormedPDF(t, doc)
+
+	// The same tag again: 304, no body. Another tag, or a list without it: 200.
+	same, err := c.Document(ctx, l.CarrierLabelID, http.MethodGet, got.ETag)
+	require.NoError(t, err)
+	rest, _ := io.ReadAll(same.Body)
+	_ = same.Body.Close()
+	require.Equal(t, http.StatusNotModified, same.Status)
+	require.Equal(t, got.ETag, same.ETag)
+	require.Empty(t, rest)
+	other, err := c.Document(ctx, l.CarrierLabelID, http.MethodGet, `"stale", "older"`)
+	require.NoError(t, err)
+	_ = other.Body.Close()
+	require.Equal(t, http.StatusOK, other.Status)
+
+	head, err := c.Document(ctx, l.CarrierLabelID, http.MethodHead, "")
+	require.NoError(t, err)
+	rest, _ = io.ReadAll(head.Body)
+	_ = head.Body.Close()
+	require.Equal(t, http.StatusOK, head.Status)
+	require.Equal(t, *l.LabelSizeBytes, head.ContentLength)
+	require.Equal(t, got.ETag, head.ETag)
+	require.Empty(t, rest)
+
+	_, err = c.Document(ctx, "CL-999", http.MethodGet, "")
+	rej, ok := carrier.IsRejected(err)
+	require.True(t, ok, "%v", err)
+	require.Equal(t, http.StatusNotFound, rej.Status)
+	require.Equal(t, "not_found", rej.Code)
+
+	_, err = carrier.NewClient(b.url, nil).Document(ctx, l.CarrierLabelID, http.MethodGet, "")
+	var unknown *carrier.UnknownOutcomeError
+	require.ErrorAs(t, err, &unknown, "no token: the carrier's 401 is not the label's fault")
+	require.Equal(t, http.StatusUnauthorized, unknown.Status)
+
+	busy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "7")
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer busy.Close()
+	_, err = carrier.NewClient(busy.URL, nil).Document(ctx, l.CarrierLabelID, http.MethodGet, "")
+	require.ErrorAs(t, err, &unknown)
+	require.Equal(t, http.StatusServiceUnavailable, unknown.Status)
+	require.Equal(t, 7*time.Second, unknown.RetryAfter)
+	busy.Close()
+	_, err = carrier.NewClient(busy.URL, nil).Document(ctx, l.CarrierLabelID, http.MethodGet, "")
+	require.ErrorAs(t, err, &unknown)
+	require.Zero(t, unknown.Status, "no answer at all")
 }

@@ -113,6 +113,15 @@ func (b *testBundle) buyAsync(ctx context.Context, key string, req carrier.Purch
 	return done
 }
 
+// buyInFlight is buyAsync for a simulator that holds the purchase (a
+// timeout): it returns once the purchase is in flight there.
+func (b *testBundle) buyInFlight(t *testing.T, ctx context.Context, key string, req carrier.PurchaseRequest) <-chan error {
+	t.Helper()
+	done := b.buyAsync(ctx, key, req)
+	waitFor(t, func() bool { return b.sim.Stats().InFlight == 1 })
+	return done
+}
+
 // waitFor waits until cond holds; the test fails if it does not within a
 // minute (a bound for a machine under any load, not a measure).
 func waitFor(t *testing.T, cond func() bool) {
@@ -341,8 +350,7 @@ func TestTimeout(t *testing.T) {
 		// deadline could end it before the call even arrived).
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		done := b.buyAsync(ctx, "k1", purchase(1, "51147"))
-		waitFor(t, func() bool { return b.sim.Stats().InFlight == 1 })
+		done := b.buyInFlight(t, ctx, "k1", purchase(1, "51147"))
 		cancel()
 		err := <-done
 		requireUnknown(t, err, 0)
@@ -374,8 +382,7 @@ func TestTimeout(t *testing.T) {
 	t.Run("CloseBuysWhatWasWaiting", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, &sim.Options{TimeoutRate: 1, TimeoutDelay: time.Hour})
-		done := b.buyAsync(context.Background(), "k1", purchase(1, "51147"))
-		waitFor(t, func() bool { return b.sim.Stats().InFlight == 1 })
+		done := b.buyInFlight(t, context.Background(), "k1", purchase(1, "51147"))
 		require.NoError(t, b.sim.Close())
 		require.NoError(t, <-done, "woken by Close, the purchase completes and answers")
 		require.Len(t, b.sim.Purchases(), 1)
@@ -391,8 +398,7 @@ func TestInProgress(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := b.buyAsync(ctx, "k1", purchase(1, "51147"))
-	waitFor(t, func() bool { return b.sim.Stats().InFlight == 1 })
+	done := b.buyInFlight(t, ctx, "k1", purchase(1, "51147"))
 
 	_, err := b.buy(t, "k1", purchase(1, "51147"))
 	var inProgress *carrier.InProgressError

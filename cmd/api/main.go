@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/labelkit/labels/accept"
+	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/httpapi"
 	"github.com/labelkit/labels/idempotency"
 	"github.com/labelkit/labels/internal/apiserve"
@@ -59,15 +60,17 @@ true when DATABASE_DIRECT_URL is set), API_ADDR, API_METRICS_ADDR (unset:
 accepts per shared transaction; 0 = one transaction per accept),
 RATE_LIMIT (%d: off; creates a second per caller in this process, past which
 429 rate_limited), RATE_LIMIT_BURST (0: RATE_LIMIT), PREFER_WAIT_MAX (%d:
-Prefer: wait requests held at once; past it answered at once), LOG_LEVEL
-(%s), LOG_FORMAT (json|console); for api webhook: WEBHOOK_ALLOW_INSECURE
+Prefer: wait requests held at once; past it answered at once), CARRIER_URL
+(%s), CARRIER_TOKEN, CARRIER_TIMEOUT (%s: one fetch of a label document,
+GET /v1/labels/{label_id}/document), LOG_LEVEL (%s), LOG_FORMAT
+(json|console); for api webhook: WEBHOOK_ALLOW_INSECURE
 (false: https:// only), WEBHOOK_ALLOW_PRIVATE (false: public hosts only),
 WEBHOOK_ROTATION_OVERLAP (%s), WEBHOOK_SECRET_KEY (base64 of 32 bytes:
 secrets stored encrypted; unset: set and rotate refuse), WEBHOOK_SECRET_KEY_OLD
 (unset; the previous key, for reseal), WEBHOOK_ALLOW_UNSEALED (false; true:
 secrets stored raw without a key, development only).
 `, DefaultAddr, cli.Dur(idempotency.DefaultKeyRetention), accept.DefaultBatch, httpapi.DefaultRateLimit,
-	httpapi.DefaultMaxWaiters, cli.DefaultLogLevel, cli.Dur(webhook.DefaultRotationOverlap))
+	httpapi.DefaultMaxWaiters, carrier.DefaultBaseURL, cli.Dur(carrier.DefaultTimeout), cli.DefaultLogLevel, cli.Dur(webhook.DefaultRotationOverlap))
 
 // DefaultAddr is API_ADDR's default: the API's listen address.
 const DefaultAddr = ":8080"
@@ -82,6 +85,11 @@ type Config struct {
 	RateLimit    int // RATE_LIMIT: creates a second per caller; 0: off
 	RateBurst    int // RATE_LIMIT_BURST; 0: RATE_LIMIT
 	MaxWaiters   int // PREFER_WAIT_MAX; 0: Prefer: wait is never held
+
+	// The carrier the label documents are fetched from.
+	CarrierURL     string        // CARRIER_URL
+	CarrierToken   string        // CARRIER_TOKEN
+	CarrierTimeout time.Duration // CARRIER_TIMEOUT
 
 	WebhookAllowInsecure   bool
 	WebhookAllowPrivate    bool
@@ -106,6 +114,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxWaiters < 0 || c.MaxWaiters > 100_000 {
 		return fmt.Errorf("PREFER_WAIT_MAX=%d: want 0 to 100000", c.MaxWaiters)
+	}
+	if c.CarrierTimeout <= 0 {
+		return fmt.Errorf("CARRIER_TIMEOUT=%s: must be positive", c.CarrierTimeout)
 	}
 	if c.WebhookRotationOverlap < 0 {
 		return fmt.Errorf("WEBHOOK_ROTATION_OVERLAP=%s: must not be negative", c.WebhookRotationOverlap)
@@ -133,14 +144,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		RateBurst:    env.Int("RATE_LIMIT_BURST", 0),
 		MaxWaiters:   env.Int("PREFER_WAIT_MAX", httpapi.DefaultMaxWaiters),
 
+		CarrierURL:     env.String("CARRIER_URL", carrier.DefaultBaseURL),
+		CarrierToken:   env.String("CARRIER_TOKEN", ""),
+		CarrierTimeout: env.Duration("CARRIER_TIMEOUT", carrier.DefaultTimeout),
+
 		WebhookAllowInsecure:   env.Bool("WEBHOOK_ALLOW_INSECURE", false),
 		WebhookAllowPrivate:    env.Bool("WEBHOOK_ALLOW_PRIVATE", false),
 		WebhookRotationOverlap: env.Duration("WEBHOOK_ROTATION_OVERLAP", webhook.DefaultRotationOverlap),
-		WebhookSecretKeys: webhook.SecretKeys{
-			Key:           env.String("WEBHOOK_SECRET_KEY", ""),
-			Old:           env.String("WEBHOOK_SECRET_KEY_OLD", ""),
-			AllowUnsealed: env.Bool("WEBHOOK_ALLOW_UNSEALED", false),
-		},
+		WebhookSecretKeys:      webhook.SecretKeysFromEnv(env),
 	}
 	log := cli.Logger(env, stderr, "api")
 
@@ -181,6 +192,7 @@ func serve(ctx context.Context, cfg Config, db postgres.Endpoints, log zerolog.L
 	}
 	svc, err := apiserve.Start(ctx, db, apiserve.Options{KeyRetention: cfg.KeyRetention, AcceptBatch: cli.Batch(cfg.AcceptBatch),
 		RateLimit: httpapi.RateLimit{PerSecond: float64(cfg.RateLimit), Burst: cfg.RateBurst}, MaxWaiters: maxWaiters,
+		Carrier: carrier.NewClient(cfg.CarrierURL, &carrier.ClientOpts{Token: cfg.CarrierToken}), CarrierTimeout: cfg.CarrierTimeout,
 		MetricsElsewhere: cfg.MetricsAddr != ""}, log)
 	if err != nil {
 		log.Error().Err(err).Msg("database pool")

@@ -11,20 +11,17 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/labelkit/labels/internal/testutil/clitest"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/logtest"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
 	"github.com/labelkit/labels/metrics"
 )
 
-func env(m map[string]string) func(string) string {
-	return func(k string) string { return m[k] }
-}
-
 func TestHelpAndBadConfig(t *testing.T) {
 	t.Parallel()
 	var out, errb bytes.Buffer
-	require.Equal(t, 0, run(context.Background(), []string{"api", "--help"}, env(nil), &out, &errb))
+	require.Equal(t, 0, run(context.Background(), []string{"api", "--help"}, clitest.Env(nil), &out, &errb))
 	require.Contains(t, out.String(), "api caller add NAME")
 
 	for _, e := range []map[string]string{
@@ -50,11 +47,11 @@ func TestHelpAndBadConfig(t *testing.T) {
 		{"PREFER_WAIT_MAX": "many"},
 	} {
 		errb.Reset()
-		require.Equal(t, 2, run(context.Background(), []string{"api"}, env(e), io.Discard, &errb), e)
+		require.Equal(t, 2, run(context.Background(), []string{"api"}, clitest.Env(e), io.Discard, &errb), e)
 		require.Equal(t, 1, strings.Count(strings.TrimSpace(errb.String()), "\n")+1, "one clear line: %q", errb.String())
 	}
-	require.Equal(t, 2, run(context.Background(), []string{"api", "frobnicate"}, env(nil), io.Discard, io.Discard))
-	require.Equal(t, 2, run(context.Background(), []string{"api", "--bogus"}, env(nil), io.Discard, io.Discard))
+	require.Equal(t, 2, run(context.Background(), []string{"api", "frobnicate"}, clitest.Env(nil), io.Discard, io.Discard))
+	require.Equal(t, 2, run(context.Background(), []string{"api", "--bogus"}, clitest.Env(nil), io.Discard, io.Discard))
 }
 
 // migrate twice, add a caller, serve on a free port, answer a request with the
@@ -62,7 +59,7 @@ func TestHelpAndBadConfig(t *testing.T) {
 func TestMigrateCallerServe(t *testing.T) {
 	t.Parallel()
 	_, url := dbtest.New(t)
-	e := env(map[string]string{"DATABASE_URL": url, "API_ADDR": "127.0.0.1:0"})
+	e := clitest.Env(map[string]string{"DATABASE_URL": url, "API_ADDR": "127.0.0.1:0"})
 	ctx := context.Background()
 	var out bytes.Buffer
 	require.Equal(t, 0, run(ctx, []string{"api", "migrate"}, e, &out, io.Discard))
@@ -101,7 +98,7 @@ func TestMigrateCallerServe(t *testing.T) {
 func TestMetricsOnTheirOwnListener(t *testing.T) {
 	t.Parallel()
 	_, url := dbtest.New(t)
-	e := env(map[string]string{"DATABASE_URL": url, "API_ADDR": "127.0.0.1:0", "API_METRICS_ADDR": "127.0.0.1:0"})
+	e := clitest.Env(map[string]string{"DATABASE_URL": url, "API_ADDR": "127.0.0.1:0", "API_METRICS_ADDR": "127.0.0.1:0"})
 	ctx := context.Background()
 	require.Equal(t, 0, run(ctx, []string{"api", "migrate"}, e, io.Discard, io.Discard))
 	var out bytes.Buffer

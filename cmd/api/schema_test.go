@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels/internal/apiserve"
+	"github.com/labelkit/labels/internal/testutil/clitest"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/postgres"
 )
@@ -37,7 +38,7 @@ func TestSchemaBehind(t *testing.T) {
 	empty, emptyURL := dbtest.NewEmpty(t)
 	_, migratedURL := dbtest.NewBehind(t, 1)
 	for name, url := range map[string]string{"never migrated": emptyURL, "one behind": migratedURL} {
-		e := env(map[string]string{"DATABASE_URL": url, "API_ADDR": "127.0.0.1:0"})
+		e := clitest.Env(map[string]string{"DATABASE_URL": url, "API_ADDR": "127.0.0.1:0"})
 		var errb bytes.Buffer
 		// Bounded: an API that served anyway would stop (exit 0) at the deadline.
 		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -86,7 +87,7 @@ func TestReadyzSchemaBehind(t *testing.T) {
 // database it tried, never the password.
 func TestConnectionErrorNamesHost(t *testing.T) {
 	t.Parallel()
-	e := env(map[string]string{"DATABASE_URL": "postgres://bob:s3cr3t-pw@127.0.0.1:1/labels_x?sslmode=disable&connect_timeout=2"})
+	e := clitest.Env(map[string]string{"DATABASE_URL": "postgres://bob:s3cr3t-pw@127.0.0.1:1/labels_x?sslmode=disable&connect_timeout=2"})
 	for _, args := range [][]string{{"api", "caller", "add", "fulfilment"}, {"api", "webhook", "list"}} {
 		var errb bytes.Buffer
 		require.Equal(t, 1, run(context.Background(), args, e, io.Discard, &errb), args)

@@ -6,38 +6,23 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"io"
-	"net"
-	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/stretchr/testify/require"
 
+	"github.com/labelkit/labels/internal/testutil/clitest"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
+	"github.com/labelkit/labels/internal/testutil/dnstest"
 	"github.com/labelkit/labels/internal/testutil/fixture"
 	"github.com/labelkit/labels/webhook"
 )
 
-// testResolver answers the look-ups of `api webhook set` in this package's
-// tests; any other name does not exist. No test depends on real DNS.
-type testResolver map[string][]string
-
-func (r testResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
-	addrs, ok := r[host]
-	if !ok {
-		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-	}
-	var out []netip.Addr
-	for _, a := range addrs {
-		out = append(out, netip.MustParseAddr(a))
-	}
-	return out, nil
-}
-
+// The look-ups of `api webhook set` in this package's tests: no test
+// depends on real DNS.
 func init() {
-	resolver = testResolver{
+	resolver = dnstest.Resolver{
 		"hooks.example.com": {"93.184.216.34"},
 		"localhost":         {"127.0.0.1", "::1"},
 		"metadata.test":     {"100.100.100.200"},
@@ -60,7 +45,7 @@ func TestWebhookCommands(t *testing.T) {
 	lenient := map[string]string{"DATABASE_URL": url, "WEBHOOK_ALLOW_INSECURE": "true", "WEBHOOK_ALLOW_PRIVATE": "true", "WEBHOOK_ALLOW_UNSEALED": "true"}
 	do := func(vars map[string]string, args ...string) (int, string, string) {
 		var out, errb bytes.Buffer
-		code := run(ctx, append([]string{"api", "webhook"}, args...), env(vars), &out, &errb)
+		code := run(ctx, append([]string{"api", "webhook"}, args...), clitest.Env(vars), &out, &errb)
 		return code, out.String(), errb.String()
 	}
 	lastLine := func(s string) string {
@@ -184,7 +169,7 @@ func TestWebhookSecretsSealed(t *testing.T) {
 	vars := map[string]string{"DATABASE_URL": url, "WEBHOOK_SECRET_KEY": key} // no allowance: a key is enough
 	for _, args := range [][]string{{"set", "shop", "https://hooks.example.com/x"}, {"rotate", "shop"}} {
 		var out bytes.Buffer
-		require.Equal(t, 0, run(ctx, append([]string{"api", "webhook"}, args...), env(vars), &out, io.Discard), args)
+		require.Equal(t, 0, run(ctx, append([]string{"api", "webhook"}, args...), clitest.Env(vars), &out, io.Discard), args)
 		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 		printed := lines[len(lines)-1]
 		raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(printed, "whsec_"))
@@ -229,7 +214,7 @@ func TestWebhookSetRefusesInsideHosts(t *testing.T) {
 		"hooks.invalid", "nowhere.test",
 	} {
 		var out, errb bytes.Buffer
-		code := run(ctx, []string{"api", "webhook", "set", "shop", "https://" + host + "/hooks"}, env(vars), &out, &errb)
+		code := run(ctx, []string{"api", "webhook", "set", "shop", "https://" + host + "/hooks"}, clitest.Env(vars), &out, &errb)
 		require.Equal(t, 2, code, "%s: %s", host, errb.String())
 		require.Empty(t, out.String(), host)
 		require.Equal(t, 1, strings.Count(strings.TrimSpace(errb.String()), "\n")+1, "one line: %q", errb.String())
@@ -240,7 +225,7 @@ func TestWebhookSetRefusesInsideHosts(t *testing.T) {
 
 	// What is stored is the URL as it was checked: its host normalised.
 	var out bytes.Buffer
-	require.Equal(t, 0, run(ctx, []string{"api", "webhook", "set", "shop", "https://Hooks.Example.COM.:8443/labels"}, env(vars), &out, io.Discard))
+	require.Equal(t, 0, run(ctx, []string{"api", "webhook", "set", "shop", "https://Hooks.Example.COM.:8443/labels"}, clitest.Env(vars), &out, io.Discard))
 	require.Contains(t, out.String(), "webhook endpoint https://hooks.example.com:8443/labels (active)")
 	require.Equal(t, "https://hooks.example.com:8443/labels", dbtest.Scalar[string](t, pool, `SELECT url FROM webhook_endpoints`))
 }
@@ -257,7 +242,7 @@ func TestWebhookRefusesUnsealedStorage(t *testing.T) {
 	dev := map[string]string{"DATABASE_URL": url, "WEBHOOK_ALLOW_UNSEALED": "true"}
 	for _, args := range [][]string{{"set", "shop", "https://hooks.example.com/x"}, {"rotate", "shop"}} {
 		var out, errb bytes.Buffer
-		require.Equal(t, 2, run(ctx, append([]string{"api", "webhook"}, args...), env(noKey), &out, &errb), args)
+		require.Equal(t, 2, run(ctx, append([]string{"api", "webhook"}, args...), clitest.Env(noKey), &out, &errb), args)
 		require.Empty(t, out.String())
 		require.Contains(t, errb.String(), "WEBHOOK_SECRET_KEY is not set")
 		require.Contains(t, errb.String(), "WEBHOOK_ALLOW_UNSEALED=true")
@@ -265,9 +250,9 @@ func TestWebhookRefusesUnsealedStorage(t *testing.T) {
 	require.Zero(t, dbtest.Scalar[int](t, pool, `SELECT count(*) FROM webhook_endpoints`))
 	require.Zero(t, dbtest.Scalar[int](t, pool, `SELECT count(*) FROM webhook_secrets`))
 
-	require.Equal(t, 0, run(ctx, []string{"api", "webhook", "set", "shop", "https://hooks.example.com/x"}, env(dev), io.Discard, io.Discard))
-	require.Equal(t, 2, run(ctx, []string{"api", "webhook", "rotate", "shop"}, env(noKey), io.Discard, io.Discard), "an endpoint does not change it")
-	require.Equal(t, 0, run(ctx, []string{"api", "webhook", "rotate", "shop"}, env(dev), io.Discard, io.Discard))
+	require.Equal(t, 0, run(ctx, []string{"api", "webhook", "set", "shop", "https://hooks.example.com/x"}, clitest.Env(dev), io.Discard, io.Discard))
+	require.Equal(t, 2, run(ctx, []string{"api", "webhook", "rotate", "shop"}, clitest.Env(noKey), io.Discard, io.Discard), "an endpoint does not change it")
+	require.Equal(t, 0, run(ctx, []string{"api", "webhook", "rotate", "shop"}, clitest.Env(dev), io.Discard, io.Discard))
 	require.Equal(t, 2, dbtest.Scalar[int](t, pool, `SELECT count(*) FROM webhook_secrets WHERE NOT sealed`))
 }
 
@@ -284,7 +269,7 @@ func randomKey(t *testing.T) string {
 func webhookSecret(t *testing.T, vars map[string]string, args ...string) []byte {
 	t.Helper()
 	var out, errb bytes.Buffer
-	require.Equal(t, 0, run(context.Background(), append([]string{"api", "webhook"}, args...), env(vars), &out, &errb), "%v: %s", args, errb.String())
+	require.Equal(t, 0, run(context.Background(), append([]string{"api", "webhook"}, args...), clitest.Env(vars), &out, &errb), "%v: %s", args, errb.String())
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(lines[len(lines)-1], "whsec_"))
 	require.NoError(t, err)
@@ -351,30 +336,30 @@ func TestWebhookReseal(t *testing.T) {
 	require.Equal(t, 3, dbtest.Scalar[int](t, pool, `SELECT count(*) FROM webhook_secrets WHERE NOT sealed`))
 
 	var out, errb bytes.Buffer
-	require.Equal(t, 2, run(ctx, []string{"api", "webhook", "reseal"}, env(dev), &out, &errb))
+	require.Equal(t, 2, run(ctx, []string{"api", "webhook", "reseal"}, clitest.Env(dev), &out, &errb))
 	require.Contains(t, errb.String(), "WEBHOOK_SECRET_KEY, which is not set")
-	require.Equal(t, 2, run(ctx, []string{"api", "webhook", "reseal", "--batch", "0"}, env(rotating), io.Discard, io.Discard))
+	require.Equal(t, 2, run(ctx, []string{"api", "webhook", "reseal", "--batch", "0"}, clitest.Env(rotating), io.Discard, io.Discard))
 	require.Equal(t, 3, dbtest.Scalar[int](t, pool, `SELECT count(*) FROM webhook_secrets WHERE NOT sealed`), "nothing changed")
 
 	out.Reset()
 	errb.Reset()
-	require.Equal(t, 1, run(ctx, []string{"api", "webhook", "reseal", "--batch", "2"}, env(rotating), &out, &errb))
+	require.Equal(t, 1, run(ctx, []string{"api", "webhook", "reseal", "--batch", "2"}, clitest.Env(rotating), &out, &errb))
 	require.Equal(t, "webhook secrets: 6 re-sealed with WEBHOOK_SECRET_KEY, 1 already were\n", out.String())
 	require.Equal(t, 1, strings.Count(strings.TrimSpace(errb.String()), "\n")+1, "one line: %q", errb.String())
 	require.Contains(t, errb.String(), "open with neither WEBHOOK_SECRET_KEY nor WEBHOOK_SECRET_KEY_OLD")
 	require.Contains(t, errb.String(), "g (secret ")
 
 	// g's endpoint goes (the operator sets it anew); the rest is done.
-	require.Equal(t, 0, run(ctx, []string{"api", "webhook", "delete", "g"}, env(rotating), io.Discard, io.Discard))
+	require.Equal(t, 0, run(ctx, []string{"api", "webhook", "delete", "g"}, clitest.Env(rotating), io.Discard, io.Discard))
 	delete(printed, "g")
 	requireAllSealed(t, pool, newKey, printed)
 	before := dbtest.Scalar[[]byte](t, pool, `SELECT string_agg(secret, '' ORDER BY secret_id) FROM webhook_secrets`)
 
 	out.Reset()
-	require.Equal(t, 0, run(ctx, []string{"api", "webhook", "reseal", "--batch", "3"}, env(rotating), &out, io.Discard))
+	require.Equal(t, 0, run(ctx, []string{"api", "webhook", "reseal", "--batch", "3"}, clitest.Env(rotating), &out, io.Discard))
 	require.Equal(t, "webhook secrets: 0 re-sealed with WEBHOOK_SECRET_KEY, 7 already were\n", out.String())
 	out.Reset()
-	require.Equal(t, 0, run(ctx, []string{"api", "webhook", "reseal"}, env(withNew), &out, io.Discard), "the old key is no longer needed")
+	require.Equal(t, 0, run(ctx, []string{"api", "webhook", "reseal"}, clitest.Env(withNew), &out, io.Discard), "the old key is no longer needed")
 	require.Equal(t, "webhook secrets: 0 re-sealed with WEBHOOK_SECRET_KEY, 7 already were\n", out.String())
 	require.Equal(t, before, dbtest.Scalar[[]byte](t, pool, `SELECT string_agg(secret, '' ORDER BY secret_id) FROM webhook_secrets`), "idempotent: nothing rewritten")
 	requireAllSealed(t, pool, newKey, printed)

@@ -418,7 +418,7 @@ func logRequests(log zerolog.Logger, next http.Handler) http.Handler {
 				Str("method", r.Method).
 				Str("path", r.URL.Path).
 				Str("idempotency_key", r.Header.Get("Idempotency-Key")).
-				Dur("took", time.Since(start))
+				Dur("duration_ms", time.Since(start))
 			if sw.status == 0 {
 				ev.Bool("dropped", true).Msg("request")
 			} else {

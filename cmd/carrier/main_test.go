@@ -19,12 +19,9 @@ import (
 
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/carrier/sim"
+	"github.com/labelkit/labels/internal/testutil/clitest"
 	"github.com/labelkit/labels/internal/testutil/logtest"
 )
-
-func fakeEnv(env map[string]string) func(string) string {
-	return func(k string) string { return env[k] }
-}
 
 type running struct {
 	url    string
@@ -40,7 +37,7 @@ func start(t *testing.T, env map[string]string, args ...string) *running {
 	stderr := &logtest.Buffer{}
 	code := make(chan int, 1)
 	go func() {
-		code <- run(ctx, append([]string{"carrier"}, args...), fakeEnv(env), &bytes.Buffer{}, stderr)
+		code <- run(ctx, append([]string{"carrier"}, args...), clitest.Env(env), &bytes.Buffer{}, stderr)
 	}()
 	var once sync.Once
 	exit := -1
@@ -184,13 +181,13 @@ func TestRunHelp(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{{"carrier", "--help"}, {"carrier", "-h"}, {"carrier", "invoice", "--help"}} {
 		var stdout, stderr bytes.Buffer
-		code := run(context.Background(), args, fakeEnv(nil), &stdout, &stderr)
+		code := run(context.Background(), args, clitest.Env(nil), &stdout, &stderr)
 		require.Equal(t, 0, code, "%v", args)
 		require.Contains(t, stdout.String(), "Usage: carrier")
 		require.Empty(t, stderr.String())
 	}
 	var stdout bytes.Buffer
-	run(context.Background(), []string{"carrier", "--help"}, fakeEnv(nil), &stdout, &bytes.Buffer{})
+	run(context.Background(), []string{"carrier", "--help"}, clitest.Env(nil), &stdout, &bytes.Buffer{})
 	for _, name := range []string{"CARRIER_ADDR", "CARRIER_TOKEN", "SIM_LATENCY", "SIM_LATENCY_JITTER", "SIM_FAIL_RATE",
 		"SIM_DROP_REPLY_RATE", "SIM_TIMEOUT_RATE", "SIM_TIMEOUT_DELAY", "SIM_REJECT_POSTAL_CODE", "SIM_NO_KEYS", "SIM_SEED",
 		"SIM_STATE_FILE", "SIM_DUPLICATE_LINE_RATE", "SIM_AMOUNT_CHANGE_RATE", "SIM_FOREIGN_LINE_RATE", "SIM_CREDIT_RATE",
@@ -227,7 +224,7 @@ func TestRunBadValue(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var stdout, stderr bytes.Buffer
-			code := run(context.Background(), append([]string{"carrier"}, tt.args...), fakeEnv(tt.env), &stdout, &stderr)
+			code := run(context.Background(), append([]string{"carrier"}, tt.args...), clitest.Env(tt.env), &stdout, &stderr)
 			require.Equal(t, 2, code)
 			require.Empty(t, stdout.String())
 			require.Equal(t, 1, strings.Count(stderr.String(), "\n"), "one line: %q", stderr.String())
@@ -248,7 +245,7 @@ func TestRunCannotListen(t *testing.T) {
 	require.NoError(t, err)
 	defer ln.Close()
 	var stderr bytes.Buffer
-	code := run(context.Background(), []string{"carrier"}, fakeEnv(map[string]string{"CARRIER_ADDR": ln.Addr().String()}), &bytes.Buffer{}, &stderr)
+	code := run(context.Background(), []string{"carrier"}, clitest.Env(map[string]string{"CARRIER_ADDR": ln.Addr().String()}), &bytes.Buffer{}, &stderr)
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr.String(), "cannot listen")
 }
@@ -260,7 +257,7 @@ func TestRunInvoice(t *testing.T) {
 		out, truthPath := filepath.Join(dir, name+".csv"), filepath.Join(dir, name+".json")
 		args := append([]string{"carrier", "invoice", "--day", "2026-12-02", "--lines", "200", "--out", out, "--truth", truthPath}, extra...)
 		var stdout, stderr bytes.Buffer
-		code := run(context.Background(), args, fakeEnv(map[string]string{"SIM_CREDIT_RATE": "0.1"}), &stdout, &stderr)
+		code := run(context.Background(), args, clitest.Env(map[string]string{"SIM_CREDIT_RATE": "0.1"}), &stdout, &stderr)
 		require.Equal(t, 0, code, stderr.String())
 		require.Empty(t, stdout.String())
 		require.Contains(t, stderr.String(), "invoice written")
@@ -285,7 +282,7 @@ func TestRunInvoice(t *testing.T) {
 	require.Equal(t, raw, again, "the same seed writes the same file")
 
 	var stdout bytes.Buffer
-	code := run(context.Background(), []string{"carrier", "invoice", "--day", "2026-12-02", "--lines", "3"}, fakeEnv(nil), &stdout, &bytes.Buffer{})
+	code := run(context.Background(), []string{"carrier", "invoice", "--day", "2026-12-02", "--lines", "3"}, clitest.Env(nil), &stdout, &bytes.Buffer{})
 	require.Equal(t, 0, code)
 	require.Equal(t, 4, strings.Count(stdout.String(), "\n"), "--out defaults to stdout")
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/carrier/sim"
+	"github.com/labelkit/labels/internal/testutil/clitest"
 )
 
 // The binary voids, ages its labels through /sim/clock, refuses a void past
@@ -67,12 +68,12 @@ func TestRunBadVoidWindow(t *testing.T) {
 		{nil, []string{"--void-window", "-1h"}, "must not be negative"},
 	} {
 		var stdout, stderr bytes.Buffer
-		code := run(context.Background(), append([]string{"carrier"}, tc.args...), fakeEnv(tc.env), &stdout, &stderr)
+		code := run(context.Background(), append([]string{"carrier"}, tc.args...), clitest.Env(tc.env), &stdout, &stderr)
 		require.Equal(t, 2, code)
 		require.Contains(t, stderr.String(), tc.want)
 		require.Equal(t, 1, strings.Count(stderr.String(), "\n"))
 	}
 	var stdout bytes.Buffer
-	run(context.Background(), []string{"carrier", "--help"}, fakeEnv(nil), &stdout, &bytes.Buffer{})
+	run(context.Background(), []string{"carrier", "--help"}, clitest.Env(nil), &stdout, &bytes.Buffer{})
 	require.Contains(t, stdout.String(), "SIM_VOID_WINDOW")
 }

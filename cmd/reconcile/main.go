@@ -180,10 +180,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	code, err := reconcileOnce(ctx, cfg, stdout, stderr, log)
 	if err != nil {
-		log.Error().Err(err).Msg("reconcile failed")
-		return exitError
+		return fail(stderr, "reconcile", err)
 	}
 	return code
+}
+
+// fail ends a command that started and could not finish (a missing,
+// unreadable or malformed invoice, an unreachable database or carrier): one
+// plain line on stderr prefixed by name, as a refused flag's, and exit 2.
+// The log carries what happened on the way, not the outcome.
+func fail(stderr io.Writer, name string, err error) int {
+	fmt.Fprintf(stderr, "%s: %s\n", name, strings.ReplaceAll(err.Error(), "\n", " "))
+	return exitError
 }
 
 func reconcileOnce(ctx context.Context, cfg Config, stdout, stderr io.Writer, log zerolog.Logger) (int, error) {
@@ -229,7 +237,7 @@ func reconcileOnce(ctx context.Context, cfg Config, stdout, stderr io.Writer, lo
 	}
 	log.Debug().Int64("run_id", rep.RunID).Strs("period", rep.Period).Int("lines", rep.LinesRead).
 		Int("discrepancies", rep.Discrepancies()).Interface("counts", rep.Counts).
-		Dur("took", time.Since(started)).Msg("reconcile run saved")
+		Dur("duration_ms", time.Since(started)).Msg("reconcile run saved")
 
 	if err := writeReport(ctx, cfg, rep, stdout); err != nil {
 		return 0, fmt.Errorf("run %d is saved, but writing its report failed: %w", rep.RunID, err)

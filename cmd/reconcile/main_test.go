@@ -24,6 +24,7 @@ import (
 
 	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/carrier/sim"
+	"github.com/labelkit/labels/internal/testutil/clitest"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/reconcile"
 )
@@ -84,7 +85,7 @@ type result struct {
 
 func runCmd(env map[string]string, args ...string) result {
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), append([]string{"reconcile"}, args...), func(k string) string { return env[k] }, &stdout, &stderr)
+	code := run(context.Background(), append([]string{"reconcile"}, args...), clitest.Env(env), &stdout, &stderr)
 	return result{code, stdout.String(), stderr.String()}
 }
 
@@ -247,34 +248,49 @@ func TestDate(t *testing.T) {
 	require.Contains(t, r.stderr, "401")
 }
 
-// An unreachable database or carrier, or an unreadable invoice, is exit 2 and
-// a log line that says why.
+// An unreachable database or carrier, or a missing, unreadable or malformed
+// invoice, is exit 2 and one plain line on stderr that says why, prefixed by
+// the command's name, as a refused flag is (the default LOG_FORMAT, json,
+// formats the log, not this line).
 func TestErrors(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	closed := ln.Addr().String()
 	ln.Close()
-
-	file := writeFile(t, header)
-	r := runCmd(map[string]string{"DATABASE_URL": "postgres://" + closed + "/labels?sslmode=disable"}, "--invoice", file)
-	require.Equal(t, 2, r.code)
-	require.Contains(t, r.stderr, `"message":"reconcile failed"`)
-
-	r = runCmd(map[string]string{"CARRIER_URL": "http://" + closed}, "--date", "2026-12-02")
-	require.Equal(t, 2, r.code)
-	require.Contains(t, r.stderr, "fetching the invoice of 2026-12-02")
-
-	r = runCmd(nil, "--invoice", filepath.Join(t.TempDir(), "missing.csv"))
-	require.Equal(t, 2, r.code)
-	require.Contains(t, r.stderr, "no such file or directory")
-
 	_, url := dbtest.New(t)
-	bad := writeFile(t, header+"INV-1,1,yesterday,CL-1,GRD1,,,612,USD\n")
-	r = runCmd(map[string]string{"DATABASE_URL": url, "LOG_FORMAT": "console"}, "--invoice", bad)
-	require.Equal(t, 2, r.code)
-	require.Contains(t, r.stderr, "invoice.csv:2: billed_at: want an RFC 3339 time")
-	require.Equal(t, 1, strings.Count(r.stderr, "\n"), r.stderr)
+	db := map[string]string{"DATABASE_URL": url}
+
+	for _, c := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"database unreachable", map[string]string{"DATABASE_URL": "postgres://" + closed + "/labels?sslmode=disable"},
+			[]string{"--invoice", writeFile(t, header)}, closed},
+		{"carrier unreachable", map[string]string{"CARRIER_URL": "http://" + closed}, []string{"--date", "2026-12-02"},
+			"fetching the invoice of 2026-12-02"},
+		{"missing file", db, []string{"--invoice", filepath.Join(t.TempDir(), "missing.csv")}, "missing.csv: no such file or directory"},
+		{"unreadable file", db, []string{"--invoice", t.TempDir()}, "is a directory"},
+		{"malformed file", db, []string{"--invoice", writeFile(t, header+"INV-1,1,yesterday,CL-1,GRD1,,,612,USD\n")},
+			"invoice.csv:2: billed_at: want an RFC 3339 time"},
+		{"void of no run", db, []string{"void", "--run", "424242"}, "no run 424242 is saved"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := runCmd(c.env, c.args...)
+			require.Equal(t, 2, r.code, r.stderr)
+			require.Empty(t, r.stdout)
+			require.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %q", r.stderr)
+			name := "reconcile: "
+			if c.args[0] == "void" {
+				name = "reconcile void: "
+			}
+			require.True(t, strings.HasPrefix(r.stderr, name), "plain text prefixed by the command: %q", r.stderr)
+			require.False(t, json.Valid([]byte(r.stderr)), "not a log line: %q", r.stderr)
+			require.Contains(t, r.stderr, c.want)
+		})
+	}
 }
 
 // On a terminal, one line is rewritten as the run goes and ends with the

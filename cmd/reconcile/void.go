@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"strconv"
 	"time"
@@ -13,10 +12,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/rs/zerolog"
 
 	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/reconcile"
+	"github.com/labelkit/labels/worker"
 )
 
 // defaultVoidWait bounds how long `reconcile void` waits for the outcomes: a
@@ -124,38 +125,33 @@ func runVoid(ctx context.Context, args []string, getenv func(string) string, std
 	}, func(context.CancelFunc) { os.Exit(exitError) })
 	defer stop()
 
-	rep, err := voidOnce(ctx, cfg)
+	rep, err := voidOnce(ctx, cfg, log)
 	if err != nil {
 		var pgErr *pgconn.PgError
 		switch {
 		case errors.Is(err, reconcile.ErrNoRun):
-			fmt.Fprintf(stderr, "reconcile void: no run %d is saved\n", cfg.RunID)
+			err = fmt.Errorf("no run %d is saved", cfg.RunID)
 		case errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703"):
-			log.Error().Err(err).Msg("void failed (is the database migrated? run: api migrate)")
-		default:
-			log.Error().Err(err).Msg("void failed")
+			err = fmt.Errorf("%w (is the database migrated? run: api migrate)", err)
 		}
-		return exitError
+		return fail(stderr, "reconcile void", err)
 	}
 	log.Debug().Int64("run_id", rep.RunID).Str("category", rep.Category).Bool("dry_run", rep.DryRun).
 		Interface("counts", rep.Counts).Msg("void done")
 	if err := writeVoidReport(cfg, rep, stdout); err != nil {
-		log.Error().Err(err).Msg("writing the void report failed (the voids are recorded)")
-		return exitError
+		return fail(stderr, "reconcile void", fmt.Errorf("the voids are recorded, but writing their report failed: %w", err))
 	}
 	return rep.ExitCode()
 }
 
-func voidOnce(ctx context.Context, cfg VoidConfig) (*reconcile.VoidReport, error) {
+func voidOnce(ctx context.Context, cfg VoidConfig, log zerolog.Logger) (*reconcile.VoidReport, error) {
 	pool, err := cfg.openPool(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer pool.Close()
 	// An insert-only River client: the workers run the jobs.
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Logger: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: worker.NewRiverLogger(log)})
 	if err != nil {
 		return nil, err
 	}

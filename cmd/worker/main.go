@@ -194,11 +194,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		WebhookPerEndpoint:   env.Int("WEBHOOK_ENDPOINT_CONCURRENCY", jobs.DefaultWebhookEndpointConcurrency),
 		WebhookAllowInsecure: env.Bool("WEBHOOK_ALLOW_INSECURE", false),
 		WebhookAllowPrivate:  env.Bool("WEBHOOK_ALLOW_PRIVATE", false),
-		WebhookSecretKeys: webhook.SecretKeys{
-			Key:           env.String("WEBHOOK_SECRET_KEY", ""),
-			Old:           env.String("WEBHOOK_SECRET_KEY_OLD", ""),
-			AllowUnsealed: env.Bool("WEBHOOK_ALLOW_UNSEALED", false),
-		},
+		WebhookSecretKeys:    webhook.SecretKeysFromEnv(env),
 	}
 	log := cli.Logger(env, stderr, "worker")
 
@@ -361,7 +357,7 @@ func work(ctx context.Context, cfg Config, db postgres.Endpoints, periodic []*ri
 		case <-time.After(2 * time.Second):
 		}
 	}
-	log.Info().Int("concurrency", cfg.Concurrency).Dur("lease", cfg.LeaseDuration).Dur("carrier_timeout", cfg.CarrierTimeout).Msg("worker started")
+	log.Info().Int("concurrency", cfg.Concurrency).Dur("lease_ms", cfg.LeaseDuration).Dur("carrier_timeout_ms", cfg.CarrierTimeout).Msg("worker started")
 	if err := cfg.webhookSecretKey.CanStore(); err != nil {
 		log.Warn().Err(err).Msg("no webhook delivery can be signed until WEBHOOK_SECRET_KEY is set")
 	}

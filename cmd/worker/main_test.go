@@ -9,19 +9,16 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/labelkit/labels/internal/testutil/clitest"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/logtest"
 	"github.com/labelkit/labels/metrics"
 )
 
-func env(m map[string]string) func(string) string {
-	return func(k string) string { return m[k] }
-}
-
 func TestHelpAndBadConfig(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
-	require.Equal(t, 0, run(context.Background(), []string{"worker", "--help"}, env(nil), &out, io.Discard))
+	require.Equal(t, 0, run(context.Background(), []string{"worker", "--help"}, clitest.Env(nil), &out, io.Discard))
 	require.Contains(t, out.String(), "LEASE_DURATION")
 
 	cases := []struct {
@@ -60,18 +57,18 @@ func TestHelpAndBadConfig(t *testing.T) {
 	}
 	for _, c := range cases {
 		var errb bytes.Buffer
-		require.Equal(t, 2, run(context.Background(), []string{"worker"}, env(c.env), io.Discard, &errb), c.env)
+		require.Equal(t, 2, run(context.Background(), []string{"worker"}, clitest.Env(c.env), io.Discard, &errb), c.env)
 		require.Contains(t, errb.String(), c.want)
 		require.Equal(t, 1, bytes.Count(bytes.TrimSpace(errb.Bytes()), []byte("\n"))+1, "one line: %q", errb.String())
 	}
-	require.Equal(t, 2, run(context.Background(), []string{"worker", "extra"}, env(nil), io.Discard, io.Discard))
+	require.Equal(t, 2, run(context.Background(), []string{"worker", "extra"}, clitest.Env(nil), io.Discard, io.Discard))
 }
 
 // The worker's /metrics has the worker's series and none of the API's.
 func TestWorkerExportsOnlyItsMetrics(t *testing.T) {
 	t.Parallel()
 	_, url := dbtest.New(t)
-	e := env(map[string]string{"DATABASE_URL": url, "METRICS_ADDR": "127.0.0.1:0", "CARRIER_URL": "http://127.0.0.1:1"})
+	e := clitest.Env(map[string]string{"DATABASE_URL": url, "METRICS_ADDR": "127.0.0.1:0", "CARRIER_URL": "http://127.0.0.1:1"})
 	addr, _ := logtest.Serve(t, run, []string{"worker"}, e, "metrics listening")
 
 	resp, err := http.Get("http://" + addr + "/metrics")

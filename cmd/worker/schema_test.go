@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/labelkit/labels/internal/testutil/clitest"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/migrations"
 )
@@ -25,7 +26,7 @@ func TestSchemaBehind(t *testing.T) {
 	_, empty := dbtest.NewEmpty(t)
 	_, behind := dbtest.NewBehind(t, 1)
 	for _, url := range []string{empty, behind} {
-		e := env(map[string]string{"DATABASE_URL": url, "METRICS_ADDR": "127.0.0.1:0", "CARRIER_URL": "http://127.0.0.1:1"})
+		e := clitest.Env(map[string]string{"DATABASE_URL": url, "METRICS_ADDR": "127.0.0.1:0", "CARRIER_URL": "http://127.0.0.1:1"})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		var errb bytes.Buffer
 		code := run(ctx, []string{"worker"}, e, io.Discard, &errb)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/labelkit/labels/accept"
 	"github.com/labelkit/labels/api"
+	"github.com/labelkit/labels/carrier"
 	"github.com/labelkit/labels/httpapi"
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/migrations"
@@ -96,6 +97,10 @@ type Options struct {
 	AcceptBatch  int           // accept.Opts.Batch: ACCEPT_BATCH, as cli.Batch returns it
 	RateLimit    httpapi.RateLimit
 	MaxWaiters   int // httpapi.Deps.MaxWaiters: 0 its default, negative none held (PREFER_WAIT_MAX=0)
+	// Carrier and CarrierTimeout serve the label documents (CARRIER_URL,
+	// CARRIER_TOKEN, CARRIER_TIMEOUT).
+	Carrier        *carrier.Client
+	CarrierTimeout time.Duration
 	// MetricsElsewhere leaves /metrics off the handler: the caller serves
 	// [API.Metrics] on its own listener (API_METRICS_ADDR).
 	MetricsElsewhere bool
@@ -123,6 +128,7 @@ func Start(ctx context.Context, db postgres.Endpoints, o Options, log zerolog.Lo
 		OpenAPI:          api.OpenAPI,
 		RateLimit:        o.RateLimit,
 		MaxWaiters:       o.MaxWaiters,
+		Carrier:          o.Carrier, CarrierTimeout: o.CarrierTimeout,
 	}})
 	a.pool, a.Schema = pool, gate
 	return a, nil

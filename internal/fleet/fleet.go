@@ -199,9 +199,11 @@ func (f *Fleet) Start(ctx context.Context, s Spec) (*Proc, error) {
 	f.mu.Lock()
 	if s.Bin == "worker" {
 		defaults["ADMIN_ADDR"] = ""
-		if f.carrierURL != "" {
-			defaults["CARRIER_URL"] = f.carrierURL
-		}
+	}
+	// The workers buy from the fleet's carrier, and the API fetches label
+	// documents from it.
+	if (s.Bin == "worker" || s.Bin == "api") && f.carrierURL != "" {
+		defaults["CARRIER_URL"] = f.carrierURL
 	}
 	f.mu.Unlock()
 	p, err := proc.Start(context.WithoutCancel(ctx), f.cfg.Bins.Path(s.Bin), f.opts(name, s.Args, environ(defaults, f.cfg.Env, s.Env)))

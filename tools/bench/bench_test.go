@@ -20,7 +20,6 @@ import (
 	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/idempotency"
 	"github.com/labelkit/labels/internal/devdb"
-	"github.com/labelkit/labels/tools/bench/internal/host"
 )
 
 // TestBenchTiny runs the whole harness with tiny sizes against a private
@@ -44,7 +43,7 @@ func TestBenchTiny(t *testing.T) {
 		"--e2e-creates", "40", "--e2e-concurrency", "4", "--sim-latencies", "0s,20ms",
 		"--burst-replays", "40", "--burst-concurrency", "4",
 		"--replay-sizes", "200,1000", "--replay-rate", "100", "--replay-concurrency", "2",
-		"--purge-max", "20s", "--reconcile-lines", "0"}
+		"--purge-max", "20s"}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
@@ -68,8 +67,6 @@ func TestBenchTiny(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &r))
 	require.Empty(t, r.Errors)
 	require.Equal(t, "quick", r.Mode)
-	require.Equal(t, 64, r.Setup.AcceptBatch)
-	require.Equal(t, 64, r.Setup.WorkerBatch)
 	require.Equal(t, 1000, r.Setup.WorkerConcurrency)
 	require.Equal(t, 400, r.Setup.GOGC, "the api and the worker run with the deployed GOGC")
 	require.Equal(t, filepath.Base(base), r.Date)
@@ -193,10 +190,6 @@ func TestBenchTiny(t *testing.T) {
 	require.EqualValues(t, 1000, r.Store.Purge.Deleted)
 	require.True(t, r.Store.Purge.Complete)
 
-	// The reconciliation phase runs another package's benchmark (see
-	// TestReconcileOutput); --reconcile-lines 0 leaves it out here.
-	require.Nil(t, r.Reconcile)
-
 	// The bar names every check it could make.
 	names := map[string]bool{}
 	for _, c := range r.Bar {
@@ -234,12 +227,12 @@ func TestFlags(t *testing.T) {
 	}{
 		{"QuickAndLong", []string{"--quick", "--long"}, "exclude each other"},
 		{"BadConcurrency", []string{"--concurrency", "8,x"}, "--concurrency"},
-		{"ZeroConcurrency", []string{"--concurrency", "0"}, "not between 1 and 1000"},
+		{"ZeroConcurrency", []string{"--concurrency", "0"}, "--concurrency 0: 1 to 1000"},
 		{"UnknownPhase", []string{"--phases", "ceiling,nap"}, `unknown phase "nap"`},
 		{"RemoteServer", []string{"--server", "postgres://db.example:5432/x"}, "loopback"},
 		{"Unsorted", []string{"--replay-sizes", "1000,10"}, "increasing"},
 		{"Argument", []string{"now"}, "unexpected argument"},
-		{"NegativeBatch", []string{"--accept-batch", "-1"}, "--accept-batch"},
+		{"NegativeRate", []string{"--replay-rate", "-1"}, "--replay-rate"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -323,54 +316,33 @@ func TestCeilingCPUPerTx(t *testing.T) {
 	require.Zero(t, ceilingCPUPerTx(a, &PgbenchRun{Seconds: 10}))
 }
 
-// Rounds merge into a mean weighted by their seconds; the kernel's pageout
-// rate only when every round has it.
+// Rounds merge into a mean weighted by their seconds, and since turns two
+// readings into cores.
 func TestMergeCPU(t *testing.T) {
 	t.Parallel()
-	one, three := 1.0, 3.0
-	c := mergeCPU([]weighted[CPU]{{CPU{API: 1, Steal: 0.1, Pageout: &one}, 1}, {CPU{API: 2, Steal: 0.5, Pageout: &three}, 3}})
+	c := mergeCPU([]weighted[CPU]{{CPU{API: 1, Steal: 0.1}, 1}, {CPU{API: 2, Steal: 0.5}, 3}})
 	require.InDelta(t, 1.75, c.API, 1e-9)
 	require.InDelta(t, 0.4, c.Steal, 1e-9)
-	require.NotNil(t, c.Pageout)
-	require.InDelta(t, 2.5, *c.Pageout, 1e-9)
-	c = mergeCPU([]weighted[CPU]{{CPU{Steal: 0.2, Pageout: &one}, 1}, {CPU{Steal: 0.2}, 1}})
-	require.InDelta(t, 0.2, c.Steal, 1e-9)
-	require.Nil(t, c.Pageout)
 
-	// since turns two readings into rates: 4 MiB paged out in 2 s.
 	at := time.Now()
-	a := cpuReading{Reading: host.Reading{At: at, CPU: host.CPUTimes{Steal: 10}, PagedOut: 1 << 20, PagedOK: true}}
-	b := cpuReading{Reading: host.Reading{At: at.Add(2 * time.Second), CPU: host.CPUTimes{Steal: 11}, PagedOut: 5 << 20, PagedOK: true}}
+	a := cpuReading{at: at, busy: 5, steal: 10, self: 1}
+	b := cpuReading{at: at.Add(2 * time.Second), busy: 8, steal: 11, self: 1.5}
 	got := since(a, b)
+	require.InDelta(t, 1.5, got.Machine, 1e-9)
 	require.InDelta(t, 0.5, got.Steal, 1e-9)
-	require.NotNil(t, got.Pageout)
-	require.InDelta(t, 2.0, *got.Pageout, 1e-9)
-	b.PagedOK = false
-	require.Nil(t, since(a, b).Pageout)
+	require.InDelta(t, 0.25, got.Client, 1e-9)
 }
 
-// TestTemplates checks that the fill's templates give the bytes the API
-// computes: the canonical form behind the fingerprint, and the body.
-func TestTemplates(t *testing.T) {
+// /proc/stat's first line: busy is user, nice, system, irq and softirq;
+// idle, iowait and guest time are not added, and steal comes apart.
+func TestCPULine(t *testing.T) {
 	t.Parallel()
-	for _, order := range []int64{replayBase, replayBase + 1, replayBase + 1023, replayBase + 1024, replayBase + 999_999, 1, 9_000_000_000_000_000} {
-		key, intent, err := filledRow(order-replayBase, time.Now())
-		require.NoError(t, err)
-		canonical, err := idempotency.Canonical(parcelFor(order))
-		require.NoError(t, err)
-		require.Equal(t, idempotency.Fingerprint("POST", "/v1/labels", canonical), key[2], "order %d", order)
-		require.Equal(t, string(bodyFor(order)), intent[8], "order %d", order)
-	}
-}
-
-// TestReconcileOutput reads the figure out of what go test -bench prints.
-func TestReconcileOutput(t *testing.T) {
-	t.Parallel()
-	out := "goos: linux\nBenchmarkReconcile-2   \t       1\t62863079090 ns/op\t     15908 lines/s\n--- BENCH: BenchmarkReconcile-2\nPASS\n"
-	m := reconcileLinesPerSec.FindStringSubmatch(out)
-	require.NotNil(t, m)
-	require.Equal(t, "62863079090", m[1])
-	require.Equal(t, "15908", m[2])
+	busy, steal := parseCPULine("cpu  213227 5 100091 1119612 6793 7 19944 13605 300 9")
+	require.InDelta(t, float64(213227+5+100091+7+19944)/100, busy, 1e-9)
+	require.InDelta(t, 136.05, steal, 1e-9)
+	busy, steal = parseCPULine("intr 1 2 3")
+	require.Zero(t, busy)
+	require.Zero(t, steal)
 }
 
 // TestReplayBodyMatchesFill checks that a replayed request is the request

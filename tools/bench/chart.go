@@ -1,13 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"image/color"
 	"math"
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -34,31 +34,24 @@ func Chart(path string, r *Results) error {
 		ticks = append(ticks, plot.Tick{Value: float64(c), Label: strconv.Itoa(c)})
 		xmin, xmax = math.Min(xmin, float64(c)), math.Max(xmax, float64(c))
 	}
-	axisX := func(p *plot.Plot) {
+	// Each plot's legend is drawn below it (see the end), where it covers
+	// neither the data nor the axes' ticks.
+	newPlot := func(title, yLabel string) (*plot.Plot, plot.Legend) {
+		p := plot.New()
+		p.Title.Text, p.Y.Label.Text = title, yLabel
 		p.X.Label.Text = "concurrency (clients)"
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = ticks
 		p.X.Min, p.X.Max = xmin/1.4, xmax*1.4
+		l := plot.NewLegend()
+		l.Top, l.Left = true, true
+		return p, l
 	}
-
-	thr := plot.New()
-	thr.Title.Text = "Throughput"
-	thr.Y.Label.Text = "per second"
-	axisX(thr)
+	thr, thrLegend := newPlot("Throughput", "per second")
 	thr.Y.Min = 0
-	// The legends are drawn below their plots (see the end), where they
-	// cover neither the data nor the axes' ticks.
-	thrLegend := plot.NewLegend()
-	thrLegend.Top, thrLegend.Left = true, true
-
-	lat := plot.New()
-	lat.Title.Text = "Latency"
-	lat.Y.Label.Text = "ms (log scale)"
-	axisX(lat)
+	lat, latLegend := newPlot("Latency", "ms (log scale)")
 	lat.Y.Scale = plot.LogScale{}
 	lat.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-	latLegend := plot.NewLegend()
-	latLegend.Top, latLegend.Left = true, true
 
 	var ceil series
 	for _, c := range r.Ceiling {
@@ -97,17 +90,13 @@ func Chart(path string, r *Results) error {
 		if e.CreatesPerSec <= 0 {
 			continue
 		}
-		col := colE2E
-		if i > 0 {
-			col = colE2ESlow
-		}
 		s, err := plotter.NewScatter(plotter.XYs{{X: float64(e.Concurrency), Y: e.CreatesPerSec}})
 		if err != nil {
 			return err
 		}
-		s.GlyphStyle.Color = col
-		s.GlyphStyle.Radius = vg.Points(4)
-		s.GlyphStyle.Shape = draw.PyramidGlyph{}
+		// The first latency's point in red, the others' in orange.
+		col := []color.Color{colE2E, colE2ESlow}[min(i, 1)]
+		s.GlyphStyle.Color, s.GlyphStyle.Radius, s.GlyphStyle.Shape = col, vg.Points(4), draw.PyramidGlyph{}
 		thr.Add(s)
 		thrLegend.Add(fmt.Sprintf("end to end, sim %g ms: creates/s", e.SimLatencyMs), s)
 		ymax = math.Max(ymax, e.CreatesPerSec)
@@ -141,15 +130,11 @@ func Chart(path string, r *Results) error {
 		}}
 		l.Draw(band)
 	}
-	f, err := os.Create(path)
-	if err != nil {
+	var png bytes.Buffer
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(&png); err != nil {
 		return err
 	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return os.WriteFile(path, png.Bytes(), 0o644)
 }
 
 // ChartTitle names what the chart shows, when and where it was measured:
@@ -158,8 +143,8 @@ func ChartTitle(r *Results) string {
 	m := r.Machine
 	t := fmt.Sprintf("labels bench %s (%s run) · %d × %s, %.0f GiB", r.Date, r.Mode, m.CPUs, m.CPUModel, m.MemoryGiB)
 	// "PostgreSQL 15.20 (Debian …) on x86_64-pc-linux-gnu, compiled by …": the name and version.
-	if f := strings.Fields(m.PostgreSQL); len(f) >= 2 {
-		t += " · " + f[0] + " " + f[1]
+	if pg := firstWords(m.PostgreSQL, 2); pg != "" {
+		t += " · " + pg
 	}
 	if m.GoVersion != "" {
 		t += " · " + m.GoVersion

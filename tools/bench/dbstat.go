@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,17 +17,15 @@ type dbMark struct {
 }
 
 // dbWatch reads the counters of one database and samples what its busy
-// backends wait on, over one load.
+// backends wait on, over one load. Only the sampling goroutine writes counts
+// and samples; finish reads them after it has ended (done).
 type dbWatch struct {
-	url, dbName string
-
+	dbName  string
 	conn    *pgx.Conn
 	start   dbMark
 	stop    chan struct{}
 	done    chan struct{}
-	mu      sync.Mutex
 	counts  map[string]float64
-	idleTx  map[string]float64 // the last statement of backends idle in a transaction
 	samples int
 }
 
@@ -39,7 +35,7 @@ func watchDB(ctx context.Context, url, dbName string) (*dbWatch, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &dbWatch{url: url, dbName: dbName, conn: conn, stop: make(chan struct{}), done: make(chan struct{}), counts: map[string]float64{}, idleTx: map[string]float64{}}
+	w := &dbWatch{dbName: dbName, conn: conn, stop: make(chan struct{}), done: make(chan struct{}), counts: map[string]float64{}}
 	if w.start, err = w.mark(ctx); err != nil {
 		conn.Close(ctx)
 		return nil, err
@@ -74,34 +70,21 @@ func (w *dbWatch) sample(ctx context.Context) {
 		case <-t.C:
 		}
 		rows, err := w.conn.Query(ctx, `
-			SELECT state, coalesce(wait_event_type, ''), coalesce(wait_event, ''), left(query, 200)
+			SELECT state, coalesce(wait_event_type, ''), coalesce(wait_event, '')
 			  FROM pg_stat_activity
 			 WHERE datname = $1 AND pid <> pg_backend_pid()
 			   AND state IN ('active', 'idle in transaction')`, w.dbName)
 		if err != nil {
 			return
 		}
-		local, idle := map[string]float64{}, map[string]float64{}
 		for rows.Next() {
-			var state, typ, ev, query string
-			if rows.Scan(&state, &typ, &ev, &query) != nil {
-				continue
-			}
-			local[waitName(state, typ, ev)]++
-			if state == "idle in transaction" {
-				idle[statementName(query)]++
+			var state, typ, ev string
+			if rows.Scan(&state, &typ, &ev) == nil {
+				w.counts[waitName(state, typ, ev)]++
 			}
 		}
 		rows.Close()
-		w.mu.Lock()
-		for k, v := range local {
-			w.counts[k] += v
-		}
-		for k, v := range idle {
-			w.idleTx[k] += v
-		}
 		w.samples++
-		w.mu.Unlock()
 	}
 }
 
@@ -134,17 +117,6 @@ func (w *dbWatch) finish(ctx context.Context) DB {
 		Samples:   w.samples,
 	}
 	d.rates(end.at.Sub(w.start.at).Seconds())
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	d.Waits, d.IdleInTransactionAfter = topShares(w.counts, 0, 8), topShares(w.idleTx, 0, 6)
+	d.Waits = topShares(w.counts, 0, 8)
 	return d
-}
-
-// statementName shortens a statement to its first words, whitespace folded.
-func statementName(q string) string {
-	f := strings.Fields(q)
-	if len(f) > 8 {
-		f = f[:8]
-	}
-	return strings.Join(f, " ")
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/labelkit/labels/internal/devdb"
 	"github.com/labelkit/labels/internal/fleet"
 	"github.com/labelkit/labels/internal/proc"
-	"github.com/labelkit/labels/tools/bench/internal/host"
 	"github.com/labelkit/labels/tools/internal/cmdline"
 	"github.com/labelkit/labels/tools/internal/scratch"
 )
@@ -30,8 +29,8 @@ const (
 	replayBase = 100_000_000_000
 )
 
-// scratchPrefix starts the name of every database the bench creates (the
-// reconciliation's too); scratch.Drop drops no other.
+// scratchPrefix starts the name of every database the bench creates;
+// scratch.Drop drops no other.
 const scratchPrefix = "labels_bench_"
 
 // callerName is the caller every request is sent as.
@@ -81,9 +80,9 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		Machine:   machine(),
 		Setup: Setup{Loads: cfg.Loads, DurationSeconds: cfg.Duration.Seconds(), WarmupSeconds: cfg.Warmup.Seconds(),
 			CeilingScript: ceilingScript, SelectScript: selectScript,
-			LiveSimLatencyMs: float64(cfg.LiveSimLatency.Milliseconds()), GOGC: serviceGOGC},
+			GOGC: serviceGOGC},
 	}
-	h.res.Machine.LoadAverageStart = host.LoadAverage()
+	h.res.Machine.LoadAverageStart = loadAverage()
 	err := h.setup(ctx)
 	if err == nil {
 		err = h.phases(ctx)
@@ -91,7 +90,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	if cerr := h.teardown(); cerr != nil {
 		err = errors.Join(err, cerr)
 	}
-	h.res.Machine.LoadAverageEnd = host.LoadAverage()
+	h.res.Machine.LoadAverageEnd = loadAverage()
 	h.res.Seconds = round1(time.Since(began).Seconds())
 	h.res.Bar = checkBar(h.res)
 	return h.res, err
@@ -125,9 +124,6 @@ func (h *harness) phases(ctx context.Context) error {
 	}
 	if h.cfg.has(PhaseStore) {
 		step(PhaseStore, h.store)
-	}
-	if h.cfg.has(PhaseReconcile) && h.cfg.ReconcileLines > 0 {
-		step(PhaseReconcile, h.reconcile)
 	}
 	if ctx.Err() != nil {
 		errs = append(errs, ctx.Err())
@@ -172,7 +168,13 @@ func (h *harness) setup(ctx context.Context) error {
 	if h.token, err = h.fleet.AddCaller(ctx, callerName, nil); err != nil {
 		return err
 	}
-	if h.pool, err = scratch.Pool(ctx, h.dbURL, 4, "bench-harness"); err != nil {
+	pcfg, err := pgxpool.ParseConfig(h.dbURL)
+	if err != nil {
+		return err
+	}
+	pcfg.MaxConns = 4
+	pcfg.ConnConfig.RuntimeParams["application_name"] = "bench-harness"
+	if h.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
 		return err
 	}
 	if err := h.settings(ctx); err != nil {
@@ -262,24 +264,20 @@ func (h *harness) server(ctx context.Context) error {
 
 // settings records the server's version and the settings that decide commit speed.
 func (h *harness) settings(ctx context.Context) error {
-	if err := h.pool.QueryRow(ctx, `SELECT version()`).Scan(&h.res.Machine.PostgreSQL); err != nil {
-		return err
+	var names, values []string
+	err := h.pool.QueryRow(ctx, `SELECT version(), array_agg(n), array_agg(current_setting(n)) FROM unnest($1::text[]) n`,
+		[]string{"shared_buffers", "synchronous_commit", "fsync", "wal_sync_method", "commit_delay", "wal_buffers",
+			"max_wal_size", "checkpoint_timeout", "max_connections", "full_page_writes"}).Scan(&h.res.Machine.PostgreSQL, &names, &values)
+	for i, n := range names {
+		h.res.Machine.Settings[n] = values[i]
 	}
-	for _, name := range []string{"shared_buffers", "synchronous_commit", "fsync", "wal_sync_method", "commit_delay",
-		"wal_buffers", "max_wal_size", "checkpoint_timeout", "max_connections", "full_page_writes"} {
-		var v string
-		if err := h.pool.QueryRow(ctx, `SELECT current_setting($1)`, name).Scan(&v); err != nil {
-			return err
-		}
-		h.res.Machine.Settings[name] = v
-	}
-	return nil
+	return err
 }
 
-// env is what every binary gets (proc passes nothing else of ours).
+// env is what every binary gets (proc passes nothing else of ours): the
+// rest of the service's settings are their defaults, as deployed.
 func (h *harness) env() map[string]string {
-	return map[string]string{"DATABASE_URL": h.dbURL, "LOG_FORMAT": "json", "LOG_LEVEL": h.cfg.LogLevel,
-		"ACCEPT_BATCH": strconv.Itoa(h.cfg.AcceptBatch), "WORKER_BATCH": strconv.Itoa(h.cfg.WorkerBatch)}
+	return map[string]string{"DATABASE_URL": h.dbURL, "LOG_FORMAT": "json", "LOG_LEVEL": "info"}
 }
 
 // serviceGOGC is the GOGC of the service's processes (api, worker), as the
@@ -357,13 +355,4 @@ func (h *harness) checkpoint(ctx context.Context) error {
 	}
 	_, err := h.pool.Exec(ctx, `CHECKPOINT`)
 	return err
-}
-
-// apiBackends counts the database's client connections other than the harness's.
-func (h *harness) apiBackends(ctx context.Context) int {
-	var n int
-	_ = h.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-		WHERE datname = $1 AND backend_type = 'client backend' AND application_name <> 'bench-harness'
-		  AND pid <> pg_backend_pid()`, h.dbName).Scan(&n)
-	return n
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,8 +35,7 @@ var (
 	cities   = []string{"Exampleton", "Musterstadt", "Berlin", "Hamburg", "München"}
 )
 
-// parcelVariants is how many different parcels there are besides the order
-// id: the fill renders each once (see fillTemplates).
+// parcelVariants is how many different parcels there are besides the order id.
 const parcelVariants = 1024
 
 // parcelFor is the parcel of an order, with the defaults applied as the API
@@ -51,7 +51,6 @@ func parcelFor(order int64) labels.Parcel {
 		ShipTo: labels.Address{
 			Name:       "Customer " + strconv.FormatUint(h%100_000, 10),
 			Line1:      strconv.FormatUint(1+h%999, 10) + " Example Street",
-			Line2:      "",
 			City:       cities[h%uint64(len(cities))],
 			PostalCode: strconv.FormatUint(10_000+h%89_999, 10),
 			Country:    "DE",
@@ -87,8 +86,6 @@ type loadSpec struct {
 	// Rate, when positive, paces the requests at that many per second
 	// (spread over the goroutines) instead of sending them back to back.
 	Rate float64
-	// Accepted, when set, receives the order id of every 202 to a new request.
-	Accepted func(order int64)
 }
 
 // loadClient is the HTTP client of a load: keep-alive, one connection per
@@ -108,11 +105,12 @@ func loadClient(concurrency int) *http.Client {
 
 // clientStats is one goroutine's record.
 type clientStats struct {
-	newLat, repLat []int64 // nanoseconds
-	late           []int64 // paced: from the scheduled start to the client's, ns
-	statuses       map[int]int
-	errors         int
-	firstErr       string
+	lat        []int64 // nanoseconds
+	late       []int64 // paced: from the scheduled start to the client's, ns
+	newN, repN int
+	statuses   map[int]int
+	errors     int
+	firstErr   string
 }
 
 // runLoad runs spec and returns what it measured. Requests that end during
@@ -156,22 +154,18 @@ func runLoad(ctx context.Context, spec loadSpec) LoadRun {
 				} else if began = time.Now(); began.After(end) {
 					return
 				}
+				// Count bounds the replays, or the new requests; not the repeats.
+				repeat := spec.ReplayN > 0 || (len(mine) > 0 && rng.Float64() < spec.RepeatShare)
+				if (spec.ReplayN > 0 || !repeat) && spec.Count > 0 && sent.Add(1) > spec.Count {
+					return
+				}
 				var order int64
-				repeat := false
 				switch {
 				case spec.ReplayN > 0:
-					if spec.Count > 0 && sent.Add(1) > spec.Count {
-						return
-					}
 					order = spec.ReplayFrom + rng.Int64N(spec.ReplayN)
-					repeat = true
-				case len(mine) > 0 && rng.Float64() < spec.RepeatShare:
+				case repeat:
 					order = mine[rng.IntN(len(mine))]
-					repeat = true
 				default:
-					if spec.Count > 0 && sent.Add(1) > spec.Count {
-						return
-					}
 					order = spec.NextOrder.Add(1)
 				}
 				status, err := post(ctx, client, spec.BaseURL, spec.Token, keyFor(order), bodyFor(order))
@@ -183,9 +177,6 @@ func runLoad(ctx context.Context, spec loadSpec) LoadRun {
 						mine = append(mine, order)
 					} else {
 						mine[rng.IntN(len(mine))] = order
-					}
-					if spec.Accepted != nil {
-						spec.Accepted(order)
 					}
 				}
 				if !counted {
@@ -206,10 +197,11 @@ func runLoad(ctx context.Context, spec loadSpec) LoadRun {
 					continue
 				}
 				if repeat {
-					st.repLat = append(st.repLat, int64(took))
+					st.repN++
 				} else {
-					st.newLat = append(st.newLat, int64(took))
+					st.newN++
 				}
+				st.lat = append(st.lat, int64(took))
 				if slots != nil {
 					st.late = append(st.late, int64(late))
 				}
@@ -220,32 +212,39 @@ func runLoad(ctx context.Context, spec loadSpec) LoadRun {
 	// The window ends when the last request started in it has been answered.
 	elapsed := time.Since(measureFrom)
 	r := LoadRun{Name: spec.Name, Concurrency: spec.Concurrency, Rate: spec.Rate, Seconds: round2(elapsed.Seconds()), Statuses: map[string]int{}}
-	var all, newL, repL, late []int64
+	var late []int64
 	for _, st := range stats {
-		newL = append(newL, st.newLat...)
-		repL = append(repL, st.repLat...)
-		late = append(late, st.late...)
-		r.Errors += st.errors
-		if r.FirstError == "" {
-			r.FirstError = st.firstErr
-		}
+		r.add(LoadRun{New: st.newN, Repeats: st.repN, Errors: st.errors, FirstError: st.firstErr, lat: st.lat})
 		for k, v := range st.statuses {
 			r.Statuses[strconv.Itoa(k)] += v
 		}
+		late = append(late, st.late...)
 	}
-	all = append(append(all, newL...), repL...)
-	r.New, r.Repeats, r.Requests = len(newL), len(repL), len(all)
-	if s := elapsed.Seconds(); s > 0 {
-		r.PerSec = round1(float64(r.Requests) / s)
-		r.NewPerSec = round1(float64(r.New) / s)
-	}
-	r.Latency, r.NewLatency, r.RepLatency = summarize(all), summarize(newL), summarize(repL)
+	r.finish()
 	if slots != nil {
 		l := summarize(late)
 		r.StartLateness = &l
 	}
-	r.newLat, r.repLat = newL, repL
 	return r
+}
+
+// add counts p's requests, errors and latencies into r.
+func (r *LoadRun) add(p LoadRun) {
+	r.New, r.Repeats, r.Errors = r.New+p.New, r.Repeats+p.Repeats, r.Errors+p.Errors
+	r.FirstError = cmp.Or(r.FirstError, p.FirstError)
+	for k, v := range p.Statuses {
+		r.Statuses[k] += v
+	}
+	r.lat = append(r.lat, p.lat...)
+}
+
+// finish sums up r's requests over its seconds.
+func (r *LoadRun) finish() {
+	r.Requests = r.New + r.Repeats
+	if r.Seconds > 0 {
+		r.PerSec = round1(float64(r.Requests) / r.Seconds)
+	}
+	r.Latency = summarize(r.lat)
 }
 
 // pace hands out the start times of a load at rate per second from start

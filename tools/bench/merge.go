@@ -43,42 +43,23 @@ func mergeLoads(parts []LoadRun) LoadRun {
 	if len(parts) == 0 {
 		return LoadRun{}
 	}
-	if len(parts) == 1 {
-		parts[0].Rounds = 1
-		return parts[0]
-	}
 	r := LoadRun{Name: parts[0].Name, Concurrency: parts[0].Concurrency, Rate: parts[0].Rate, Statuses: map[string]int{}, Rounds: len(parts)}
 	var cpus []weighted[CPU]
 	var dbs []weighted[DB]
 	var drainedSecs float64
 	for _, p := range parts {
+		r.add(p)
 		r.Seconds += p.Seconds
-		r.Requests += p.Requests
-		r.New += p.New
-		r.Repeats += p.Repeats
-		r.Errors += p.Errors
-		if r.FirstError == "" {
-			r.FirstError = p.FirstError
-		}
-		for k, v := range p.Statuses {
-			r.Statuses[k] += v
-		}
-		r.newLat = append(r.newLat, p.newLat...)
-		r.repLat = append(r.repLat, p.repLat...)
-		r.Backends = max(r.Backends, p.Backends)
 		r.Drained += p.Drained
 		drainedSecs += p.DrainedPerSec * p.Seconds
 		cpus = append(cpus, weighted[CPU]{p.CPU, p.Seconds})
 		dbs = append(dbs, weighted[DB]{p.DB, p.Seconds})
 	}
 	r.Seconds = round2(r.Seconds)
+	r.finish()
 	if r.Seconds > 0 {
-		r.PerSec = round1(float64(r.Requests) / r.Seconds)
-		r.NewPerSec = round1(float64(r.New) / r.Seconds)
 		r.DrainedPerSec = round1(drainedSecs / r.Seconds)
 	}
-	all := append(slices.Clone(r.newLat), r.repLat...)
-	r.Latency, r.NewLatency, r.RepLatency = summarize(all), summarize(r.newLat), summarize(r.repLat)
 	r.CPU, r.DB = mergeCPU(cpus), mergeDB(dbs)
 	return r
 }
@@ -89,17 +70,14 @@ type weighted[T any] struct {
 }
 
 func mergeCPU(parts []weighted[CPU]) CPU {
+	var c CPU
 	var total float64
-	pageout := true // every part has the figure
 	for _, p := range parts {
 		total += p.w
-		pageout = pageout && p.v.Pageout != nil
 	}
-	var c CPU
 	if total == 0 {
 		return c
 	}
-	var paged float64
 	fields := func(c *CPU) []*float64 {
 		return []*float64{&c.Client, &c.API, &c.Worker, &c.Carrier, &c.Pgbench, &c.Postgres, &c.Machine, &c.Steal}
 	}
@@ -108,16 +86,9 @@ func mergeCPU(parts []weighted[CPU]) CPU {
 		for i, v := range fields(&p.v) {
 			*sum[i] += *v * p.w / total
 		}
-		if pageout {
-			paged += *p.v.Pageout * p.w / total
-		}
 	}
 	for _, v := range sum {
 		*v = round2(*v)
-	}
-	if pageout {
-		paged = round2(paged)
-		c.Pageout = &paged
 	}
 	return c
 }
@@ -125,7 +96,7 @@ func mergeCPU(parts []weighted[CPU]) CPU {
 func mergeDB(parts []weighted[DB]) DB {
 	var d DB
 	var secs float64
-	waits, idle := map[string]float64{}, map[string]float64{}
+	waits := map[string]float64{}
 	for _, p := range parts {
 		d.Commits += p.v.Commits
 		d.Rollbacks += p.v.Rollbacks
@@ -136,12 +107,9 @@ func mergeDB(parts []weighted[DB]) DB {
 		for _, s := range p.v.Waits {
 			waits[s.Name] += s.Share * float64(p.v.Samples)
 		}
-		for _, s := range p.v.IdleInTransactionAfter {
-			idle[s.Name] += s.Share * float64(p.v.Samples)
-		}
 	}
 	d.rates(secs)
-	d.Waits, d.IdleInTransactionAfter = topShares(waits, float64(d.Samples), 8), topShares(idle, 0, 6)
+	d.Waits = topShares(waits, float64(d.Samples), 8)
 	return d
 }
 

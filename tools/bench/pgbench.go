@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -13,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/labelkit/labels/internal/devdb"
 )
 
 // ceilingScript is the accept's own transaction for pgbench: one key record
@@ -63,17 +64,17 @@ var (
 	pgbenchFailed = regexp.MustCompile(`(?m)^number of failed transactions: (\d+)`)
 )
 
-// findPgbench returns the pgbench executable: on PATH, else under
-// /usr/lib/postgresql/*/bin.
+// findPgbench returns the pgbench executable: on PATH, else beside the
+// server binaries the private server runs (devdb.BinDir).
 func findPgbench() (string, error) {
 	if p, err := exec.LookPath("pgbench"); err == nil {
 		return p, nil
 	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pgbench")
-	if len(dirs) > 0 {
-		return dirs[len(dirs)-1], nil
+	dir, err := devdb.BinDir()
+	if _, serr := os.Stat(filepath.Join(dir, "pgbench")); err != nil || serr != nil {
+		return "", fmt.Errorf("pgbench not found (on PATH or beside initdb): install postgresql-contrib or the server package")
 	}
-	return "", fmt.Errorf("pgbench not found (on PATH or in /usr/lib/postgresql/*/bin): install postgresql-contrib or the server package")
+	return filepath.Join(dir, "pgbench"), nil
 }
 
 // runPgbench runs the ceiling script at one concurrency for d (whole seconds)
@@ -136,18 +137,11 @@ func (h *harness) pgbenchOnce(ctx context.Context, spec pgbenchSpec) (r PgbenchR
 	cmd.Dir = dir
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	before := h.cpu.read()
 	began := time.Now()
-	watch, werr := watchDB(ctx, h.dbURL, h.dbName)
+	stop := h.meter(ctx)
 	err = cmd.Run()
-	if werr == nil {
-		r.DB = watch.finish(ctx)
-	}
-	if spec.PerClient > 0 {
-		secs = 0
-	}
+	r.CPU, r.DB = stop()
 	wall := time.Since(began).Seconds()
-	r.CPU = since(before, h.cpu.read())
 	r.CPU.Client = 0 // the harness only waited
 	if cmd.ProcessState != nil && wall > 0 {
 		r.CPU.Pgbench = round2((cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds() / wall)
@@ -169,7 +163,7 @@ func (h *harness) pgbenchOnce(ctx context.Context, spec pgbenchSpec) (r PgbenchR
 		r.Failed, _ = strconv.ParseInt(m[1], 10, 64)
 	}
 	r.Seconds = float64(secs)
-	if secs == 0 {
+	if spec.PerClient > 0 {
 		r.Seconds = round2(wall)
 	}
 	lat, err := readPgbenchLogs(prefix)
@@ -192,23 +186,18 @@ func readPgbenchLogs(prefix string) ([]int64, error) {
 	}
 	var out []int64
 	for _, f := range files {
-		fh, err := os.Open(f)
+		b, err := os.ReadFile(f)
 		if err != nil {
 			return nil, err
 		}
-		sc := bufio.NewScanner(fh)
-		for sc.Scan() {
-			fields := strings.Fields(sc.Text())
-			if len(fields) < 3 {
-				continue
+		for _, line := range strings.Split(string(b), "\n") {
+			// Lines whose third field is "failed" or "skipped" are left out.
+			if fields := strings.Fields(line); len(fields) >= 3 {
+				if us, err := strconv.ParseInt(fields[2], 10, 64); err == nil {
+					out = append(out, us*1000)
+				}
 			}
-			us, err := strconv.ParseInt(fields[2], 10, 64)
-			if err != nil {
-				continue // "failed" or "skipped"
-			}
-			out = append(out, us*1000)
 		}
-		fh.Close()
 	}
 	return out, nil
 }
@@ -221,12 +210,9 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, " | ")
 }
 
-// pgbenchVersion is what pgbench --version prints.
+// pgbenchVersion is what pgbench --version prints ("" when it cannot run).
 func pgbenchVersion(path string) string {
-	out, err := exec.Command(path, "--version").Output()
-	if err != nil {
-		return ""
-	}
+	out, _ := exec.Command(path, "--version").Output()
 	return strings.TrimSpace(string(out))
 }
 

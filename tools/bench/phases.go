@@ -13,9 +13,21 @@ import (
 	"github.com/labelkit/labels/internal/fleet"
 )
 
-// measured runs the load while it reads the CPU and the database's counters
-// over the measured window only: from the end of the warm-up to the end of
-// the load.
+// meter starts reading the CPU and the database's counters; the function it
+// returns stops and gives what was used meanwhile.
+func (h *harness) meter(ctx context.Context) func() (CPU, DB) {
+	before := h.cpu.read()
+	watch, werr := watchDB(ctx, h.dbURL, h.dbName)
+	return func() (c CPU, d DB) {
+		if werr == nil {
+			d = watch.finish(ctx)
+		}
+		return since(before, h.cpu.read()), d
+	}
+}
+
+// measured runs the load while it meters the measured window only: from the
+// end of the warm-up to the end of the load.
 func (h *harness) measured(ctx context.Context, spec loadSpec) LoadRun {
 	done := make(chan LoadRun, 1)
 	go func() { done <- runLoad(ctx, spec) }()
@@ -23,13 +35,9 @@ func (h *harness) measured(ctx context.Context, spec loadSpec) LoadRun {
 	case <-time.After(spec.Warmup):
 	case <-ctx.Done():
 	}
-	before := h.cpu.read()
-	watch, werr := watchDB(ctx, h.dbURL, h.dbName)
+	stop := h.meter(ctx)
 	r := <-done
-	r.CPU = since(before, h.cpu.read())
-	if werr == nil {
-		r.DB = watch.finish(ctx)
-	}
+	r.CPU, r.DB = stop()
 	return r
 }
 
@@ -56,9 +64,7 @@ func (h *harness) ceilingAndAccept(ctx context.Context) error {
 				case PhaseCeiling:
 					ceilParts = append(ceilParts, h.runPgbench(ctx, c, slice))
 				case PhaseAccept:
-					r := h.measured(ctx, h.acceptSpec("accept", c, slice))
-					r.Backends = h.apiBackends(ctx)
-					accParts = append(accParts, r)
+					accParts = append(accParts, h.measured(ctx, h.acceptSpec("accept", c, slice)))
 				case PhaseLive:
 					r, err := h.acceptLive(ctx, c, slice)
 					if err != nil {
@@ -123,7 +129,7 @@ func mergeAccept(name string, c int, parts []LoadRun, ceiling *PgbenchRun) (Load
 // meanwhile. They stop after it: the next ceiling round's rows are not
 // theirs to dispatch.
 func (h *harness) acceptLive(ctx context.Context, c int, d time.Duration) (LoadRun, error) {
-	pl, err := h.startPipeline(ctx, h.cfg.LiveSimLatency)
+	pl, err := h.startPipeline(ctx, 0)
 	if err != nil {
 		return LoadRun{}, err
 	}
@@ -136,7 +142,6 @@ func (h *harness) acceptLive(ctx context.Context, c int, d time.Duration) (LoadR
 	if secs := time.Since(began).Seconds(); secs > 0 {
 		r.DrainedPerSec = round1(float64(r.Drained) / secs)
 	}
-	r.Backends = h.apiBackends(ctx)
 	return r, h.stopPipeline(pl)
 }
 
@@ -181,21 +186,6 @@ func (h *harness) stopPipeline(pl *pipeline) error {
 	return err
 }
 
-// ceilingAt is the ceiling measured at the concurrency nearest to c.
-func (h *harness) ceilingAt(c int) *PgbenchRun {
-	var best *PgbenchRun
-	for i := range h.res.Ceiling {
-		r := &h.res.Ceiling[i]
-		if r.TPS == 0 {
-			continue
-		}
-		if best == nil || max(r.Concurrency-c, c-r.Concurrency) < max(best.Concurrency-c, c-best.Concurrency) {
-			best = r
-		}
-	}
-	return best
-}
-
 // endToEnd sends a fixed number of creates through api, worker and simulator
 // at each simulator latency and times each from created_at to completed_at.
 func (h *harness) endToEnd(ctx context.Context) error {
@@ -207,15 +197,8 @@ func (h *harness) endToEnd(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("simulator latency %s: %w", lat, err))
 		}
 		h.res.EndToEnd = append(h.res.EndToEnd, r)
-		h.logf("  sim %-5s  %d creates: submitted at %.0f/s, %.0f creates/s to final; 202→final p50 %.0f ms, p99 %.0f ms; ratio %.2f; machine %.0f µs CPU per label (the ceiling's transaction %.0f µs)",
-			lat, r.Creates, r.Submit.PerSec, r.CreatesPerSec, r.ToFinal.P50, r.ToFinal.P99, r.RatioToCeiling, r.CPUPerLabel.Machine, r.CeilingCPUPerTx)
-		if rp := r.ReplaysAfter; rp != nil {
-			line := fmt.Sprintf("  sim %-5s  replays right after: p50 %.2f ms, p99 %.2f ms (p99/p50 %.1f)", lat, rp.Latency.P50, rp.Latency.P99, r.ReplayP99OverP50)
-			if s := r.SelectAfter; s != nil {
-				line += fmt.Sprintf("; primary-key SELECT p50 %.2f ms, p99 %.2f ms (replay p99 / SELECT p99 %.1f)", s.Latency.P50, s.Latency.P99, r.ReplayP99OverSelectP99)
-			}
-			h.logf("%s", line)
-		}
+		h.logf("  sim %-5s  %d creates: %.0f/s to final, ratio %.2f; 202→final p50 %.0f ms, p99 %.0f ms; %.0f µs machine CPU a label; replays right after: p99 / p50 %.1f, p99 / SELECT p99 %.1f",
+			lat, r.Creates, r.CreatesPerSec, r.RatioToCeiling, r.ToFinal.P50, r.ToFinal.P99, r.CPUPerLabel.Machine, r.ReplayP99OverP50, r.ReplayP99OverSelectP99)
 		if ctx.Err() != nil {
 			break
 		}
@@ -311,21 +294,15 @@ func (h *harness) endToEndAt(ctx context.Context, lat time.Duration) (E2ERun, er
 			return r, err
 		}
 		r.CeilingAfter = c
-	}
-	switch c := h.ceilingAt(r.Concurrency); {
-	case r.Ceiling != nil && r.CeilingAfter != nil:
 		r.CeilingConcurrency = r.Ceiling.Concurrency
 		r.CeilingTPS = round1((r.Ceiling.TPS + r.CeilingAfter.TPS) / 2)
 		r.CeilingCPUPerTx = ceilingCPUPerTx(r.Ceiling, r.CeilingAfter)
 		if r.CeilingCPUPerTx > 0 {
 			r.CPUPerLabelToCeiling = round3(r.CPUPerLabel.Machine / r.CeilingCPUPerTx)
 		}
-	case c != nil:
-		r.CeilingConcurrency = c.Concurrency
-		r.CeilingTPS = c.TPS
-	}
-	if r.CeilingTPS > 0 {
-		r.RatioToCeiling = round3(r.CreatesPerSec / r.CeilingTPS)
+		if r.CeilingTPS > 0 {
+			r.RatioToCeiling = round3(r.CreatesPerSec / r.CeilingTPS)
+		}
 	}
 	switch {
 	case r.Submit.Errors > 0:
@@ -401,35 +378,20 @@ func (h *harness) replays(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("filling %d keys: %w", n, err))
 			break
 		}
-		for _, paced := range []bool{false, true} {
-			spec := loadSpec{
-				Name: "replay", BaseURL: h.apiURL, Token: h.token, Concurrency: h.cfg.ReplayConcurrency,
-				Warmup: h.cfg.Warmup, Duration: h.cfg.Duration, ReplayFrom: replayBase, ReplayN: int64(n),
-			}
-			if paced {
-				spec.Name, spec.Rate = "replay (paced)", h.cfg.ReplayRate
-			}
-			load := h.measured(ctx, spec)
-			if paced {
-				r.Paced = load
-			} else {
-				r.Load = load
-			}
-			if load.Errors > 0 {
-				errs = append(errs, fmt.Errorf("%s with %d keys: %d errors, first: %s", spec.Name, n, load.Errors, load.FirstError))
+		for _, l := range []struct {
+			run  *LoadRun
+			name string
+			rate float64
+		}{{&r.Load, "replay", 0}, {&r.Paced, "replay (paced)", h.cfg.ReplayRate}} {
+			*l.run = h.measured(ctx, loadSpec{Name: l.name, BaseURL: h.apiURL, Token: h.token, Concurrency: h.cfg.ReplayConcurrency,
+				Warmup: h.cfg.Warmup, Duration: h.cfg.Duration, ReplayFrom: replayBase, ReplayN: int64(n), Rate: l.rate})
+			if l.run.Errors > 0 {
+				errs = append(errs, fmt.Errorf("%s with %d keys: %d errors, first: %s", l.name, n, l.run.Errors, l.run.FirstError))
 			}
 		}
 		h.res.Replays = append(h.res.Replays, r)
-		var late Latency
-		if r.Paced.StartLateness != nil {
-			late = *r.Paced.StartLateness
-		}
-		paged := ""
-		if v := r.Paced.CPU.Pageout; v != nil {
-			paged = fmt.Sprintf(", %.1f MiB/s paged out by the kernel", *v)
-		}
-		h.logf("  %9d keys (filled in %s): %6.0f replays/s back to back (p50 %5.2f ms, p99 %6.2f ms); at %.0f/s p50 %5.2f ms, p99 %5.2f ms (started late by p50 %.2f, p99 %.2f ms), %.2f cores stolen by the host%s",
-			n, took.Round(time.Second), r.Load.PerSec, r.Load.Latency.P50, r.Load.Latency.P99, h.cfg.ReplayRate, r.Paced.Latency.P50, r.Paced.Latency.P99, late.P50, late.P99, r.Paced.CPU.Steal, paged)
+		h.logf("  %9d keys (filled in %s): %6.0f replays/s back to back (p50 %5.2f ms, p99 %6.2f ms); at %.0f/s p50 %5.2f ms, p99 %5.2f ms, %.2f cores stolen by the host",
+			n, took.Round(time.Second), r.Load.PerSec, r.Load.Latency.P50, r.Load.Latency.P99, h.cfg.ReplayRate, r.Paced.Latency.P50, r.Paced.Latency.P99, r.Paced.CPU.Steal)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	labelkit "github.com/labelkit/labels"
@@ -25,11 +24,10 @@ import (
 // with a few billing errors of every kind, against a database holding the
 // labels, intents and completed keys behind it. What is timed is
 // reconcile.Run: reading the CSV, COPY, the matching, and saving the run and
-// every item. It reports lines/s. It needs a whole system, a database with a
-// day of labels and the carrier's invoice for it, and is the figure of the
-// bench's reconcile phase (reconcile.go), which runs it as a subprocess:
+// every item. It reports lines/s. It needs a database with a day of labels
+// and the carrier's invoice for it (docs/reconcile.md, *How fast*):
 //
-//	go -C tools test ./bench -run '^$' -bench BenchmarkReconcile -benchtime 1x -timeout 30m
+//	go -C tools test ./bench -run '^$' -bench BenchmarkReconcile -benchtime 1x -timeout 60m
 func BenchmarkReconcile(b *testing.B) {
 	n := 1_000_000
 	if v := os.Getenv("RECONCILE_BENCH_LINES"); v != "" {
@@ -164,22 +162,10 @@ func seed(b *testing.B, pool *pgxpool.Pool, truth sim.Truth) {
 			keys = append(keys, []any{t.CallerID, t.CallerKey, hash[:], int16(1), t.Reference, "completed",
 				int32(201), string(body), accepted, created.Add(24 * time.Hour)})
 		}
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"label_intents"}, []string{"request_id", "caller_id", "idem_key",
-				"request_hash", "fingerprint_version", "order_id", "parcel_no", "label_version", "payload", "carrier_key",
-				"status", "label_id", "created_at", "completed_at"}, pgx.CopyFromRows(intents)); err != nil {
-				return err
-			}
-			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"labels"}, []string{"label_id", "caller_id", "request_id",
-				"order_id", "parcel_no", "label_version", "service", "tracking_no", "carrier_label_id", "carrier_key",
-				"cost_cents", "currency", "created_by_key", "purchased_at", "created_at"}, pgx.CopyFromRows(labels)); err != nil {
-				return err
-			}
-			_, err := tx.CopyFrom(ctx, pgx.Identifier{"idempotency_keys"}, []string{"caller_id", "idem_key",
-				"request_hash", "fingerprint_version", "request_id", "state", "response_status", "response_body",
-				"created_at", "expires_at"}, pgx.CopyFromRows(keys))
-			return err
-		})
+		err := copyTables(ctx, pool, copyTable{"label_intents", intentColumns, intents},
+			copyTable{"labels", []string{"label_id", "caller_id", "request_id", "order_id", "parcel_no", "label_version", "service",
+				"tracking_no", "carrier_label_id", "carrier_key", "cost_cents", "currency", "created_by_key", "purchased_at", "created_at"}, labels},
+			copyTable{"idempotency_keys", keyColumns, keys})
 		if err != nil {
 			b.Fatal(err)
 		}

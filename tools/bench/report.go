@@ -107,15 +107,9 @@ func ceilingOf(r *Results, c int) *PgbenchRun {
 }
 
 // hostNote says what the machine did to a latency check's load besides our
-// work: the cores the host stole and what the kernel's proactive reclaim
-// paged out. A p99 on a shared VM follows these (docs/benchmarks.md).
-func hostNote(c CPU) string {
-	note := "host stole " + f2(c.Steal) + " cores"
-	if c.Pageout != nil {
-		note += ", kernel paged out " + f1(*c.Pageout) + " MiB/s"
-	}
-	return note
-}
+// work: the cores the host stole. A p99 on a shared VM follows them
+// (docs/benchmarks.md).
+func hostNote(c CPU) string { return "host stole " + f2(c.Steal) + " cores" }
 
 // count writes 10000 as 10 k and 1000000 as 1 M.
 func count(n int) string {
@@ -185,14 +179,11 @@ func Markdown(r *Results) string {
 	p("- Machine: %d × %s, %.1f GiB, Linux %s; %s; %s.\n", m.CPUs, m.CPUModel, m.MemoryGiB, m.Kernel, m.GoVersion, firstWords(m.PostgreSQL, 2))
 	p("- Server: %s; synchronous_commit=%s, fsync=%s, wal_sync_method=%s, shared_buffers=%s.\n",
 		m.Server, m.Settings["synchronous_commit"], m.Settings["fsync"], m.Settings["wal_sync_method"], m.Settings["shared_buffers"])
-	if m.ProactiveReclaim != "" {
-		p("- The kernel reclaims memory on its own (DAMON): %s. It pages out parts of PostgreSQL's shared buffers that stay idle, which stalls the backends that map them (docs/benchmarks.md); what it paged out during each load is in the replay table and beside the bar's latency checks.\n", m.ProactiveReclaim)
-	}
 	p("- Load average (1 min) %.1f at the start, %.1f at the end: the machine's %d cores are shared with whatever else runs.\n",
 		m.LoadAverageStart[0], m.LoadAverageEnd[0], m.CPUs)
 	p("- Command: `%s`. Each load runs %.0f s after a %.0f s warm-up, closed loop; at each concurrency the ceiling and the accept alternate in %d rounds; accept loads repeat an earlier key and body in %.0f%% of requests.\n",
 		r.Command, r.Setup.DurationSeconds, r.Setup.WarmupSeconds, r.Setup.Rounds, r.Setup.RepeatShare*100)
-	p("- Shared commits: ACCEPT_BATCH=%d, WORKER_BATCH=%d (64 is the default; 0 is one transaction per accept or job).\n\n", r.Setup.AcceptBatch, r.Setup.WorkerBatch)
+	p("- The api and the worker run as deployed: LOG_LEVEL=info, GOGC=%d, every other setting its default.\n\n", r.Setup.GOGC)
 
 	if len(r.Ceiling) > 0 || len(r.Accept) > 0 {
 		p("**Accept against the ceiling, worker stopped** (pgbench: BEGIN; key row; intent row; COMMIT, same concurrency, same database)\n\n")
@@ -214,8 +205,8 @@ func Markdown(r *Results) string {
 		p("\n")
 	}
 	if len(r.AcceptLive) > 0 {
-		p("**Accept with the pipeline live** (a worker, WORKER_CONCURRENCY=%d, and the simulator at %g ms running and draining while the API accepts; the same rounds and ceiling)\n\n",
-			r.Setup.WorkerConcurrency, r.Setup.LiveSimLatencyMs)
+		p("**Accept with the pipeline live** (a worker, WORKER_CONCURRENCY=%d, and the simulator at 0 ms running and draining while the API accepts; the same rounds and ceiling)\n\n",
+			r.Setup.WorkerConcurrency)
 		th("| concurrency | req/s | p50 / p99 ms | / ceiling | p99 / ceiling p99 | made final /s | CPU cores: client · api · worker · simulator · postgres | busy backends |", 1)
 		for _, a := range r.AcceptLive {
 			p("| %d | %s | %s / %s | %s | %s | %s | %s · %s · %s · %s · %s | %s |\n", a.Concurrency, f0(a.PerSec), f2(a.Latency.P50), f2(a.Latency.P99),
@@ -267,36 +258,26 @@ func Markdown(r *Results) string {
 	}
 	if len(r.Replays) > 0 {
 		p("**Replays** (completed keys, each request a uniformly random filled key; %d clients)\n\n", r.Setup.ReplayConcurrency)
-		th(fmt.Sprintf("| keys in the store | p50 / p99 ms at %g/s | of which the start was late, p50 / p99 ms | at %g/s: CPU cores of the machine · stolen by the host · MiB/s paged out by the kernel | back to back: replays/s | back to back: p50 / p99 ms | fill (COPY) rows/s |", r.Setup.ReplayRate, r.Setup.ReplayRate), 0)
+		th(fmt.Sprintf("| keys in the store | p50 / p99 ms at %g/s | of which the start was late, p50 / p99 ms | at %g/s: CPU cores of the machine · stolen by the host | back to back: replays/s | back to back: p50 / p99 ms | fill (COPY) rows/s |", r.Setup.ReplayRate, r.Setup.ReplayRate), 0)
 		for _, rp := range r.Replays {
 			late := "–"
 			if l := rp.Paced.StartLateness; l != nil {
 				late = f2(l.P50) + " / " + f2(l.P99)
 			}
-			paged := "–"
-			if v := rp.Paced.CPU.Pageout; v != nil {
-				paged = f1(*v)
-			}
-			p("| %s | %s / %s | %s | %s · %s · %s | %s | %s / %s | %s |\n", count(rp.Keys), f2(rp.Paced.Latency.P50), f2(rp.Paced.Latency.P99), late,
-				f2(rp.Paced.CPU.Machine), f2(rp.Paced.CPU.Steal), paged,
+			p("| %s | %s / %s | %s | %s · %s | %s | %s / %s | %s |\n", count(rp.Keys), f2(rp.Paced.Latency.P50), f2(rp.Paced.Latency.P99), late,
+				f2(rp.Paced.CPU.Machine), f2(rp.Paced.CPU.Steal),
 				f0(rp.Load.PerSec), f2(rp.Load.Latency.P50), f2(rp.Load.Latency.P99), f0(rp.FillPerSec))
 		}
 		p("\n")
 	}
-	if r.Store != nil || r.Reconcile != nil {
-		p("**The store and the batch jobs**\n\n")
-		th("| bytes per key record (heap · indexes · TOAST) | purge keys/s (batch 1000, with tombstones) | reconciliation lines/s |", 0)
-		cells := []string{"–", "–", "–"}
-		if s := r.Store; s != nil {
-			cells[0] = fmt.Sprintf("%s (%s · %s · %s) at %s records", f0(s.BytesPerRecord), f0(s.HeapPerRecord), f0(s.IndexPerRecord), f0(s.ToastPerRecord), count(int(s.Rows)))
-			if s.Purge.Deleted > 0 {
-				cells[1] = fmt.Sprintf("%s (%s keys in %s s)", f0(s.Purge.KeysPerSec), count(int(s.Purge.Deleted)), f1(s.Purge.Seconds))
-			}
+	if s := r.Store; s != nil {
+		p("**The store**\n\n")
+		th("| bytes per key record (heap · indexes · TOAST) | purge keys/s (batch 1000, with tombstones) |", 0)
+		purge := "–"
+		if s.Purge.Deleted > 0 {
+			purge = fmt.Sprintf("%s (%s keys in %s s)", f0(s.Purge.KeysPerSec), count(int(s.Purge.Deleted)), f1(s.Purge.Seconds))
 		}
-		if c := r.Reconcile; c != nil && c.LinesPerSec > 0 {
-			cells[2] = fmt.Sprintf("%s (%s lines in %s s)", f0(c.LinesPerSec), count(c.Lines), f1(c.Seconds))
-		}
-		p("| %s |\n\n", strings.Join(cells, " | "))
+		p("| %s (%s · %s · %s) at %s records | %s |\n\n", f0(s.BytesPerRecord), f0(s.HeapPerRecord), f0(s.IndexPerRecord), f0(s.ToastPerRecord), count(int(s.Rows)), purge)
 	}
 	if len(r.Bar) > 0 {
 		p("**The bar**\n\n| check | measured | bar | | conditions |\n| --- | ---: | ---: | --- | --- |\n")
@@ -345,9 +326,9 @@ func firstWords(s string, n int) string {
 
 // e2eCeilingNote says which ceiling an end-to-end run was held to.
 func e2eCeilingNote(e E2ERun) string {
+	note := fmt.Sprintf("ceiling at concurrency %d: %s tps", e.CeilingConcurrency, f0(e.CeilingTPS))
 	if e.Ceiling != nil && e.CeilingAfter != nil {
-		return fmt.Sprintf("ceiling at concurrency %d: %s tps, the mean of %s right before and %s right after", e.CeilingConcurrency,
-			f0(e.CeilingTPS), f0(e.Ceiling.TPS), f0(e.CeilingAfter.TPS))
+		note += fmt.Sprintf(", the mean of %s right before and %s right after", f0(e.Ceiling.TPS), f0(e.CeilingAfter.TPS))
 	}
-	return fmt.Sprintf("ceiling at concurrency %d", e.CeilingConcurrency)
+	return note
 }

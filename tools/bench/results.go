@@ -22,7 +22,6 @@ type Results struct {
 	EndToEnd   []E2ERun    `json:"end_to_end"`
 	Replays    []ReplayRun `json:"replays"`
 	Store      *Store      `json:"store,omitempty"`
-	Reconcile  *Reconcile  `json:"reconcile,omitempty"`
 
 	// Bar is the bar (report.go), checked against this run's own figures.
 	Bar []Check `json:"bar"`
@@ -41,9 +40,6 @@ type Machine struct {
 	Pgbench    string            `json:"pgbench"`
 	Server     string            `json:"server"` // private or the given URL (redacted)
 	Settings   map[string]string `json:"settings"`
-	// ProactiveReclaim is the kernel's DAMON schemes that run (empty: none):
-	// on this VM they page out idle memory, PostgreSQL's shared buffers too.
-	ProactiveReclaim string `json:"proactive_reclaim,omitempty"`
 	// LoadAverage is /proc/loadavg (1, 5, 15 min) at the start and at the end:
 	// other work on the machine competes for the same cores.
 	LoadAverageStart [3]float64 `json:"load_average_start"`
@@ -59,9 +55,6 @@ type Setup struct {
 	// SelectScript is the primary-key read pgbench runs right after the
 	// replays that follow each burst (its range filled in with the burst's orders).
 	SelectScript string `json:"select_script"`
-	// LiveSimLatencyMs is the simulator's latency while the accept runs
-	// with the pipeline live.
-	LiveSimLatencyMs float64 `json:"live_sim_latency_ms"`
 	// GOGC is the api's and worker's GOGC (see serviceGOGC).
 	GOGC int `json:"gogc"`
 }
@@ -88,9 +81,6 @@ type CPU struct {
 	Machine  float64 `json:"machine_cores"`            // everything on the machine (/proc/stat), other work included
 	// Steal is the cores the host stole (/proc/stat's steal), not in Machine.
 	Steal float64 `json:"steal_cores"`
-	// Pageout is the MiB a second the kernel's proactive reclaim paged out
-	// (host.PagedOut); absent without a figure.
-	Pageout *float64 `json:"pageout_mib_per_s,omitempty"`
 }
 
 // CPUPerLabel is CPU microseconds per label, by party.
@@ -117,9 +107,6 @@ type DB struct {
 	// Waits is the share of sampled busy backends in each state (waitName).
 	Waits   []Share `json:"waits"`
 	Samples int     `json:"wait_samples"`
-	// IdleInTransactionAfter is the last statement of the backends found
-	// idle in a transaction: which transactions spend their time in round trips.
-	IdleInTransactionAfter []Share `json:"idle_in_transaction_after,omitempty"`
 }
 
 // Share is one part of a whole.
@@ -155,21 +142,15 @@ type LoadRun struct {
 	PerSec      float64        `json:"per_sec"`
 	New         int            `json:"new"`
 	Repeats     int            `json:"repeats"`
-	NewPerSec   float64        `json:"new_per_sec"`
 	Errors      int            `json:"errors"`
 	FirstError  string         `json:"first_error,omitempty"`
 	Statuses    map[string]int `json:"statuses"`
 	Latency     Latency        `json:"latency"`
-	NewLatency  Latency        `json:"new_latency"`
-	RepLatency  Latency        `json:"repeat_latency"`
 	// StartLateness, for a paced load, is how late the clients took up
 	// their scheduled starts (Latency, measured from them, includes it).
 	StartLateness *Latency `json:"start_lateness,omitempty"`
 	CPU           CPU      `json:"cpu"`
 	DB            DB       `json:"db"`
-	// Backends is the API's connections to the database after the load
-	// (its pool and its LISTEN connection).
-	Backends int `json:"db_connections,omitempty"`
 	// RatioToCeiling is PerSec over the pgbench TPS at the same concurrency,
 	// and P99ToCeiling the load's p99 over pgbench's p99 there.
 	RatioToCeiling float64 `json:"ratio_to_ceiling,omitempty"`
@@ -180,7 +161,7 @@ type LoadRun struct {
 	DrainedPerSec float64 `json:"drained_per_sec,omitempty"`
 	Rounds        int     `json:"rounds,omitempty"`
 
-	newLat, repLat []int64 // nanoseconds, for merging rounds
+	lat []int64 // nanoseconds, for merging rounds
 }
 
 // E2ERun is one end-to-end run: creates sent, then waited for until final.
@@ -209,8 +190,7 @@ type E2ERun struct {
 	Ceiling      *PgbenchRun `json:"ceiling,omitempty"`
 	CeilingAfter *PgbenchRun `json:"ceiling_after,omitempty"`
 	// CeilingTPS is the mean of the two ceilings' TPS, which RatioToCeiling
-	// holds CreatesPerSec to (without pgbench, the ceiling phase's at the
-	// concurrency nearest to the run's).
+	// holds CreatesPerSec to (none without pgbench).
 	CeilingTPS         float64 `json:"ceiling_tps,omitempty"`
 	RatioToCeiling     float64 `json:"ratio_to_ceiling,omitempty"`
 	CeilingConcurrency int     `json:"ceiling_concurrency,omitempty"`
@@ -248,12 +228,10 @@ type Store struct {
 	HeapPerRecord  float64 `json:"heap_per_record"`
 	IndexPerRecord float64 `json:"index_per_record"`
 	ToastPerRecord float64 `json:"toast_per_record"`
-	TupleBytesAvg  float64 `json:"tuple_bytes_avg"`
 	// IntentBytesPerRow is label_intents' footprint per row, for comparison:
 	// it lives as long as the key (and longer).
 	IntentBytesPerRow float64 `json:"intent_bytes_per_row"`
 	Purge             Purge   `json:"purge"`
-	Error             string  `json:"error,omitempty"`
 }
 
 // Purge is the sweeper's statement run in a loop over the filled keys.
@@ -266,16 +244,6 @@ type Purge struct {
 	BatchP99Ms float64 `json:"batch_p99_ms"`
 	Complete   bool    `json:"complete"` // every filled key was purged before --purge-max
 	Error      string  `json:"error,omitempty"`
-}
-
-// Reconcile is BenchmarkReconcile's figure (reconcile_bench_test.go).
-type Reconcile struct {
-	Lines       int     `json:"lines"`
-	LinesPerSec float64 `json:"lines_per_sec"`
-	Seconds     float64 `json:"seconds"` // the reconciliation itself
-	Command     string  `json:"command"`
-	Output      string  `json:"output,omitempty"`
-	Error       string  `json:"error,omitempty"`
 }
 
 // Check is one line of the bar.

@@ -3,15 +3,12 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/oklog/ulid/v2"
 
 	"github.com/labelkit/labels"
@@ -30,57 +27,21 @@ const fillChunk = 50_000
 // purge measurement moves its own clock past that instead of the rows.
 func (h *harness) fill(ctx context.Context, n int) error {
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	type chunk struct {
-		to            int
-		keys, intents [][]any
-		err           error
-	}
-	// The next chunk's rows are made while the last one is copied.
-	chunks := make(chan chunk, 1)
-	gctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		defer close(chunks)
-		for from := h.filled; from < n; from += fillChunk {
-			c := chunk{to: min(n, from+fillChunk)}
-			c.keys, c.intents = make([][]any, 0, c.to-from), make([][]any, 0, c.to-from)
-			for i := from; i < c.to && c.err == nil; i++ {
-				var k, in []any
-				k, in, c.err = filledRow(int64(i), now)
-				c.keys, c.intents = append(c.keys, k), append(c.intents, in)
-			}
-			select {
-			case chunks <- c:
-			case <-gctx.Done():
-				return
-			}
-			if c.err != nil {
-				return
-			}
-		}
-	}()
-	for c := range chunks {
-		if c.err != nil {
-			return c.err
-		}
-		err := pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
-			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"label_intents"}, []string{"request_id", "caller_id", "idem_key",
-				"request_hash", "fingerprint_version", "order_id", "parcel_no", "label_version", "payload", "carrier_key",
-				"status", "label_id", "created_at", "completed_at"}, pgx.CopyFromRows(c.intents)); err != nil {
+	for h.filled < n {
+		to := min(n, h.filled+fillChunk)
+		keys, intents := make([][]any, 0, to-h.filled), make([][]any, 0, to-h.filled)
+		for i := h.filled; i < to; i++ {
+			k, in, err := filledRow(int64(i), now)
+			if err != nil {
 				return err
 			}
-			_, err := tx.CopyFrom(ctx, pgx.Identifier{"idempotency_keys"}, []string{"caller_id", "idem_key",
-				"request_hash", "fingerprint_version", "request_id", "state", "response_status", "response_body",
-				"created_at", "expires_at"}, pgx.CopyFromRows(c.keys))
-			return err
-		})
+			keys, intents = append(keys, k), append(intents, in)
+		}
+		err := copyTables(ctx, h.pool, copyTable{"label_intents", intentColumns, intents}, copyTable{"idempotency_keys", keyColumns, keys})
 		if err != nil {
 			return err
 		}
-		h.filled = c.to
-	}
-	if err := ctx.Err(); err != nil {
-		return err
+		h.filled = to
 	}
 	// What a day of traffic would have: statistics and a visibility map.
 	if _, err := h.pool.Exec(ctx, `VACUUM ANALYZE idempotency_keys, label_intents`); err != nil {
@@ -92,64 +53,44 @@ func (h *harness) fill(ctx context.Context, n int) error {
 	return h.checkpoint(ctx)
 }
 
-// template is a parcel variant's canonical form and JSON body, split around
-// the order id: the only part that differs between the parcels of a variant.
-type template struct {
-	canonical, payload [2]string
-}
-
-// templateOrder stands for the order id in a template; it occurs once.
-const templateOrder = 987_654_321_987_654
-
+// The columns a filled key record and its intent set (filledRow's order).
 var (
-	templatesOnce sync.Once
-	templates     [parcelVariants]template
-	templatesErr  error
+	intentColumns = []string{"request_id", "caller_id", "idem_key", "request_hash", "fingerprint_version", "order_id",
+		"parcel_no", "label_version", "payload", "carrier_key", "status", "label_id", "created_at", "completed_at"}
+	keyColumns = []string{"caller_id", "idem_key", "request_hash", "fingerprint_version", "request_id", "state",
+		"response_status", "response_body", "created_at", "expires_at"}
 )
 
-// fillTemplates renders each parcel variant once with idempotency.Canonical
-// and json.Marshal, so that a fill of millions of keys need not (the
-// canonical form costs tens of µs a parcel); TestTemplates checks that the
-// templates give the same bytes.
-func fillTemplates() error {
-	templatesOnce.Do(func() {
-		order := strconv.FormatInt(templateOrder, 10)
-		split := func(b []byte) ([2]string, error) {
-			before, after, ok := strings.Cut(string(b), order)
-			if !ok || strings.Contains(after, order) {
-				return [2]string{}, fmt.Errorf("the template order id is not in %s exactly once", b)
-			}
-			return [2]string{before, after}, nil
-		}
-		for v := range parcelVariants {
-			// templateOrder - templateOrder%parcelVariants + v has variant v.
-			p := parcelFor(templateOrder - templateOrder%parcelVariants + int64(v))
-			p.OrderID = templateOrder
-			c, cerr := idempotency.Canonical(p)
-			j, jerr := json.Marshal(p)
-			var serr, perr error
-			templates[v].canonical, serr = split(c)
-			templates[v].payload, perr = split(j)
-			if templatesErr = errors.Join(cerr, jerr, serr, perr); templatesErr != nil {
-				return
+// copyTable is rows to COPY into a table's columns.
+type copyTable struct {
+	name    string
+	columns []string
+	rows    [][]any
+}
+
+// copyTables copies each table's rows in one transaction, in order.
+func copyTables(ctx context.Context, pool *pgxpool.Pool, tables ...copyTable) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		for _, t := range tables {
+			if _, err := tx.CopyFrom(ctx, pgx.Identifier{t.name}, t.columns, pgx.CopyFromRows(t.rows)); err != nil {
+				return err
 			}
 		}
+		return nil
 	})
-	return templatesErr
 }
 
 // filledRow is the key record and the intent of filled key i, as the API and
 // the worker would have left them after a successful purchase.
 func filledRow(i int64, now time.Time) (key, intent []any, err error) {
-	if err := fillTemplates(); err != nil {
-		return nil, nil, err
-	}
 	order := replayBase + i
 	parcel := parcelFor(order)
-	t := &templates[order%parcelVariants]
-	id := strconv.FormatInt(order, 10)
-	hash := idempotency.Fingerprint("POST", "/v1/labels", []byte(t.canonical[0]+id+t.canonical[1]))
-	payload := t.payload[0] + id + t.payload[1]
+	canonical, err := idempotency.Canonical(parcel)
+	if err != nil {
+		return nil, nil, err
+	}
+	hash := idempotency.Fingerprint("POST", "/v1/labels", canonical)
+	payload := string(bodyFor(order))
 	accepted := now.Add(-time.Hour)
 	completed := accepted.Add(800 * time.Millisecond)
 	requestID := "lr_" + ulid.Make().String()
@@ -187,10 +128,8 @@ func (h *harness) sizes(ctx context.Context) (*Store, error) {
 		       pg_relation_size('idempotency_keys') + pg_relation_size('idempotency_keys', 'fsm') + pg_relation_size('idempotency_keys', 'vm'),
 		       pg_indexes_size('idempotency_keys'),
 		       coalesce((SELECT pg_total_relation_size(reltoastrelid) FROM pg_class WHERE oid = 'idempotency_keys'::regclass AND reltoastrelid <> 0), 0),
-		       pg_total_relation_size('idempotency_keys'),
-		       coalesce((SELECT avg(pg_column_size(k.*)) FROM (SELECT * FROM idempotency_keys TABLESAMPLE SYSTEM (1)) k),
-		                (SELECT avg(pg_column_size(k.*)) FROM idempotency_keys k), 0)
-		  FROM idempotency_keys`).Scan(&s.Rows, &heap, &index, &toast, &total, &s.TupleBytesAvg)
+		       pg_total_relation_size('idempotency_keys')
+		  FROM idempotency_keys`).Scan(&s.Rows, &heap, &index, &toast, &total)
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +138,6 @@ func (h *harness) sizes(ctx context.Context) (*Store, error) {
 	}
 	per := func(b int64) float64 { return round1(float64(b) / float64(s.Rows)) }
 	s.BytesPerRecord, s.HeapPerRecord, s.IndexPerRecord, s.ToastPerRecord = per(total), per(heap), per(index), per(toast)
-	s.TupleBytesAvg = round1(s.TupleBytesAvg)
 	var intents, intentBytes int64
 	if err := h.pool.QueryRow(ctx, `SELECT count(*), pg_total_relation_size('label_intents') FROM label_intents`).Scan(&intents, &intentBytes); err != nil {
 		return nil, err

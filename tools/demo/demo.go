@@ -9,7 +9,6 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"net/url"
 	"reflect"
 	"strings"
 	"time"
@@ -98,7 +97,7 @@ func newDemo(cfg Config, stdout, stderr io.Writer) *demo {
 }
 
 func (d *demo) run(ctx context.Context) error {
-	d.say.line("Label service demo: a label for parcel 1 of order 918273 (%s g, ground), asked for three times, bought once.", thousands(seedWeight))
+	d.say.line("Label service demo: a label for parcel 1 of order 918273 (%d g, ground), asked for three times, bought once.", seedWeight)
 	for _, step := range []func(context.Context) error{
 		d.binaries,
 		d.database,
@@ -108,6 +107,7 @@ func (d *demo) run(ctx context.Context) error {
 		d.create,
 		d.poll,
 		d.webhook,
+		d.document,
 		d.replay,
 		d.reuse,
 		d.carrierView,
@@ -159,8 +159,7 @@ func (d *demo) database(ctx context.Context) error {
 func (d *demo) binaries(ctx context.Context) error {
 	d.say.Step("Binaries")
 	began := time.Now()
-	logf := func(string, ...any) {}
-	b, err := fleet.Binaries(ctx, d.cfg.BinDir, "", logf, "./cmd/api", "./cmd/worker", "./cmd/carrier", "./cmd/reconcile")
+	b, err := fleet.Binaries(ctx, d.cfg.BinDir, "", func(string, ...any) {}, "./cmd/api", "./cmd/worker", "./cmd/carrier", "./cmd/reconcile")
 	if err != nil {
 		return fmt.Errorf("the binaries: %w", err)
 	}
@@ -294,20 +293,11 @@ func (d *demo) poll(ctx context.Context) error {
 
 // learnLabel keeps what later steps check: the label and its day.
 func (d *demo) learnLabel(r *response) error {
-	var lr struct {
-		Label json.RawMessage `json:"label"`
-	}
-	var label struct {
-		LabelID    string    `json:"label_id"`
-		TrackingNo string    `json:"tracking_no"`
-		CostCents  int64     `json:"cost_cents"`
-		Currency   string    `json:"currency"`
-		CreatedAt  time.Time `json:"created_at"`
-	}
-	if json.Unmarshal(r.body, &lr) != nil || json.Unmarshal(lr.Label, &label) != nil || label.LabelID == "" {
+	label, ok := r.label()
+	if !ok {
 		return fmt.Errorf("succeeded without a label: %s", r.body)
 	}
-	d.label = lr.Label
+	d.label = r.raw("label")
 	d.labelID = label.LabelID
 	d.labelDay = label.CreatedAt.UTC()
 	d.say.Say("Succeeded: label %s, tracking number %s, %d cents %s.", d.labelID, label.TrackingNo, label.CostCents, label.Currency)
@@ -340,7 +330,7 @@ func (d *demo) replay(ctx context.Context) error {
 
 // reuse sends the same key with another body: a client bug, refused.
 func (d *demo) reuse(ctx context.Context) error {
-	d.say.Step(fmt.Sprintf("Same key, weight changed to %s g (a client bug): refused with 422", thousands(changedWeight)))
+	d.say.Step(fmt.Sprintf("Same key, weight changed to %d g (a client bug): refused with 422", changedWeight))
 	r, err := d.post(ctx, changedWeight)
 	if err != nil {
 		return err
@@ -351,7 +341,7 @@ func (d *demo) reuse(ctx context.Context) error {
 	if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/problem+json") {
 		return fmt.Errorf("422 with Content-Type %q, want application/problem+json", ct)
 	}
-	d.say.Say("Nothing is stored or bought: the key still names the 1,450 g parcel's label.")
+	d.say.Say("Nothing is stored or bought: the key still names the %d g parcel's label.", seedWeight)
 	return nil
 }
 
@@ -396,11 +386,11 @@ func (d *demo) stopAll(hurry context.Context) error {
 	d.say.Step("Stop everything (SIGTERM, last started first)")
 	stops := d.fleet.Stop(hurry)
 	for _, st := range stops {
+		msg := "stopped, exit 0"
 		if st.Err != nil {
-			d.say.Say("%-9s %v", st.Name, firstLine(st.Err))
-			continue
+			msg = firstLine(st.Err)
 		}
-		d.say.Say("%-9s stopped, exit 0", st.Name)
+		d.say.Say("%-9s %s", st.Name, msg)
 	}
 	return stops.Err()
 }
@@ -455,22 +445,18 @@ func (d *demo) auth() []header {
 
 // do sends a request to the API with the caller's token.
 func (d *demo) do(ctx context.Context, method, path string, headers []header, body []byte) (*response, error) {
-	u, err := url.JoinPath(d.apiURL, path)
-	if err != nil {
-		return nil, err
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
+	return d.send(ctx, method, d.apiURL+path, append(headers, header{"Authorization", "Bearer " + d.token}), body)
+}
+
+// send sends a request and reads the whole answer.
+func (d *demo) send(ctx context.Context, method, url string, headers []header, body []byte) (*response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	for _, h := range headers {
 		req.Header.Set(h.name, h.value)
 	}
-	req.Header.Set("Authorization", "Bearer "+d.token)
-	return d.send(req)
-}
-
-func (d *demo) send(req *http.Request) (*response, error) {
 	resp, err := d.http.Do(req)
 	if err != nil {
 		return nil, err
@@ -509,13 +495,6 @@ func mask(token string) string {
 		return "…"
 	}
 	return token[:8] + "…"
-}
-
-func thousands(n int) string {
-	if n < 1000 {
-		return fmt.Sprint(n)
-	}
-	return fmt.Sprintf("%d,%03d", n/1000, n%1000)
 }
 
 func firstLine(err error) string {

@@ -61,6 +61,10 @@ func TestDemo(t *testing.T) {
 	require.Contains(t, out, "> webhook-signature: v1,")
 	require.Contains(t, out, "client.VerifyWebhook(secret, header, body, now): OK")
 	require.Contains(t, accepted, "< Idempotency-Key-Expires: ")
+	// The label's document, through the API: the PDF, then 304 for its ETag.
+	require.Regexp(t, `(?s)> GET /v1/labels/lbl_[^/\n]+/document\n.*< HTTP/1.1 200 OK\n< Content-Type: application/pdf\n< Content-Length: \d+\n< ETag: "[0-9a-f]+"\n`, accepted)
+	require.Regexp(t, `(?s)> If-None-Match: "[0-9a-f]+"\n.*< HTTP/1.1 304 Not Modified\n`, accepted)
+	require.Contains(t, accepted, "bytes of PDF that print tracking number GRD000918273")
 	for _, l := range strings.Split(out, "\n") {
 		if strings.Contains(l, "whsec_") {
 			require.True(t, strings.HasSuffix(l, "…"), "the secret is masked: %q", l)

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/labelkit/labels"
 )
 
 // narrator prints the story on stdout: numbered steps, requests as "> "
@@ -107,19 +109,25 @@ func (r *response) String() string {
 	return fmt.Sprintf("%s %s", r.proto, r.status)
 }
 
+// raw returns a top-level member of a JSON body (nil if absent).
+func (r *response) raw(name string) json.RawMessage {
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(r.body, &m)
+	return m[name]
+}
+
 // field returns a top-level member of a JSON body as a string ("" if absent).
 func (r *response) field(name string) string {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(r.body, &m) != nil {
-		return ""
-	}
-	raw, ok := m[name]
-	if !ok {
-		return ""
-	}
+	raw := r.raw(name)
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
 		return s
 	}
 	return string(raw)
+}
+
+// label reads the body's label member (a LabelRequest's).
+func (r *response) label() (labels.Label, bool) {
+	var l labels.Label
+	return l, json.Unmarshal(r.raw("label"), &l) == nil && l.LabelID != ""
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,19 +11,9 @@ import (
 	"time"
 
 	"github.com/labelkit/labels/carrier/sim"
+	"github.com/labelkit/labels/client"
 	"github.com/labelkit/labels/internal/proc"
 )
-
-// The second parcel, bought from a carrier that ignores keys.
-const (
-	dupParcelNo = 2
-	dupKey      = "label:918273:2:v1"
-)
-
-// dupBody is the request body of the second parcel.
-func dupBody() []byte {
-	return bytes.Replace(labelBody(seedWeight), []byte(`"parcel_no": 1`), []byte(`"parcel_no": 2`), 1)
-}
 
 // duplicate turns the simulator into a carrier that ignores keys and drops
 // its next reply, and asks for the order's second parcel: the worker's
@@ -40,43 +29,22 @@ func (d *demo) duplicate(ctx context.Context) error {
 	if err := d.carrierPost(ctx, "/sim/config", conf); err != nil {
 		return err
 	}
-	headers := []header{{"Idempotency-Key", dupKey}, {"Content-Type", "application/json"}}
-	r, err := d.do(ctx, http.MethodPost, "/v1/labels", headers, dupBody())
-	if err != nil {
+	// The order's second parcel, asked for through the client package: it
+	// sends the derived key and waits for the outcome.
+	var parcel client.Parcel
+	if err := json.Unmarshal(labelBody(seedWeight), &parcel); err != nil {
 		return err
 	}
-	if err := expect(r, http.StatusAccepted, "pending"); err != nil {
-		return err
-	}
-	id := r.field("id")
-	d.say.Say("$ POST /v1/labels, parcel 2, Idempotency-Key %s   -> %s, request %s", dupKey, r.status, id)
-
-	ctx, cancel := context.WithTimeout(ctx, pollTimeout)
+	parcel.ParcelNo = 2
+	d.say.Say("$ client.CreateLabel(ctx, parcel 2 of order 918273)   (Idempotency-Key %s, waits until final)", client.DeriveKey(parcel))
+	wctx, cancel := context.WithTimeout(ctx, pollTimeout)
 	defer cancel()
-	for {
-		r, err := d.do(ctx, http.MethodGet, "/v1/label-requests/"+id, []header{{"Prefer", "wait=10"}}, nil)
-		if err != nil {
-			return err
-		}
-		if status := r.field("status"); status != "pending" {
-			if err := expect(r, http.StatusOK, "succeeded"); err != nil {
-				return err
-			}
-			var lr struct {
-				Label struct {
-					LabelID        string `json:"label_id"`
-					CarrierLabelID string `json:"carrier_label_id"`
-				} `json:"label"`
-			}
-			if err := json.Unmarshal(r.body, &lr); err != nil {
-				return err
-			}
-			d.dupLabelID, d.dupKept = lr.Label.LabelID, lr.Label.CarrierLabelID
-			d.say.Say("$ GET /v1/label-requests/%s, Prefer: wait=10   -> succeeded: label %s, carrier label %s",
-				id, lr.Label.LabelID, lr.Label.CarrierLabelID)
-			break
-		}
+	label, err := client.New(d.apiURL, d.token).CreateLabel(wctx, parcel)
+	if err != nil {
+		return fmt.Errorf("parcel 2: %w", err)
 	}
+	d.dupLabelID, d.dupKept = label.LabelID, label.CarrierLabelID
+	d.say.Say("succeeded: label %s, carrier label %s", label.LabelID, label.CarrierLabelID)
 	stats, err := d.carrierStats(ctx, false)
 	if err != nil {
 		return err
@@ -221,10 +189,5 @@ func (d *demo) carrierPost(ctx context.Context, path, body string) error {
 
 // carrier sends a request to the simulator.
 func (d *demo) carrier(ctx context.Context, method, path, body string) (*response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, d.carrierURL+path, strings.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	return d.send(req)
+	return d.send(ctx, method, d.carrierURL+path, []header{{"Content-Type", "application/json"}}, []byte(body))
 }

@@ -2,11 +2,9 @@
 // Taskfile, the demo and CI.
 //
 //	go -C tools run ./devdb url         ensure server + database "labels", print its URL
-//	go -C tools run ./devdb server-url  ensure the server, print its maintenance URL
 //	go -C tools run ./devdb stop        stop the private server under .pgdata if it runs
 //
-// When DATABASE_URL is set, url and server-url ensure that server (and, for
-// url, that database) instead of the default 127.0.0.1:5432 / labels. When no
+// When DATABASE_URL is set, url ensures that server and database instead of the default 127.0.0.1:5432 / labels. When no
 // server answers, a private one is started under .pgdata at the module root
 // (see internal/devdb). Progress lines go to stderr; only the URL goes to
 // stdout. On error it prints one line to stderr and exits 2.
@@ -28,10 +26,9 @@ import (
 
 const defaultDatabase = "labels"
 
-const usage = `usage: devdb url | server-url | stop
+const usage = `usage: devdb url | stop
 
   url         ensure the server and the database, print the database URL
-  server-url  ensure the server, print its maintenance URL (database postgres)
   stop        stop the private server under .pgdata, if this project started one
 
 DATABASE_URL, when set, names the server and database to ensure.
@@ -42,24 +39,20 @@ func main() {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
 	}
-	var (
-		out string
-		err error
-	)
+	var out string
+	var err error
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	switch os.Args[1] {
 	case "url":
 		out, err = databaseURL(ctx)
-	case "server-url":
-		out, err = serverURL(ctx)
 	case "stop":
 		err = stop(ctx)
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return
 	default:
-		err = fmt.Errorf("unknown command %q (want url, server-url or stop)", os.Args[1])
+		err = fmt.Errorf("unknown command %q (want url or stop)", os.Args[1])
 	}
 	if err != nil {
 		// One line: the first line of the error, the rest is in the server log.
@@ -79,10 +72,6 @@ func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, format+"\n", args...)
 }
 
-func serverURL(ctx context.Context) (string, error) {
-	return devdb.Ensure(ctx, devdb.Options{URL: os.Getenv("DATABASE_URL"), Log: logf})
-}
-
 func databaseURL(ctx context.Context) (string, error) {
 	name := defaultDatabase
 	if env := os.Getenv("DATABASE_URL"); env != "" {
@@ -94,7 +83,7 @@ func databaseURL(ctx context.Context) (string, error) {
 			name = db
 		}
 	}
-	srv, err := serverURL(ctx)
+	srv, err := devdb.Ensure(ctx, devdb.Options{URL: os.Getenv("DATABASE_URL"), Log: logf})
 	if err != nil {
 		return "", err
 	}

@@ -263,7 +263,6 @@ func rootfs(bin string, commands []string, mtime time.Time) ([]byte, error) {
 // assemble puts the layer on an empty base with the runtime configuration.
 // No Entrypoint or Cmd: every manifest and unit names its command.
 func assemble(layerTar []byte, spec buildSpec, labels map[string]string) (v1.Image, error) {
-	created := spec.created
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(layerTar)), nil
 	})
@@ -273,7 +272,7 @@ func assemble(layerTar []byte, spec buildSpec, labels map[string]string) (v1.Ima
 	img, err := mutate.Append(empty.Image, mutate.Addendum{
 		Layer: layer,
 		History: v1.History{
-			Created:   v1.Time{Time: created},
+			Created:   v1.Time{Time: spec.created},
 			CreatedBy: "go -C tools run ./image",
 			Comment:   strings.Join(spec.commands, ", ") + " in " + binDir + "; /etc/passwd, /etc/group, " + home + ", /tmp",
 		},
@@ -287,7 +286,7 @@ func assemble(layerTar []byte, spec buildSpec, labels map[string]string) (v1.Ima
 	}
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", spec.arch
-	cf.Created = v1.Time{Time: created}
+	cf.Created = v1.Time{Time: spec.created}
 	cf.Config = v1.Config{
 		User:       strconv.Itoa(nonroot) + ":" + strconv.Itoa(nonroot),
 		Env:        []string{"PATH=" + binDir},

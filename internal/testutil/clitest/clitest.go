@@ -11,6 +11,12 @@ import (
 	"github.com/labelkit/labels/internal/cli"
 )
 
+// Env is the environment a test gives a run function: the variables of m,
+// every other one unset.
+func Env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
 // Version runs `binary --version` through run: one line on stdout, the
 // binary's name and its build's version, exit 0, nothing on stderr, and no
 // environment read.

@@ -8,16 +8,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/carrier/sim"
 	"github.com/labelkit/labels/client"
 	"github.com/labelkit/labels/reconcile"
 )
 
 // DuplicateParcel is the parcel [NewDuplicate] buys.
-var DuplicateParcel = labels.Parcel{
+var DuplicateParcel = client.Parcel{
 	OrderID: 918273, ParcelNo: 1, WeightG: 1450, Service: "ground",
-	ShipTo: labels.Address{Name: "A. Example", Line1: "1 Example Street", City: "Exampleton", PostalCode: "10115", Country: "DE"},
+	ShipTo: client.Address{Name: "A. Example", Line1: "1 Example Street", City: "Exampleton", PostalCode: "10115", Country: "DE"},
 }
 
 // NewDuplicate starts a stack whose carrier ignores keys (o.Sim's NoKeys,
@@ -25,7 +24,7 @@ var DuplicateParcel = labels.Parcel{
 // and buys [DuplicateParcel] through the API: the worker's retry buys the
 // label a second time, as a carrier without keys does. It returns the stack
 // and the label we hold; the carrier sold two.
-func NewDuplicate(t testing.TB, o SimOpts) (*SimStack, *labels.Label) {
+func NewDuplicate(t testing.TB, o SimOpts) (*SimStack, *client.Label) {
 	t.Helper()
 	seed, ok := sim.SeedDroppingFirstReply(0.5)
 	require.True(t, ok)

@@ -58,6 +58,7 @@ type SimStack struct {
 	Metrics    *metrics.Metrics
 
 	newAPI   func() http.Handler
+	simHTTP  *httptest.Server
 	downtime time.Duration
 
 	mu       sync.Mutex
@@ -88,10 +89,11 @@ func NewSim(t testing.TB, o SimOpts) *SimStack {
 
 	// The API's listener also wakes the worker's relay.
 	svc := apiserve.New(ctx, apiserve.Config{Listen: pool.Config().ConnConfig.Copy(), Channels: []string{notify.ChannelIntents},
-		Deps: httpapi.Deps{Opts: accept.Opts{Pool: pool}, Metrics: m, Log: log, OpenAPI: o.OpenAPI}})
+		Deps: httpapi.Deps{Opts: accept.Opts{Pool: pool}, Metrics: m, Log: log, OpenAPI: o.OpenAPI,
+			Carrier: carrier.NewClient(simHTTP.URL, nil), CarrierTimeout: o.CarrierTimeout}})
 	listener, notifier := svc.Listener, svc.Notifier
 
-	s := &SimStack{T: t, Pool: pool, Sim: carrierSim, CarrierURL: simHTTP.URL, Metrics: m, downtime: o.Downtime}
+	s := &SimStack{T: t, Pool: pool, Sim: carrierSim, CarrierURL: simHTTP.URL, Metrics: m, downtime: o.Downtime, simHTTP: simHTTP}
 	s.newAPI = svc.NewHandler
 	s.Faults = &Faults{RetryAfter: "0", next: svc.Handler, restart: s.Restart}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -120,6 +122,10 @@ func NewSim(t testing.TB, o SimOpts) *SimStack {
 	})
 	return s
 }
+
+// StopCarrier closes the simulator's HTTP server: every later carrier call,
+// the API's and the worker's, finds its connection refused.
+func (s *SimStack) StopCarrier() { s.simHTTP.Close() }
 
 // StopWorker stops the stack's in-process worker (waiting for its jobs), so
 // that a test's own worker processes take what follows. It is safe to call

@@ -1,6 +1,6 @@
 // Package scratch makes the throwaway databases the bench and the demo run
-// in: a random name under a prefix of their own, a pool to it, and a drop
-// that refuses any database not under that prefix.
+// in: a random name under a prefix of their own, and a drop that refuses
+// any database not under that prefix.
 package scratch
 
 import (
@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Name returns prefix followed by ten random hex digits.
@@ -36,18 +35,4 @@ func Drop(ctx context.Context, serverURL, name, prefix string) error {
 	defer conn.Close(ctx)
 	_, err = conn.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{name}.Sanitize()+` WITH (FORCE)`)
 	return err
-}
-
-// Pool opens a pool of at most maxConns connections to url; its sessions
-// carry appName as application_name in pg_stat_activity unless it is empty.
-func Pool(ctx context.Context, url string, maxConns int32, appName string) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, err
-	}
-	cfg.MaxConns = maxConns
-	if appName != "" {
-		cfg.ConnConfig.RuntimeParams["application_name"] = appName
-	}
-	return pgxpool.NewWithConfig(ctx, cfg)
 }

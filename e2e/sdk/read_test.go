@@ -1,6 +1,7 @@
-package client_test
+package sdk_test
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"strconv"
@@ -8,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/client"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
 )
@@ -46,10 +46,12 @@ func TestReads(t *testing.T) {
 
 	byKey, err := c.FindByKey(ctx(t), client.DeriveKey(p))
 	require.NoError(t, err)
-	require.Equal(t, labels.StatusSucceeded, byKey.Status)
+	require.Equal(t, client.StatusSucceeded, byKey.Status)
 	require.Equal(t, client.DeriveKey(p), byKey.IdempotencyKey)
 	require.NotNil(t, byKey.CompletedAt)
-	require.JSONEq(t, string(created.Body()), string(byKey.Label))
+	createdJSON, err := json.Marshal(created)
+	require.NoError(t, err)
+	require.JSONEq(t, string(createdJSON), string(byKey.Label))
 
 	byID, err := c.GetLabelRequest(ctx(t), byKey.ID)
 	require.NoError(t, err)
@@ -64,7 +66,7 @@ func TestReads(t *testing.T) {
 	require.ErrorIs(t, err, client.ErrPending)
 	lr, err := c.FindByKey(ctx(t), client.DeriveKey(pending))
 	require.NoError(t, err)
-	require.Equal(t, labels.StatusPending, lr.Status)
+	require.Equal(t, client.StatusPending, lr.Status)
 	require.Nil(t, lr.CompletedAt)
 	opts.FailRate = 0
 	require.NoError(t, s.Sim.SetOptions(opts))

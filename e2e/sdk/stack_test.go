@@ -1,4 +1,4 @@
-package client_test
+package sdk_test
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
-	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/carrier/sim"
 	"github.com/labelkit/labels/client"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
@@ -21,8 +20,8 @@ import (
 // buy from the carrier simulator over HTTP, with the API behind a front that
 // fails requests, drops replies and restarts the API.
 
-func parcel(order int64, no int) labels.Parcel {
-	return labels.Parcel{OrderID: order, ParcelNo: no, WeightG: 1450, Service: "ground", ShipTo: labels.Address{
+func parcel(order int64, no int) client.Parcel {
+	return client.Parcel{OrderID: order, ParcelNo: no, WeightG: 1450, Service: "ground", ShipTo: client.Address{
 		Name: "A. Example", Line1: "1 Example Street", City: "Exampleton", PostalCode: "10115", Country: "DE",
 	}}
 }
@@ -42,9 +41,9 @@ func newClient(s *stacktest.SimStack, token string, opts ...client.Option) *clie
 
 // createAll creates the parcels' labels all at once and returns them in the
 // parcels' order; an error fails the test.
-func createAll(t *testing.T, c *client.Client, parcels []labels.Parcel) []*labels.Label {
+func createAll(t *testing.T, c *client.Client, parcels []client.Parcel) []*client.Label {
 	t.Helper()
-	got := make([]*labels.Label, len(parcels))
+	got := make([]*client.Label, len(parcels))
 	var wg sync.WaitGroup
 	for i, p := range parcels {
 		wg.Go(func() {
@@ -80,7 +79,7 @@ func ctx(t *testing.T) context.Context {
 // requireOneLabel checks what the seed is about: the parcel has exactly one
 // label, bought once from the carrier, under one intent; every attempt sent
 // the same key; and asking again returns the same label.
-func requireOneLabel(t *testing.T, s *stacktest.SimStack, c *client.Client, p labels.Parcel, got *labels.Label) {
+func requireOneLabel(t *testing.T, s *stacktest.SimStack, c *client.Client, p client.Parcel, got *client.Label) {
 	t.Helper()
 	require.NotNil(t, got)
 	require.Equal(t, p.OrderID, got.OrderID)
@@ -102,7 +101,7 @@ func requireOneLabel(t *testing.T, s *stacktest.SimStack, c *client.Client, p la
 }
 
 // postsWithKey counts the POSTs the API's front saw for the parcel's key.
-func postsWithKey(s *stacktest.SimStack, p labels.Parcel) int {
+func postsWithKey(s *stacktest.SimStack, p client.Parcel) int {
 	return postsWith(s, client.DeriveKey(p))
 }
 
@@ -172,7 +171,7 @@ func TestTransientAnswers(t *testing.T) {
 	})
 
 	c := newClient(s, tok)
-	parcels := []labels.Parcel{parcel(1001, 1), parcel(1001, 2), parcel(1002, 1), parcel(1003, 1), parcel(1004, 1)}
+	parcels := []client.Parcel{parcel(1001, 1), parcel(1001, 2), parcel(1002, 1), parcel(1003, 1), parcel(1004, 1)}
 	got := createAll(t, c, parcels)
 	for i, p := range parcels {
 		requireOneLabel(t, s, c, p, got[i])
@@ -223,7 +222,7 @@ func TestAPIRestart(t *testing.T) {
 			return stacktest.FaultNone
 		})
 		c := newClient(s, tok)
-		parcels := []labels.Parcel{parcel(2001, 1), parcel(2001, 2), parcel(2002, 1), parcel(2003, 1), parcel(2004, 1), parcel(2005, 1)}
+		parcels := []client.Parcel{parcel(2001, 1), parcel(2001, 2), parcel(2002, 1), parcel(2003, 1), parcel(2004, 1), parcel(2005, 1)}
 		got := createAll(t, c, parcels)
 		require.Equal(t, before+1, s.Restarts())
 		for i, p := range parcels {
@@ -264,7 +263,7 @@ func TestFinalOutcomes(t *testing.T) {
 		var unavailable *client.UnavailableError
 		require.ErrorAs(t, err, &unavailable)
 		require.True(t, unavailable.Final, "%v", err)
-		require.Equal(t, labels.CodeCarrierUnavailable, unavailable.Problem.Code)
+		require.Equal(t, client.CodeCarrierUnavailable, unavailable.Problem.Code)
 		require.False(t, client.IsTemporary(err))
 		require.Equal(t, 1, postsWithKey(s, p), "a saved 502 is final, not a transient 5xx")
 
@@ -351,7 +350,7 @@ func TestBounds(t *testing.T) {
 		require.ErrorAs(t, err, &unavailable)
 		require.False(t, unavailable.Final)
 		require.Equal(t, 4, unavailable.Attempts)
-		require.Equal(t, labels.CodeStoreUnavailable, unavailable.Problem.Code)
+		require.Equal(t, client.CodeStoreUnavailable, unavailable.Problem.Code)
 		require.True(t, client.IsTemporary(err))
 		require.Equal(t, 4, postsWithKey(s, p))
 

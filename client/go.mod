@@ -1,0 +1,3 @@
+module github.com/labelkit/labels/client
+
+go 1.22
