@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -84,11 +85,17 @@ func TestMigrateCallerServe(t *testing.T) {
 	require.NotContains(t, logs.String(), "Exampleton", "the address is never logged")
 	require.NotContains(t, logs.String(), token, "the token is never logged")
 
-	// The API exports its own series and none of the worker's.
+	// The API exports its own series, its database pool's, and none of the
+	// worker's.
 	scraped := scrapeNames(t, "http://"+addr+"/metrics")
 	require.Contains(t, scraped, `labels_http_requests_total{method="POST",route="create_label",status="202"}`)
 	require.Contains(t, scraped, `labels_idempotency_outcomes_total{outcome="new"}`)
+	require.Contains(t, scraped, `labels_db_pool_connections{state="in_use"}`)
+	require.Contains(t, scraped, "labels_db_pool_max_connections")
 	for _, n := range metrics.Names(metrics.Worker) {
+		if slices.Contains(metrics.SharedNames(), n) {
+			continue
+		}
 		for s := range scraped {
 			require.False(t, s == n || strings.HasPrefix(s, n+"{") || strings.HasPrefix(s, n+"_"), "the API exports the worker's %s", s)
 		}

@@ -386,7 +386,7 @@ func work(ctx context.Context, cfg Config, db postgres.Endpoints, periodic []*ri
 }
 
 func serveMetrics(addr string, pool *pgxpool.Pool, schema *migrations.Gate, m *metrics.Metrics, log zerolog.Logger) (*http.Server, error) {
-	m.Registry.MustRegister(metrics.NewStoreCollector(pool), metrics.NewWebhookCollector(func(ctx context.Context) (metrics.WebhookGauges, error) {
+	m.Registry.MustRegister(metrics.NewStoreCollector(pool), metrics.NewPoolCollector(pool), metrics.NewWebhookCollector(func(ctx context.Context) (metrics.WebhookGauges, error) {
 		st, err := postgres.GetWebhookStats(ctx, pool)
 		return metrics.WebhookGauges{OldestUndelivered: st.OldestUndelivered, Disabled: st.Disabled}, err
 	}))

@@ -121,10 +121,12 @@ func Start(ctx context.Context, db postgres.Endpoints, o Options, log zerolog.Lo
 		return nil, err
 	}
 	gate := migrations.NewGate(pool)
+	m := metrics.New(metrics.API)
+	m.Registry.MustRegister(metrics.NewPoolCollector(pool))
 	a := New(ctx, Config{Listen: db.Listen(), Deps: httpapi.Deps{
 		Ready:            gate.Ready,
 		Opts:             accept.Opts{Pool: pool, KeyRetention: o.KeyRetention, Batch: o.AcceptBatch},
-		Metrics:          metrics.New(metrics.API),
+		Metrics:          m,
 		MetricsElsewhere: o.MetricsElsewhere,
 		Log:              log,
 		OpenAPI:          api.OpenAPI,
