@@ -3,6 +3,7 @@ package labels_test
 import (
 	"encoding/json"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -160,8 +161,8 @@ func remoteTaskfiles(path string) bool {
 	return false
 }
 
-// The tools add no cloud SDK to what the service needs (the service's own
-// OpenTelemetry exporter brings gRPC's module, not the tools).
+// go-task brings no cloud SDK: neither compiled nor in its part of the
+// tools' module graph.
 func TestToolsBuildNoCloudSDK(t *testing.T) {
 	t.Parallel()
 	off := []string{"GOWORK=off"}
@@ -175,20 +176,35 @@ func TestToolsBuildNoCloudSDK(t *testing.T) {
 			t.Errorf("go-task compiles %s, of its remote Taskfiles (a cloud SDK or git client)", m)
 		}
 	}
-	// The build list, beyond the service's. cloud.google.com/go/compute/metadata
-	// is named by go-containerregistry's go.mod (its optional Google auth): only
-	// that go.mod is read, no source fetched or compiled.
-	modules := func(dir string) []string {
-		var paths []string
-		for _, line := range strings.Split(strings.TrimSpace(goOutput(t, dir, off, "list", "-m", "all")), "\n") {
-			paths = append(paths, strings.Fields(line)[0])
+	// go-task's part of the build list: every module its go.mod reaches.
+	// cloud.google.com/go/compute/metadata may not appear there either.
+	edges := map[string][]string{}
+	start := ""
+	for _, line := range strings.Split(strings.TrimSpace(goOutput(t, "tools", off, "mod", "graph")), "\n") {
+		from, to, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
 		}
-		return paths
+		edges[from] = append(edges[from], to)
+		if strings.HasPrefix(to, "github.com/go-task/task/v3@") && !strings.Contains(from, "@") {
+			start = to
+		}
 	}
-	service := modules(".")
-	for _, path := range modules("tools") {
-		if !slices.Contains(service, path) && remoteTaskfiles(path) && path != "cloud.google.com/go/compute/metadata" {
-			t.Errorf("the tools' build list adds %s, a cloud SDK's module, to the service's", path)
+	if start == "" {
+		t.Fatal("go -C tools mod graph: the tools' module does not require go-task")
+	}
+	seen := map[string]bool{start: true}
+	for queue := []string{start}; len(queue) > 0; queue = queue[1:] {
+		for _, next := range edges[queue[0]] {
+			if !seen[next] {
+				seen[next] = true
+				queue = append(queue, next)
+			}
+		}
+	}
+	for _, m := range slices.Sorted(maps.Keys(seen)) {
+		if path, _, _ := strings.Cut(m, "@"); remoteTaskfiles(path) {
+			t.Errorf("go-task's go.mod reaches %s, of its remote Taskfiles (a cloud SDK or git client)", m)
 		}
 	}
 }

@@ -24,7 +24,7 @@ import (
 
 // The invocations of operations.md that a deployment runs, by workload.
 var wantInvocation = map[string]string{
-	"Job/labels-migrate":       "api migrate",
+	"CronJob/labels-migrate":   "api migrate",
 	"Deployment/labels-api":    "api",
 	"Deployment/labels-worker": "worker",
 	"CronJob/labels-reconcile": "reconcile",
@@ -267,6 +267,7 @@ func TestKubernetesManifests(t *testing.T) {
 	apiVersions := map[string]string{
 		"ConfigMap": "v1", "Secret": "v1", "Service": "v1",
 		"Deployment": "apps/v1", "Job": "batch/v1", "CronJob": "batch/v1",
+		"PodDisruptionBudget": "policy/v1", "NetworkPolicy": "networking.k8s.io/v1",
 	}
 	var ids []string
 	for id, o := range byID {
@@ -276,10 +277,25 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 	slices.Sort(ids)
 	require.Equal(t, []string{
-		"ConfigMap/labels-config", "ConfigMap/labels-pgbouncer", "CronJob/labels-reconcile", "Deployment/labels-api",
-		"Deployment/labels-pgbouncer", "Deployment/labels-worker", "Job/labels-migrate", "Service/labels-api",
-		"Service/labels-pgbouncer",
+		"ConfigMap/labels-config", "ConfigMap/labels-pgbouncer", "CronJob/labels-migrate", "CronJob/labels-reconcile",
+		"Deployment/labels-api", "Deployment/labels-pgbouncer", "Deployment/labels-worker",
+		"NetworkPolicy/labels-api", "NetworkPolicy/labels-default-deny", "NetworkPolicy/labels-dns",
+		"NetworkPolicy/labels-migrate", "NetworkPolicy/labels-pgbouncer", "NetworkPolicy/labels-reconcile",
+		"NetworkPolicy/labels-worker",
+		"PodDisruptionBudget/labels-api", "PodDisruptionBudget/labels-pgbouncer", "PodDisruptionBudget/labels-worker",
+		"Service/labels-api", "Service/labels-pgbouncer",
 	}, ids)
+
+	// The migration is a suspended CronJob: each run is a Job of its own
+	// name (kubectl create job --from=cronjob/labels-migrate NAME), never
+	// one scheduled, and never two at once.
+	var migrate struct {
+		Suspend           bool   `yaml:"suspend"`
+		ConcurrencyPolicy string `yaml:"concurrencyPolicy"`
+	}
+	require.NoError(t, byID["CronJob/labels-migrate"].Spec.Decode(&migrate))
+	require.True(t, migrate.Suspend, "CronJob/labels-migrate runs only when an operator creates a Job from it")
+	require.Equal(t, "Forbid", migrate.ConcurrencyPolicy)
 
 	// kubectl apply -k applies every file.
 	require.NotNil(t, kustomization)
@@ -463,6 +479,12 @@ func TestKubernetesManifests(t *testing.T) {
 			_, port, err := net.SplitHostPort(env["API_ADDR"])
 			require.NoError(t, err, "%s: API_ADDR", id)
 			require.Equal(t, port, strconv.Itoa(ports["http"]), "%s: API_ADDR listens on the container port", id)
+			// /metrics on a port of its own, which the Service leaves out.
+			addr := env["API_METRICS_ADDR"]
+			require.False(t, addr == "" || isLoopback(addr), "%s: API_METRICS_ADDR=%q must be reachable by Prometheus", id, addr)
+			_, port, err = net.SplitHostPort(addr)
+			require.NoError(t, err, "%s: API_METRICS_ADDR", id)
+			require.Equal(t, port, strconv.Itoa(ports["metrics"]), "%s: API_METRICS_ADDR listens on the container port", id)
 		case "worker":
 			timeout, lease := duration(t, "CARRIER_TIMEOUT", env["CARRIER_TIMEOUT"]), duration(t, "LEASE_DURATION", env["LEASE_DURATION"])
 			require.Less(t, timeout, lease, "%s: CARRIER_TIMEOUT must be below LEASE_DURATION", id)
@@ -497,7 +519,7 @@ func TestKubernetesManifests(t *testing.T) {
 	for k, v := range svc.Selector {
 		require.Equal(t, v, api.pod.Metadata.Labels[k], "the Service selects the API pods")
 	}
-	require.Len(t, svc.Ports, 1)
+	require.Len(t, svc.Ports, 1, "the Service exposes the API port alone, not /metrics's")
 	require.Equal(t, "http", svc.Ports[0].TargetPort)
 
 	checkPooler(t, byID, configMaps, envs)
@@ -746,12 +768,13 @@ func TestRunbookNamesRealMetrics(t *testing.T) {
 }
 
 // The metrics table of docs/operations.md lists every metric once, with the
-// process that exports it, as package metrics registers them.
+// processes that export it ("api, worker" for both), as package metrics
+// registers them.
 func TestRunbookMetricsTableMatchesTheProcesses(t *testing.T) {
 	t.Parallel()
 	b, err := os.ReadFile("../docs/operations.md")
 	require.NoError(t, err)
-	row := regexp.MustCompile("^\\| `(labels_[a-z_]+)` \\| ([a-z]+) \\|")
+	row := regexp.MustCompile("^\\| `(labels_[a-z_]+)` \\| ([a-z, ]+) \\|")
 	documented := map[string]string{}
 	for line := range strings.SplitSeq(string(b), "\n") {
 		if m := row.FindStringSubmatch(line); m != nil {
@@ -762,8 +785,104 @@ func TestRunbookMetricsTableMatchesTheProcesses(t *testing.T) {
 	exported := map[string]string{}
 	for _, p := range []metrics.Process{metrics.API, metrics.Worker} {
 		for _, n := range metrics.Names(p) {
-			exported[n] = string(p)
+			if exported[n] != "" {
+				exported[n] += ", "
+			}
+			exported[n] += string(p)
 		}
 	}
 	require.Equal(t, exported, documented, "docs/operations.md's metrics table (metric, exported by) against package metrics")
+}
+
+// systemd/README.md installs every file of systemd/ (an `install` line names
+// it), enables every unit that has an [Install] section in the order the
+// units depend on (migrations, API, workers, the timer), and quotes the
+// addresses the units set. Every file of systemd/ it names exists.
+func TestSystemdHowTo(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("systemd/README.md")
+	require.NoError(t, err)
+	howto := string(b)
+	var commands []string
+	inBlock := false
+	for line := range strings.SplitSeq(howto, "\n") {
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(trimmed, "```"):
+			inBlock = !inBlock && trimmed == "```sh"
+		case inBlock:
+			commands = append(commands, trimmed)
+		}
+	}
+	require.NotEmpty(t, commands, "systemd/README.md: its commands in ```sh blocks")
+
+	var files []string
+	require.NoError(t, filepath.WalkDir("systemd", func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && path != filepath.Join("systemd", "README.md") {
+			files = append(files, path)
+		}
+		return err
+	}))
+	require.NotEmpty(t, files)
+	installed := func(path string) bool {
+		for _, c := range commands {
+			if strings.HasPrefix(c, "install ") && slices.Contains(strings.Fields(c), "deploy/"+filepath.ToSlash(path)) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, f := range files {
+		require.True(t, installed(f), "systemd/README.md installs no deploy/%s", f)
+	}
+	for _, m := range regexp.MustCompile(`deploy/(systemd/[A-Za-z0-9@._/-]+[A-Za-z0-9])`).FindAllStringSubmatch(howto, -1) {
+		require.FileExists(t, m[1], "systemd/README.md names %s", m[1])
+	}
+
+	// The units with an [Install] section are enabled, in dependency order;
+	// the template as instances.
+	enabled := []string{}
+	for _, c := range commands {
+		if rest, ok := strings.CutPrefix(c, "systemctl enable --now "); ok {
+			enabled = append(enabled, strings.Fields(rest)...)
+		}
+	}
+	position := func(unit string) int {
+		for i, e := range enabled {
+			if e == unit || strings.HasSuffix(unit, "@.service") && strings.HasPrefix(e, strings.TrimSuffix(unit, ".service")) && strings.HasSuffix(e, ".service") {
+				return i
+			}
+		}
+		return -1
+	}
+	order := []string{"labels-migrate.service", "labels-api.service", "labels-worker@.service", "labels-reconcile.timer"}
+	last := -1
+	for _, unit := range order {
+		p := position(unit)
+		require.GreaterOrEqual(t, p, 0, "systemd/README.md never enables %s", unit)
+		require.Greater(t, p, last, "systemd/README.md enables %s out of order (%v)", unit, enabled)
+		last = p
+	}
+	units, err := filepath.Glob("systemd/*.*")
+	require.NoError(t, err)
+	for _, path := range units {
+		if ext := filepath.Ext(path); ext != ".service" && ext != ".timer" {
+			continue
+		}
+		if readUnit(t, path)["Install"] != nil {
+			require.True(t, slices.Contains(order, filepath.Base(path)), "%s has an [Install] section the how-to does not enable", path)
+		}
+	}
+
+	// The addresses it checks are the units'.
+	for _, e := range readUnit(t, "systemd/labels-api.service")["Service"]["Environment"] {
+		if addr, ok := strings.CutPrefix(e, "API_ADDR="); ok {
+			require.Contains(t, howto, "curl -s http://"+addr+"/readyz")
+		}
+	}
+	for _, e := range readUnit(t, "systemd/labels-worker@.service")["Service"]["Environment"] {
+		if addr, ok := strings.CutPrefix(e, "METRICS_ADDR="); ok {
+			require.Contains(t, howto, "curl -s http://"+strings.ReplaceAll(addr, "%i", "1")+"/readyz", "worker 1's METRICS_ADDR")
+		}
+	}
 }

@@ -19,7 +19,9 @@ func (s *Server) routes() http.Handler {
 
 	mux.Handle("GET /healthz", s.observe("ops", handleHealthz))
 	mux.Handle("GET /readyz", s.observe("ops", s.handleReadyz))
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.deps.Metrics.Registry, promhttp.HandlerOpts{}))
+	if !s.deps.MetricsElsewhere {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.deps.Metrics.Registry, promhttp.HandlerOpts{}))
+	}
 	if s.deps.OpenAPI != nil {
 		mux.Handle("GET /openapi.yaml", s.observe("ops", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/yaml")
@@ -49,7 +51,7 @@ func (s *Server) handleUnknown(w http.ResponseWriter, r *http.Request) {
 		allow = "POST"
 	case p == "/v1/label-requests" || len(p) > len("/v1/label-requests/") && p[:len("/v1/label-requests/")] == "/v1/label-requests/",
 		len(p) > len("/v1/labels/") && p[:len("/v1/labels/")] == "/v1/labels/",
-		p == "/healthz", p == "/readyz", p == "/metrics":
+		p == "/healthz", p == "/readyz", p == "/metrics" && !s.deps.MetricsElsewhere:
 		allow = "GET, HEAD"
 	}
 	if allow != "" {

@@ -36,7 +36,11 @@ type Deps struct {
 	accept.Opts
 	Listener *notify.Listener // wakes Prefer: wait; nil means the sweep alone (WaitSweep)
 	Metrics  *metrics.Metrics
-	Log      zerolog.Logger
+	// MetricsElsewhere leaves GET /metrics out of the API's routes (a 404
+	// like any unknown path): the registry is served on another listener
+	// (API_METRICS_ADDR).
+	MetricsElsewhere bool
+	Log              zerolog.Logger
 	// OpenAPI is served at /openapi.yaml when set.
 	OpenAPI []byte
 	// RateLimit limits each caller's creates in this process (the zero

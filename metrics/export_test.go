@@ -34,8 +34,14 @@ func TestEveryCollectorHasOneExporter(t *testing.T) {
 	require.Contains(t, api, "labels_http_requests_total")
 	require.Contains(t, worker, "labels_carrier_calls_total")
 	require.Contains(t, worker, "labels_store_up")
+	shared := SharedNames()
+	require.Contains(t, shared, "labels_db_pool_connections")
 	for _, n := range api {
-		require.False(t, slices.Contains(worker, n), "%s is exported by both", n)
+		require.Equal(t, slices.Contains(shared, n), slices.Contains(worker, n), "%s: exported by both exactly when it is the pool's", n)
+	}
+	for _, n := range shared {
+		require.Contains(t, api, n)
+		require.Contains(t, worker, n)
 	}
 	for _, p := range []Process{API, Worker} {
 		reg := New(p).Registry
@@ -52,6 +58,46 @@ func TestEveryCollectorHasOneExporter(t *testing.T) {
 			err := reg.Register(prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: "probe"}))
 			registered := err != nil
 			require.Equal(t, slices.Contains(Names(p), name), registered, "%s: registered in the %s registry", name, p)
+		}
+	}
+}
+
+// Series names a histogram's _bucket, _sum and _count series instead of its
+// name, and every other metric by its name.
+func TestSeriesNameHistogramSeries(t *testing.T) {
+	t.Parallel()
+	api, worker := Series(API), Series(Worker)
+	for _, n := range []string{"labels_http_request_duration_seconds_bucket", "labels_http_request_duration_seconds_sum",
+		"labels_http_request_duration_seconds_count", "labels_http_requests_total", "labels_db_pool_connections"} {
+		require.Contains(t, api, n)
+	}
+	require.NotContains(t, api, "labels_http_request_duration_seconds")
+	for _, n := range []string{"labels_carrier_call_duration_seconds_bucket", "labels_webhook_attempt_duration_seconds_count",
+		"labels_store_up", "labels_db_pool_max_connections"} {
+		require.Contains(t, worker, n)
+	}
+	require.NotContains(t, worker, "labels_webhook_attempt_duration_seconds")
+	// The same names as the registries expose: every histogram observed once
+	// and gathered shows exactly these series.
+	for _, p := range []Process{API, Worker} {
+		m := New(p)
+		var r prometheus.Registerer // the worker's only
+		if p == Worker {
+			r = m.Registry
+		}
+		w := NewWebhooks(r)
+		m.HTTPDuration.WithLabelValues("r").Observe(1)
+		m.CarrierDuration.WithLabelValues("bought").Observe(1)
+		w.AttemptDuration.Observe(1)
+		mfs, err := m.Registry.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetType().String() != "HISTOGRAM" {
+				continue
+			}
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				require.Contains(t, Series(p), mf.GetName()+suffix, "%s", p)
+			}
 		}
 	}
 }

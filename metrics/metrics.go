@@ -160,24 +160,62 @@ func (m *Metrics) exports() []export {
 	}
 }
 
+// collectorsOf returns the collectors whose metrics process p exports,
+// besides Go's and the process's own: its rows of exports, the worker's
+// database and webhook collectors ([NewStoreCollector], [NewWebhooks],
+// [NewWebhookCollector]), and the pool collector ([NewPoolCollector]) both
+// register. They are made over nothing: for their descriptions only.
+func collectorsOf(p Process) []prometheus.Collector {
+	var cs []prometheus.Collector
+	for _, e := range New().exports() {
+		if e.by == p {
+			cs = append(cs, e.c)
+		}
+	}
+	if p == Worker {
+		w := NewWebhooks(nil)
+		cs = append(cs, NewStoreCollector(nil), w.Deliveries, w.Attempts, w.AttemptDuration, w.EndpointsDisabled, w.Held, NewWebhookCollector(nil))
+	}
+	return append(cs, NewPoolCollector(nil))
+}
+
 // Names returns the names of the metrics process p exports, the database
-// gauges of StoreCollector and the webhook metrics (NewWebhooks,
-// NewWebhookCollector) included for the worker.
+// gauges of StoreCollector, the webhook metrics (NewWebhooks,
+// NewWebhookCollector) and the pool's (NewPoolCollector) included.
 func Names(p Process) []string {
-	m := New()
+	return descNames(collectorsOf(p)...)
+}
+
+// SharedNames returns the names of the metrics both processes export: their
+// database pool's ([NewPoolCollector]).
+func SharedNames() []string {
+	return descNames(NewPoolCollector(nil))
+}
+
+// Series returns the names of the series process p exports: Names, with a
+// histogram's name replaced by its _bucket, _sum and _count series.
+func Series(p Process) []string {
+	var series []string
+	for _, c := range collectorsOf(p) {
+		names := descNames(c)
+		switch c.(type) {
+		case prometheus.Histogram, *prometheus.HistogramVec:
+			for _, n := range names {
+				series = append(series, n+"_bucket", n+"_sum", n+"_count")
+			}
+		default:
+			series = append(series, names...)
+		}
+	}
+	return series
+}
+
+// descNames returns the metric names the collectors describe.
+func descNames(cs ...prometheus.Collector) []string {
 	ch := make(chan *prometheus.Desc, 64)
 	go func() {
-		for _, e := range m.exports() {
-			if e.by == p {
-				e.c.Describe(ch)
-			}
-		}
-		if p == Worker {
-			NewStoreCollector(nil).Describe(ch)
-			w := NewWebhooks(nil)
-			for _, c := range []prometheus.Collector{w.Deliveries, w.Attempts, w.AttemptDuration, w.EndpointsDisabled, w.Held, NewWebhookCollector(nil)} {
-				c.Describe(ch)
-			}
+		for _, c := range cs {
+			c.Describe(ch)
 		}
 		close(ch)
 	}()

@@ -55,7 +55,8 @@ Flags (override the environment):
 
 Environment: DATABASE_URL, DATABASE_DIRECT_URL (a direct connection when
 DATABASE_URL is a pooler: LISTEN and migrations), DATABASE_POOLED (default:
-true when DATABASE_DIRECT_URL is set), API_ADDR, KEY_RETENTION (%s), ACCEPT_BATCH (%d:
+true when DATABASE_DIRECT_URL is set), API_ADDR, API_METRICS_ADDR (unset:
+/metrics on API_ADDR; set: /metrics only on this listener), KEY_RETENTION (%s), ACCEPT_BATCH (%d:
 accepts per shared transaction; 0 = one transaction per accept),
 RATE_LIMIT (%d: off; creates a second per caller in this process, past which
 429 rate_limited), RATE_LIMIT_BURST (0: RATE_LIMIT), PREFER_WAIT_MAX (%d:
@@ -78,6 +79,7 @@ const DefaultAddr = ":8080"
 type Config struct {
 	Database     cli.Database
 	Addr         string
+	MetricsAddr  string // API_METRICS_ADDR; empty: /metrics on Addr
 	KeyRetention time.Duration
 	AcceptBatch  int // ACCEPT_BATCH; 0: off
 	RateLimit    int // RATE_LIMIT: creates a second per caller; 0: off
@@ -135,6 +137,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cfg := Config{
 		Database:     env.Database(),
 		Addr:         env.String("API_ADDR", DefaultAddr),
+		MetricsAddr:  env.String("API_METRICS_ADDR", ""),
 		KeyRetention: env.Duration("KEY_RETENTION", idempotency.DefaultKeyRetention),
 		AcceptBatch:  env.Int("ACCEPT_BATCH", accept.DefaultBatch),
 		RateLimit:    env.Int("RATE_LIMIT", httpapi.DefaultRateLimit),
@@ -195,7 +198,8 @@ func serve(ctx context.Context, cfg Config, db postgres.Endpoints, log zerolog.L
 	}
 	svc, err := apiserve.Start(ctx, db, apiserve.Options{KeyRetention: cfg.KeyRetention, AcceptBatch: cli.Batch(cfg.AcceptBatch),
 		RateLimit: httpapi.RateLimit{PerSecond: float64(cfg.RateLimit), Burst: cfg.RateBurst}, MaxWaiters: maxWaiters,
-		Carrier: carrier.NewClient(cfg.CarrierURL, &carrier.ClientOpts{Token: cfg.CarrierToken}), CarrierTimeout: cfg.CarrierTimeout}, log)
+		Carrier: carrier.NewClient(cfg.CarrierURL, &carrier.ClientOpts{Token: cfg.CarrierToken}), CarrierTimeout: cfg.CarrierTimeout,
+		MetricsElsewhere: cfg.MetricsAddr != ""}, log)
 	if err != nil {
 		log.Error().Err(err).Msg("database pool")
 		return 1
@@ -212,6 +216,14 @@ func serve(ctx context.Context, cfg Config, db postgres.Endpoints, log zerolog.L
 		return 1
 	} else if err != nil {
 		log.Warn().Err(err).Msg("schema version not read (the database does not answer): /readyz answers 503 until it does")
+	}
+	if cfg.MetricsAddr != "" {
+		msrv, err := svc.Metrics().Serve(cfg.MetricsAddr, nil, log)
+		if err != nil {
+			log.Error().Err(err).Str("addr", cfg.MetricsAddr).Msg("metrics listener")
+			return 1
+		}
+		defer msrv.Close()
 	}
 	srv := httpapi.NewHTTPServer(svc.Handler, httpapi.Limits{})
 	ln, err := net.Listen("tcp", cfg.Addr)

@@ -5,8 +5,10 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -83,14 +85,64 @@ func TestMigrateCallerServe(t *testing.T) {
 	require.NotContains(t, logs.String(), "Exampleton", "the address is never logged")
 	require.NotContains(t, logs.String(), token, "the token is never logged")
 
-	// The API exports its own series and none of the worker's.
+	// The API exports its own series, its database pool's, and none of the
+	// worker's.
 	scraped := scrapeNames(t, "http://"+addr+"/metrics")
 	require.Contains(t, scraped, `labels_http_requests_total{method="POST",route="create_label",status="202"}`)
 	require.Contains(t, scraped, `labels_idempotency_outcomes_total{outcome="new"}`)
+	require.Contains(t, scraped, `labels_db_pool_connections{state="in_use"}`)
+	require.Contains(t, scraped, "labels_db_pool_max_connections")
 	for _, n := range metrics.Names(metrics.Worker) {
+		if slices.Contains(metrics.SharedNames(), n) {
+			continue
+		}
 		for s := range scraped {
 			require.False(t, s == n || strings.HasPrefix(s, n+"{") || strings.HasPrefix(s, n+"_"), "the API exports the worker's %s", s)
 		}
+	}
+}
+
+// With API_METRICS_ADDR, /metrics is served on that listener alone: the
+// public port answers it 404 like any unknown path, and the metrics
+// listener serves the series of the requests the public port answered, and
+// nothing else.
+func TestMetricsOnTheirOwnListener(t *testing.T) {
+	t.Parallel()
+	_, url := dbtest.New(t)
+	e := clitest.Env(map[string]string{"DATABASE_URL": url, "API_ADDR": "127.0.0.1:0", "API_METRICS_ADDR": "127.0.0.1:0"})
+	ctx := context.Background()
+	require.Equal(t, 0, run(ctx, []string{"api", "migrate"}, e, io.Discard, io.Discard))
+	var out bytes.Buffer
+	require.Equal(t, 0, run(ctx, []string{"api", "caller", "add", "fulfilment"}, e, &out, io.Discard))
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	token := lines[len(lines)-1]
+
+	addr, logs := logtest.Serve(t, run, []string{"api"}, e, "listening")
+	metricsAddr := logs.WaitAddr(t, "metrics listening", 30*time.Second)
+	require.NotEqual(t, addr, metricsAddr)
+
+	api := &stacktest.Stack{T: t, URL: "http://" + addr}
+	created := api.Create(token, "label:918274:1:v1", stacktest.ParcelBody(918274, 1, 1450))
+	require.Equal(t, http.StatusAccepted, created.Status, string(created.Body))
+
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		req, err := http.NewRequest(method, "http://"+addr+"/metrics", nil)
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusNotFound, resp.StatusCode, "%s /metrics on the public port", method)
+		require.Empty(t, resp.Header.Get("Allow"), "the public port does not offer /metrics")
+	}
+
+	scraped := scrapeNames(t, "http://"+metricsAddr+"/metrics")
+	require.Contains(t, scraped, `labels_http_requests_total{method="POST",route="create_label",status="202"}`)
+	require.Contains(t, scraped, `labels_http_requests_total{method="GET",route="unknown",status="404"}`, "the refused /metrics is counted as the unknown path it is")
+	for _, path := range []string{"/v1/labels", "/healthz", "/readyz", "/openapi.yaml"} {
+		resp, err := http.Get("http://" + metricsAddr + path)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusNotFound, resp.StatusCode, "the metrics listener serves %s", path)
 	}
 }
 

@@ -9,13 +9,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
 	"github.com/rs/zerolog"
 
@@ -388,21 +386,11 @@ func work(ctx context.Context, cfg Config, db postgres.Endpoints, periodic []*ri
 }
 
 func serveMetrics(addr string, pool *pgxpool.Pool, schema *migrations.Gate, m *metrics.Metrics, log zerolog.Logger) (*http.Server, error) {
-	m.Registry.MustRegister(metrics.NewStoreCollector(pool), metrics.NewWebhookCollector(func(ctx context.Context) (metrics.WebhookGauges, error) {
+	m.Registry.MustRegister(metrics.NewStoreCollector(pool), metrics.NewPoolCollector(pool), metrics.NewWebhookCollector(func(ctx context.Context) (metrics.WebhookGauges, error) {
 		st, err := postgres.GetWebhookStats(ctx, pool)
 		return metrics.WebhookGauges{OldestUndelivered: st.OldestUndelivered, Disabled: st.Disabled}, err
 	}))
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
-	handleHealth(mux, schema)
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	log.Info().Str("addr", ln.Addr().String()).Msg("metrics listening")
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	return srv, nil
+	return m.Serve(addr, func(mux *http.ServeMux) { handleHealth(mux, schema) }, log)
 }
 
 // handleHealth adds /healthz (the process runs) and /readyz (the database

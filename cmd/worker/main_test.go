@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -64,7 +65,8 @@ func TestHelpAndBadConfig(t *testing.T) {
 	require.Equal(t, 2, run(context.Background(), []string{"worker", "extra"}, clitest.Env(nil), io.Discard, io.Discard))
 }
 
-// The worker's /metrics has the worker's series and none of the API's.
+// The worker's /metrics has the worker's series, its database pool's, and
+// none of the API's.
 func TestWorkerExportsOnlyItsMetrics(t *testing.T) {
 	t.Parallel()
 	_, url := dbtest.New(t)
@@ -79,7 +81,12 @@ func TestWorkerExportsOnlyItsMetrics(t *testing.T) {
 	page := string(b)
 	require.Contains(t, page, "\nlabels_store_up 1\n")
 	require.Contains(t, page, `labels_void_outcomes_total{outcome="voided"} 0`)
+	require.Contains(t, page, `labels_db_pool_connections{state="in_use"}`)
+	require.Contains(t, page, "\nlabels_db_pool_max_connections ")
 	for _, n := range metrics.Names(metrics.API) {
+		if slices.Contains(metrics.SharedNames(), n) {
+			continue
+		}
 		require.NotContains(t, page, "\n"+n, "the worker exports the API's %s", n)
 	}
 }

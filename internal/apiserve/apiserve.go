@@ -78,6 +78,10 @@ func New(ctx context.Context, cfg Config) *API {
 // notifier, as a restarted process builds one (nothing it caches survives).
 func (a *API) NewHandler() http.Handler { return httpapi.NewServer(a.deps) }
 
+// Metrics returns the registry the handler records into, as its /metrics
+// (or, with MetricsElsewhere, the caller's listener) serves it.
+func (a *API) Metrics() *metrics.Metrics { return a.deps.Metrics }
+
 // Close stops the listener and the notifier, waits for them, and closes the
 // pool [Start] made.
 func (a *API) Close() {
@@ -98,6 +102,9 @@ type Options struct {
 	// CARRIER_TOKEN, CARRIER_TIMEOUT).
 	Carrier        *carrier.Client
 	CarrierTimeout time.Duration
+	// MetricsElsewhere leaves /metrics off the handler: the caller serves
+	// [API.Metrics] on its own listener (API_METRICS_ADDR).
+	MetricsElsewhere bool
 }
 
 // Start makes a pool of at least 20 connections from db.Pool (connecting
@@ -114,15 +121,18 @@ func Start(ctx context.Context, db postgres.Endpoints, o Options, log zerolog.Lo
 		return nil, err
 	}
 	gate := migrations.NewGate(pool)
+	m := metrics.New(metrics.API)
+	m.Registry.MustRegister(metrics.NewPoolCollector(pool))
 	a := New(ctx, Config{Listen: db.Listen(), Deps: httpapi.Deps{
-		Ready:      gate.Ready,
-		Opts:       accept.Opts{Pool: pool, KeyRetention: o.KeyRetention, Batch: o.AcceptBatch},
-		Metrics:    metrics.New(metrics.API),
-		Log:        log,
-		OpenAPI:    api.OpenAPI,
-		RateLimit:  o.RateLimit,
-		MaxWaiters: o.MaxWaiters,
-		Carrier:    o.Carrier, CarrierTimeout: o.CarrierTimeout,
+		Ready:            gate.Ready,
+		Opts:             accept.Opts{Pool: pool, KeyRetention: o.KeyRetention, Batch: o.AcceptBatch},
+		Metrics:          m,
+		MetricsElsewhere: o.MetricsElsewhere,
+		Log:              log,
+		OpenAPI:          api.OpenAPI,
+		RateLimit:        o.RateLimit,
+		MaxWaiters:       o.MaxWaiters,
+		Carrier:          o.Carrier, CarrierTimeout: o.CarrierTimeout,
 	}})
 	a.pool, a.Schema = pool, gate
 	return a, nil
