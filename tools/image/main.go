@@ -182,6 +182,8 @@ func build(ctx context.Context, spec buildSpec, stderr io.Writer) (v1.Hash, erro
 // machine to another. The VCS stamp (revision, commit time, a modified tree)
 // is the same for the same commit, and makes `--version` and `go version -m`
 // name it; a checkout the go command cannot read it from builds without.
+// GOWORK=off: the service's go.mod alone chooses what goes in, not the
+// workspace (go.work) that also holds the tools.
 func compile(ctx context.Context, root, dir, arch string, commands []string, stderr io.Writer) error {
 	args := []string{"build", "-trimpath", "-buildvcs=auto", "-ldflags=-s -w -buildid=", "-o", dir + string(filepath.Separator)}
 	for _, c := range commands {
@@ -189,7 +191,7 @@ func compile(ctx context.Context, root, dir, arch string, commands []string, std
 	}
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch, "GOFLAGS=")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch, "GOFLAGS=", "GOWORK=off")
 	cmd.Stdout, cmd.Stderr = stderr, stderr
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("go build: %w", err)
