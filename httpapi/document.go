@@ -11,7 +11,6 @@ import (
 
 	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/carrier"
-	"github.com/labelkit/labels/postgres"
 )
 
 // handleGetLabelDocument is GET (and HEAD) /v1/labels/{label_id}/document:
@@ -25,14 +24,11 @@ import (
 // carrier_unavailable with Retry-After: the document is still there to fetch
 // later.
 func (s *Server) handleGetLabelDocument(w http.ResponseWriter, r *http.Request, callerID string) {
-	ctx, cancel := context.WithTimeout(r.Context(), s.deps.Timeout)
-	l, err := postgres.GetLabel(ctx, s.deps.Pool, callerID, r.PathValue("label_id"))
-	cancel()
-	if !found(w, r, err, "label") {
+	l, ok := s.callerLabel(w, r, callerID)
+	if !ok {
 		return
 	}
 	info := infoFrom(r)
-	info.requestID = l.RequestID
 	if l.Label.Document == nil {
 		writeProblem(w, r, labels.CodeNotFound, "the carrier named no document for this label")
 		return

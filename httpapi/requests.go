@@ -77,14 +77,24 @@ func (s *Server) labelRequest(ctx context.Context, in *postgres.Intent) (*labels
 
 // handleGetLabel is GET /v1/labels/{label_id}.
 func (s *Server) handleGetLabel(w http.ResponseWriter, r *http.Request, callerID string) {
+	if l, ok := s.callerLabel(w, r, callerID); ok {
+		writeJSON(w, http.StatusOK, l.Label.Body())
+	}
+}
+
+// callerLabel reads the caller's label named by the path's {label_id},
+// within the store timeout, and names its request in the request's log
+// line. A label that is not the caller's, or none at all, is answered 404
+// (and a store that fails, its error), and callerLabel reports false.
+func (s *Server) callerLabel(w http.ResponseWriter, r *http.Request, callerID string) (*postgres.Label, bool) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.deps.Timeout)
 	defer cancel()
 	l, err := postgres.GetLabel(ctx, s.deps.Pool, callerID, r.PathValue("label_id"))
 	if !found(w, r, err, "label") {
-		return
+		return nil, false
 	}
 	infoFrom(r).requestID = l.RequestID
-	writeJSON(w, http.StatusOK, l.Label.Body())
+	return l, true
 }
 
 // found answers a lookup that failed, 404 "no such <what>" when there is

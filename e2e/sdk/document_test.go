@@ -1,7 +1,6 @@
 package sdk_test
 
 import (
-	"io"
 	"net/http"
 	"strconv"
 	"testing"
@@ -30,12 +29,7 @@ func TestLabelDocument(t *testing.T) {
 
 	// What the carrier serves, fetched there (the simulator of this stack
 	// wants no token; a real carrier's document URL needs the carrier's).
-	resp, err := http.Get(label.Document.URL)
-	require.NoError(t, err)
-	atCarrier, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	require.NoError(t, err)
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	_, atCarrier := fetchAtCarrier(t, label.Document)
 
 	doc, err := c.LabelDocument(ctx(t), label.LabelID, "")
 	require.NoError(t, err)
@@ -109,13 +103,4 @@ func TestLabelDocument(t *testing.T) {
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, http.StatusBadGateway, pe.Problem.Status)
 	require.Equal(t, client.CodeCarrierUnavailable, pe.Problem.Code)
-}
-
-func requireNotFound(t *testing.T, err error) *client.ProblemError {
-	t.Helper()
-	require.ErrorIs(t, err, client.ErrNotFound)
-	var pe *client.ProblemError
-	require.ErrorAs(t, err, &pe)
-	require.Equal(t, http.StatusNotFound, pe.Problem.Status)
-	return pe
 }

@@ -2,8 +2,6 @@ package sdk_test
 
 import (
 	"encoding/json"
-	"io"
-	"net/http"
 	"strconv"
 	"testing"
 
@@ -33,14 +31,9 @@ func TestReads(t *testing.T) {
 	// The label document the carrier named: fetch it where it says.
 	require.NotNil(t, got.Document, "the simulator names a document")
 	require.Equal(t, "application/pdf", got.Document.ContentType)
-	resp, err := http.Get(got.Document.URL)
-	require.NoError(t, err)
-	doc, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	require.NoError(t, err)
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Equal(t, got.Document.ContentType, resp.Header.Get("Content-Type"))
-	require.Equal(t, strconv.FormatInt(got.Document.SizeBytes, 10), resp.Header.Get("Content-Length"))
+	h, doc := fetchAtCarrier(t, got.Document)
+	require.Equal(t, got.Document.ContentType, h.Get("Content-Type"))
+	require.Equal(t, strconv.FormatInt(got.Document.SizeBytes, 10), h.Get("Content-Length"))
 	require.Len(t, doc, int(got.Document.SizeBytes))
 	require.Contains(t, string(doc), got.TrackingNo)
 
@@ -80,10 +73,7 @@ func TestReads(t *testing.T) {
 		func() error { _, err := c.GetLabel(ctx(t), "lbl_nope"); return err },
 	} {
 		err := read()
-		require.ErrorIs(t, err, client.ErrNotFound)
-		var pe *client.ProblemError
-		require.ErrorAs(t, err, &pe)
-		require.Equal(t, http.StatusNotFound, pe.Problem.Status)
+		pe := requireNotFound(t, err)
 		require.NotEmpty(t, pe.HTTPRequestID, "the server's X-Request-Id")
 		require.Contains(t, err.Error(), "(X-Request-Id "+pe.HTTPRequestID+")")
 	}

@@ -2,6 +2,7 @@ package sdk_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"sync"
 	"testing"
@@ -383,4 +384,28 @@ func TestBounds(t *testing.T) {
 		require.True(t, client.IsTemporary(err), "%v", err)
 		require.Equal(t, 1, s.Count(`SELECT count(*) FROM label_intents`))
 	})
+}
+
+// requireNotFound checks that err is the API's 404 and returns its problem.
+func requireNotFound(t *testing.T, err error) *client.ProblemError {
+	t.Helper()
+	require.ErrorIs(t, err, client.ErrNotFound)
+	var pe *client.ProblemError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, http.StatusNotFound, pe.Problem.Status)
+	return pe
+}
+
+// fetchAtCarrier fetches a label's document where the carrier serves it
+// (the simulator of these stacks wants no token) and returns the answer's
+// headers and bytes, requiring a 200.
+func fetchAtCarrier(t *testing.T, doc *client.Document) (http.Header, []byte) {
+	t.Helper()
+	resp, err := http.Get(doc.URL)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	return resp.Header, body
 }
