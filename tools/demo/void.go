@@ -148,7 +148,7 @@ func (d *demo) reconcileDay(ctx context.Context) (*proc.Result, error) {
 
 // day is the UTC day of the labels, as reconcile --date takes it.
 func (d *demo) day() string {
-	day := d.labelDay
+	day := d.label.CreatedAt.UTC()
 	if day.IsZero() {
 		day = time.Now().UTC()
 	}
