@@ -293,12 +293,11 @@ func (d *demo) poll(ctx context.Context) error {
 
 // learnLabel keeps what later steps check: the label and its day.
 func (d *demo) learnLabel(r *response) error {
-	label, ok := r.label()
-	if !ok {
+	d.labelJSON = r.raw("label")
+	if json.Unmarshal(d.labelJSON, &d.label) != nil || d.label.LabelID == "" {
 		return fmt.Errorf("succeeded without a label: %s", r.body)
 	}
-	d.label, d.labelJSON = label, r.raw("label")
-	d.say.Say("Succeeded: label %s, tracking number %s, %d cents %s.", label.LabelID, label.TrackingNo, label.CostCents, label.Currency)
+	d.say.Say("Succeeded: label %s, tracking number %s, %d cents %s.", d.label.LabelID, d.label.TrackingNo, d.label.CostCents, d.label.Currency)
 	return nil
 }
 
@@ -386,7 +385,7 @@ func (d *demo) stopAll(hurry context.Context) error {
 	for _, st := range stops {
 		msg := "stopped, exit 0"
 		if st.Err != nil {
-			msg = firstLine(st.Err)
+			msg, _, _ = strings.Cut(st.Err.Error(), "\n")
 		}
 		d.say.Say("%-9s %s", st.Name, msg)
 	}
@@ -493,9 +492,4 @@ func mask(token string) string {
 		return "…"
 	}
 	return token[:8] + "…"
-}
-
-func firstLine(err error) string {
-	s, _, _ := strings.Cut(err.Error(), "\n")
-	return s
 }

@@ -7,8 +7,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-
-	"github.com/labelkit/labels"
 )
 
 // narrator prints the story on stdout: numbered steps, requests as "> "
@@ -129,10 +127,4 @@ func (r *response) field(name string) string {
 		return s
 	}
 	return string(raw)
-}
-
-// label reads the body's label member (a LabelRequest's).
-func (r *response) label() (labels.Label, bool) {
-	var l labels.Label
-	return l, json.Unmarshal(r.raw("label"), &l) == nil && l.LabelID != ""
 }

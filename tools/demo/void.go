@@ -155,16 +155,9 @@ func (d *demo) day() string {
 	return day.Format(time.DateOnly)
 }
 
-// simStats is what the demo reads of GET /sim/stats.
-type simStats struct {
-	Purchases int `json:"purchases"`
-	Dropped   int `json:"dropped"`
-	Voids     int `json:"voids"`
-}
-
 // carrierStats reads GET /sim/stats, shown as request and answer when show.
-func (d *demo) carrierStats(ctx context.Context, show bool) (simStats, error) {
-	var st simStats
+func (d *demo) carrierStats(ctx context.Context, show bool) (sim.Stats, error) {
+	var st sim.Stats
 	r, err := d.carrier(ctx, http.MethodGet, "/sim/stats", "")
 	if err != nil {
 		return st, err
