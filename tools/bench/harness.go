@@ -65,12 +65,8 @@ type harness struct {
 // Run measures everything cfg names and returns the results, also when a
 // phase failed (the error names every failed phase).
 func Run(ctx context.Context, cfg Config) (*Results, error) {
-	logf := cfg.LogFunc
-	if logf == nil {
-		logf = func(string, ...any) {}
-	}
 	began := time.Now()
-	h := &harness{cfg: cfg, logf: logf, cpu: &cpuMeter{}}
+	h := &harness{cfg: cfg, logf: cfg.LogFunc, cpu: &cpuMeter{}}
 	h.orders.Store(firstOrder)
 	h.res = &Results{
 		Date:      began.UTC().Format("2006-01-02"),

@@ -112,7 +112,7 @@ type Config struct {
 	Keep         bool
 	// Command is what the report says was run.
 	Command string
-	// LogFunc receives progress lines; nil discards them.
+	// LogFunc receives progress lines.
 	LogFunc func(format string, args ...any)
 }
 
