@@ -151,8 +151,6 @@ func (c *Config) Validate() error {
 	switch {
 	case len(c.Concurrency) == 0:
 		return errors.New("--concurrency: at least one")
-	case c.Out == "":
-		return errors.New("--out: a directory is needed")
 	case !slices.IsSorted(c.ReplaySizes):
 		return errors.New("--replay-sizes: give them in increasing order")
 	}
