@@ -54,7 +54,6 @@ type harness struct {
 	pool       *pgxpool.Pool // the harness's own: fills, truncates, queries
 	token      string
 
-	api    *fleet.Proc
 	apiURL string
 	cpu    *cpuMeter
 
@@ -296,7 +295,7 @@ func (h *harness) startAPI(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	h.api, h.apiURL = p, p.URL()
+	h.apiURL = p.URL()
 	h.cpu.api = p.Pid()
 	h.logf("api %s (pid %d)", h.apiURL, p.Pid())
 	return nil
