@@ -146,14 +146,9 @@ func (d *demo) reconcileDay(ctx context.Context) (*proc.Result, error) {
 	return d.reconcileRun(ctx, "--date", d.day(), "--format", "text", "--grace", "0s")
 }
 
-// day is the UTC day of the labels, as reconcile --date takes it.
-func (d *demo) day() string {
-	day := d.label.CreatedAt.UTC()
-	if day.IsZero() {
-		day = time.Now().UTC()
-	}
-	return day.Format(time.DateOnly)
-}
+// day is the UTC day of the labels (the first one's, which poll learnt),
+// as reconcile --date takes it.
+func (d *demo) day() string { return d.label.CreatedAt.UTC().Format(time.DateOnly) }
 
 // carrierStats reads GET /sim/stats, shown as request and answer when show.
 func (d *demo) carrierStats(ctx context.Context, show bool) (sim.Stats, error) {
