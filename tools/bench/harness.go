@@ -54,7 +54,6 @@ type harness struct {
 	pool       *pgxpool.Pool // the harness's own: fills, truncates, queries
 	token      string
 
-	api    *fleet.Proc
 	apiURL string
 	cpu    *cpuMeter
 
@@ -65,12 +64,8 @@ type harness struct {
 // Run measures everything cfg names and returns the results, also when a
 // phase failed (the error names every failed phase).
 func Run(ctx context.Context, cfg Config) (*Results, error) {
-	logf := cfg.LogFunc
-	if logf == nil {
-		logf = func(string, ...any) {}
-	}
 	began := time.Now()
-	h := &harness{cfg: cfg, logf: logf, cpu: &cpuMeter{}}
+	h := &harness{cfg: cfg, logf: cfg.LogFunc, cpu: &cpuMeter{}}
 	h.orders.Store(firstOrder)
 	h.res = &Results{
 		Date:      began.UTC().Format("2006-01-02"),
@@ -300,7 +295,7 @@ func (h *harness) startAPI(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	h.api, h.apiURL = p, p.URL()
+	h.apiURL = p.URL()
 	h.cpu.api = p.Pid()
 	h.logf("api %s (pid %d)", h.apiURL, p.Pid())
 	return nil

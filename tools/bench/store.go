@@ -106,12 +106,11 @@ func filledRow(i int64, now time.Time) (key, intent []any, err error) {
 		Currency:       "USD",
 		CreatedAt:      completed,
 	}
-	caller := callerName
 	idemKey := keyFor(order)
-	key = []any{caller, idemKey, hash, int16(idempotency.FingerprintVersion), requestID, postgres.StateCompleted,
+	key = []any{callerName, idemKey, hash, int16(idempotency.FingerprintVersion), requestID, postgres.StateCompleted,
 		int32(201), string(label.Body()), accepted, completed.Add(24 * time.Hour).Add(time.Hour)}
-	intent = []any{requestID, caller, idemKey, hash, int16(idempotency.FingerprintVersion), order, int32(parcel.ParcelNo),
-		int32(parcel.LabelVersion), payload, carrier.DeriveKey(caller, idemKey), labels.StatusSucceeded, label.LabelID,
+	intent = []any{requestID, callerName, idemKey, hash, int16(idempotency.FingerprintVersion), order, int32(parcel.ParcelNo),
+		int32(parcel.LabelVersion), payload, carrier.DeriveKey(callerName, idemKey), labels.StatusSucceeded, label.LabelID,
 		accepted, completed}
 	return key, intent, nil
 }

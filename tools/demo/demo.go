@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/internal/devdb"
 	"github.com/labelkit/labels/internal/fleet"
 	"github.com/labelkit/labels/internal/proc"
@@ -72,9 +73,8 @@ type demo struct {
 	apiURL     string
 	token      string
 	requestID  string
-	label      json.RawMessage // the Label of the succeeded request
-	labelID    string
-	labelDay   time.Time
+	labelJSON  json.RawMessage // the Label of the succeeded request, as sent
+	label      labels.Label    // and as read
 	purchases  int
 	reconciled string // the reconcile verdict for the summary
 
@@ -293,14 +293,11 @@ func (d *demo) poll(ctx context.Context) error {
 
 // learnLabel keeps what later steps check: the label and its day.
 func (d *demo) learnLabel(r *response) error {
-	label, ok := r.label()
-	if !ok {
+	d.labelJSON = r.raw("label")
+	if json.Unmarshal(d.labelJSON, &d.label) != nil || d.label.LabelID == "" {
 		return fmt.Errorf("succeeded without a label: %s", r.body)
 	}
-	d.label = r.raw("label")
-	d.labelID = label.LabelID
-	d.labelDay = label.CreatedAt.UTC()
-	d.say.Say("Succeeded: label %s, tracking number %s, %d cents %s.", d.labelID, label.TrackingNo, label.CostCents, label.Currency)
+	d.say.Say("Succeeded: label %s, tracking number %s, %d cents %s.", d.label.LabelID, d.label.TrackingNo, d.label.CostCents, d.label.Currency)
 	return nil
 }
 
@@ -318,13 +315,13 @@ func (d *demo) replay(ctx context.Context) error {
 	if got := r.header.Get("Idempotent-Replayed"); got != "true" {
 		return fmt.Errorf("201 with Idempotent-Replayed %q, want true", got)
 	}
-	if !sameJSON(r.body, d.label) {
-		return fmt.Errorf("201 replay carries %s, want the label the request made, %s", r.body, d.label)
+	if !sameJSON(r.body, d.labelJSON) {
+		return fmt.Errorf("201 replay carries %s, want the label the request made, %s", r.body, d.labelJSON)
 	}
-	if loc := r.header.Get("Location"); !strings.HasSuffix(loc, "/v1/labels/"+d.labelID) {
-		return fmt.Errorf("201 replay with Location %q, want /v1/labels/%s", loc, d.labelID)
+	if loc := r.header.Get("Location"); !strings.HasSuffix(loc, "/v1/labels/"+d.label.LabelID) {
+		return fmt.Errorf("201 replay with Location %q, want /v1/labels/%s", loc, d.label.LabelID)
 	}
-	d.say.Say("The label %s again: the answer saved when it was bought. Nothing ran twice.", d.labelID)
+	d.say.Say("The label %s again: the answer saved when it was bought. Nothing ran twice.", d.label.LabelID)
 	return nil
 }
 
@@ -388,7 +385,7 @@ func (d *demo) stopAll(hurry context.Context) error {
 	for _, st := range stops {
 		msg := "stopped, exit 0"
 		if st.Err != nil {
-			msg = firstLine(st.Err)
+			msg, _, _ = strings.Cut(st.Err.Error(), "\n")
 		}
 		d.say.Say("%-9s %s", st.Name, msg)
 	}
@@ -495,9 +492,4 @@ func mask(token string) string {
 		return "…"
 	}
 	return token[:8] + "…"
-}
-
-func firstLine(err error) string {
-	s, _, _ := strings.Cut(err.Error(), "\n")
-	return s
 }

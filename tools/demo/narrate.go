@@ -7,8 +7,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-
-	"github.com/labelkit/labels"
 )
 
 // narrator prints the story on stdout: numbered steps, requests as "> "
@@ -67,9 +65,10 @@ func (n *narrator) Request(method, path string, headers []header, body []byte) {
 }
 
 // shownHeaders are the answer headers worth seeing, in this order.
-var shownHeaders = []string{"Content-Type", "Location", "Idempotent-Replayed", "Idempotency-Key-Expires", "Retry-After"}
+var shownHeaders = []string{"Content-Type", "Content-Length", "ETag", "Location", "Idempotent-Replayed", "Idempotency-Key-Expires", "Retry-After"}
 
-// Response prints an answer: status line, the relevant headers, the body.
+// Response prints an answer: status line, the relevant headers, the body
+// (its size alone unless it is JSON or text).
 func (n *narrator) Response(r *response) {
 	n.line("< %s %s", r.proto, r.status)
 	for _, name := range shownHeaders {
@@ -77,9 +76,13 @@ func (n *narrator) Response(r *response) {
 			n.line("< %s: %s", name, v)
 		}
 	}
-	if len(r.body) > 0 {
+	if ct := r.header.Get("Content-Type"); len(r.body) > 0 {
 		n.line("<")
-		n.body("< ", r.body)
+		if strings.Contains(ct, "json") || strings.HasPrefix(ct, "text/") {
+			n.body("< ", r.body)
+		} else {
+			n.line("< (%d bytes)", len(r.body))
+		}
 	}
 	n.line("")
 }
@@ -124,10 +127,4 @@ func (r *response) field(name string) string {
 		return s
 	}
 	return string(raw)
-}
-
-// label reads the body's label member (a LabelRequest's).
-func (r *response) label() (labels.Label, bool) {
-	var l labels.Label
-	return l, json.Unmarshal(r.raw("label"), &l) == nil && l.LabelID != ""
 }

@@ -146,25 +146,13 @@ func (d *demo) reconcileDay(ctx context.Context) (*proc.Result, error) {
 	return d.reconcileRun(ctx, "--date", d.day(), "--format", "text", "--grace", "0s")
 }
 
-// day is the UTC day of the labels, as reconcile --date takes it.
-func (d *demo) day() string {
-	day := d.labelDay
-	if day.IsZero() {
-		day = time.Now().UTC()
-	}
-	return day.Format(time.DateOnly)
-}
-
-// simStats is what the demo reads of GET /sim/stats.
-type simStats struct {
-	Purchases int `json:"purchases"`
-	Dropped   int `json:"dropped"`
-	Voids     int `json:"voids"`
-}
+// day is the UTC day of the labels (the first one's, which poll learnt),
+// as reconcile --date takes it.
+func (d *demo) day() string { return d.label.CreatedAt.UTC().Format(time.DateOnly) }
 
 // carrierStats reads GET /sim/stats, shown as request and answer when show.
-func (d *demo) carrierStats(ctx context.Context, show bool) (simStats, error) {
-	var st simStats
+func (d *demo) carrierStats(ctx context.Context, show bool) (sim.Stats, error) {
+	var st sim.Stats
 	r, err := d.carrier(ctx, http.MethodGet, "/sim/stats", "")
 	if err != nil {
 		return st, err

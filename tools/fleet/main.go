@@ -235,10 +235,9 @@ func (f *session) start(ctx context.Context) error {
 		}
 		f.workers = append(f.workers, w)
 		if i == 0 && f.cfg.AdminAddr != "" {
-			// A worker built before ADMIN_ADDR existed says nothing: do not wait long.
-			actx, acancel := context.WithTimeout(ctx, 3*time.Second)
-			f.adminAddr, _ = w.WaitListening(actx, "admin listening")
-			acancel()
+			if f.adminAddr, err = w.WaitListening(ctx, "admin listening"); err != nil {
+				return err
+			}
 		}
 	}
 	f.token, err = f.fleet.AddCaller(ctx, "fleet", oneShot)
@@ -261,11 +260,8 @@ func (f *session) summary() {
 	for i, p := range f.workers {
 		fmt.Fprintf(w, "  worker-%-5d %s/metrics\n", i+1, p.URL())
 	}
-	switch {
-	case f.adminAddr != "":
+	if f.adminAddr != "" {
 		fmt.Fprintf(w, "  River UI     http://%s/riverui/   user admin, password %s\n", f.adminAddr, f.cfg.AdminPassword)
-	case f.cfg.AdminAddr != "":
-		fmt.Fprintf(w, "  River UI     not served: this worker does not announce \"admin listening\" (ADMIN_ADDR not wired in yet?)\n")
 	}
 	fmt.Fprintf(w, "\n  caller token %s\n\n", f.token)
 	fmt.Fprintf(w, "Try:\n  curl -s -X POST %s/v1/labels -H 'Authorization: Bearer %s' \\\n"+

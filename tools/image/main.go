@@ -43,7 +43,6 @@ import (
 	"bytes"
 	"context"
 	"debug/buildinfo"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -62,7 +61,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/internal/proc"
+	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
 // commands are the cmd/ directories built into /usr/local/bin; devCommands
@@ -81,27 +82,17 @@ const (
 	binDir        = "/usr/local/bin"
 )
 
-func main() {
-	os.Exit(run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
-}
+func main() { cli.Exit(run) }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("image", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	out := fs.String("out", "labels-image.tar", "the tarball to write")
 	ref := fs.String("name", defaultName, "the image's name (repository:tag) in the tarball")
 	arch := fs.String("arch", "amd64", "GOARCH of the binaries and the image (linux)")
 	source := fs.String("source", defaultSource, "the source repository's URL (label org.opencontainers.image.source)")
 	dev := fs.Bool("dev", false, "add the carrier simulator (a development image)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() != 0 {
-		fmt.Fprintf(stderr, "image: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if code, ok := cli.Parse(fs, args[1:], cmdline.Usage(fs, "Usage: image [flags]\n\nFlags:\n", ""), stdout, stderr); !ok {
+		return code
 	}
 	tag, err := name.NewTag(*ref)
 	if err != nil {

@@ -22,7 +22,7 @@ func TestBadInput(t *testing.T) {
 		epoch string
 		want  string
 	}{
-		{args: []string{"--out", out, "extra"}, want: `image: unexpected argument "extra"` + "\n"},
+		{args: []string{"--out", out, "extra"}, want: `image: unexpected arguments ["extra"]`},
 		{args: []string{"--out", out, "--name", "Not A Name"}, want: "image: --name: "},
 		{args: []string{"--out", out}, epoch: "yesterday", want: `image: SOURCE_DATE_EPOCH: "yesterday" is not a count of seconds since 1970` + "\n"},
 		{args: []string{"--out", out}, epoch: "-1", want: `image: SOURCE_DATE_EPOCH: "-1" is not a count of seconds since 1970` + "\n"},
@@ -34,7 +34,7 @@ func TestBadInput(t *testing.T) {
 			}
 			return ""
 		}
-		code := run(t.Context(), tc.args, getenv, &stdout, &stderr)
+		code := run(t.Context(), append([]string{"image"}, tc.args...), getenv, &stdout, &stderr)
 		require.Equal(t, 2, code, "%v", tc.args)
 		require.Empty(t, stdout.String())
 		require.Contains(t, stderr.String(), tc.want)
