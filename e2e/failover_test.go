@@ -1,0 +1,127 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/labelkit/labels/internal/testutil/dbtest"
+	"github.com/labelkit/labels/internal/testutil/replicatest"
+	"github.com/labelkit/labels/internal/testutil/stacktest"
+	"github.com/labelkit/labels/migrations"
+	"github.com/labelkit/labels/postgres"
+)
+
+// The primary dies (SIGKILL of its postmaster) and its streaming standby is
+// promoted, as a failover manager would: the stack, given both servers in
+// one multi-host URL with target_session_attrs=read-write, answers 503
+// store_unavailable with Retry-After (never 500) and /readyz 503 while no
+// server accepts writes, then follows the new primary without a restart:
+// its pools reconnect, the notification listener and River's listener and
+// leader come back on it, creates are accepted again, and the intent
+// accepted (and replicated) before the kill ends final, bought once.
+func TestFailoverToPromotedStandby(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a PostgreSQL primary and standby of its own")
+	}
+	t.Parallel()
+	pair := replicatest.New(t)
+	url := pair.CreateDatabase("labels")
+	ctx := context.Background()
+	cfg, err := postgres.PoolConfig(url)
+	require.NoError(t, err)
+	require.Len(t, cfg.ConnConfig.Fallbacks, 1, "the pool knows both servers")
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = migrations.Apply(ctx, pool)
+	require.NoError(t, err)
+
+	s := stacktest.New(t, stacktest.Opts{Pool: pool, RetryBase: 50 * time.Millisecond, LeaseDuration: 5 * time.Second, CarrierTimeout: 4 * time.Second})
+	tok := s.Token("fulfilment")
+	before := s.Accept(tok, "before", stacktest.ParcelBody(100, 1, 100))
+	require.Contains(t, string(s.WaitFinal(tok, before.ID).Body), `"status":"succeeded"`)
+	// The next purchase waits in the carrier while the primary dies.
+	begun := s.Carrier.StallFirst(s.Carrier.Calls() + 1)
+	inFlight := s.Accept(tok, "in-flight", stacktest.ParcelBody(101, 1, 100))
+	waitUntil(t, "the purchase to reach the carrier", begun)
+	pair.WaitReplayed()
+	// What listens: the API's listener (which also wakes the relay) and River's.
+	listens := []string{`LISTEN "label_intents"`, `LISTEN "%river%"`}
+	old, err := pgx.Connect(ctx, pair.Primary.URL("labels"))
+	require.NoError(t, err)
+	for _, pattern := range listens {
+		require.Positive(t, dbtest.Scalar[int](t, old, `SELECT count(*) FROM pg_stat_activity WHERE query LIKE $1`, pattern), pattern)
+	}
+	old.Close(ctx)
+
+	pair.KillPrimary()
+	close(s.Carrier.Release) // the purchase finishes while no server accepts writes
+	for i := range 5 {
+		r := s.Create(tok, "during", stacktest.ParcelBody(102, 1, 100))
+		require.Equal(t, http.StatusServiceUnavailable, r.Status, "attempt %d: %s", i, r.Body)
+		require.Contains(t, string(r.Body), `"code":"store_unavailable"`)
+		require.Equal(t, "1", r.Header.Get("Retry-After"))
+		require.Equal(t, http.StatusServiceUnavailable, s.Do(http.MethodGet, "/readyz", "", nil).Status)
+	}
+	require.Equal(t, http.StatusOK, s.Do(http.MethodGet, "/healthz", "", nil).Status)
+
+	pair.Promote()
+	promoted, err := pgx.Connect(ctx, pair.Standby.URL("labels"))
+	require.NoError(t, err)
+	t.Cleanup(func() { promoted.Close(context.Background()) })
+	leaderUntil := dbtest.Scalar[time.Time](t, promoted, `SELECT coalesce(max(expires_at), 'epoch') FROM river_leader`)
+
+	// The caller retries the refused request with its key, as Retry-After
+	// says, until the stack reaches the new primary: 503 until then, never
+	// anything else.
+	var during stacktest.Response
+	waitUntil(t, "a create to be accepted on the new primary", func() bool {
+		during = s.Create(tok, "during", stacktest.ParcelBody(102, 1, 100))
+		require.Contains(t, []int{http.StatusAccepted, http.StatusServiceUnavailable}, during.Status, string(during.Body))
+		return during.Status == http.StatusAccepted
+	})
+	require.Equal(t, http.StatusOK, s.Do(http.MethodGet, "/readyz", "", nil).Status)
+	after := s.Accept(tok, "after", stacktest.ParcelBody(103, 1, 100))
+
+	for _, id := range []string{inFlight.ID, stacktest.Decode[struct{ ID string }](t, during.Body).ID, after.ID} {
+		require.Contains(t, string(s.WaitFinal(tok, id).Body), `"status":"succeeded"`, id)
+	}
+	_, bought := s.Carrier.Purchases("")
+	require.Equal(t, 4, bought, "one purchase per intent")
+	require.Equal(t, 4, dbtest.Scalar[int](t, promoted, `SELECT count(*) FROM labels`))
+
+	// The listeners listen on the new primary; River's leader is re-elected there.
+	for _, pattern := range listens {
+		waitUntil(t, "a session on the new primary that ran "+pattern, func() bool {
+			return dbtest.Scalar[int](t, promoted, `SELECT count(*) FROM pg_stat_activity WHERE query LIKE $1`, pattern) > 0
+		}, func() {
+			t.Logf("sessions: %q", dbtest.Scalar[[]string](t, promoted, `SELECT coalesce(array_agg(state || ': ' || query), '{}') FROM pg_stat_activity WHERE datname = 'labels'`))
+		})
+	}
+	waitUntil(t, "River's leader to be re-elected on the new primary", func() bool {
+		return dbtest.Scalar[bool](t, promoted, `SELECT coalesce(max(expires_at), 'epoch') > $1 FROM river_leader`, leaderUntil)
+	})
+}
+
+// waitUntil polls cond every 50ms until it holds; two minutes without it
+// fail the test (a deadline far above the seconds the work takes).
+func waitUntil(t *testing.T, what string, cond func() bool, onFail ...func()) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			for _, f := range onFail {
+				f()
+			}
+			t.Fatal(fmt.Sprintf("still waiting after 2 minutes for %s", what))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
