@@ -11,7 +11,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/labelkit/labels"
+	"github.com/labelkit/labels/internal/fleet"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
+	"github.com/labelkit/labels/internal/testutil/proctest"
 	"github.com/labelkit/labels/internal/testutil/replicatest"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
 	"github.com/labelkit/labels/migrations"
@@ -90,7 +93,7 @@ func TestFailoverToPromotedStandby(t *testing.T) {
 	require.Equal(t, http.StatusOK, s.Do(http.MethodGet, "/readyz", "", nil).Status)
 	after := s.Accept(tok, "after", stacktest.ParcelBody(103, 1, 100))
 
-	for _, id := range []string{inFlight.ID, stacktest.Decode[struct{ ID string }](t, during.Body).ID, after.ID} {
+	for _, id := range []string{inFlight.ID, stacktest.Decode[labels.LabelRequest](t, during.Body).ID, after.ID} {
 		require.Contains(t, string(s.WaitFinal(tok, id).Body), `"status":"succeeded"`, id)
 	}
 	_, bought := s.Carrier.Purchases("")
@@ -124,4 +127,62 @@ func waitUntil(t *testing.T, what string, cond func() bool, onFail ...func()) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// The real binaries (api, worker, the carrier simulator) on a multi-host
+// DATABASE_URL: `api migrate` and the services reach the primary, answer
+// 503 store_unavailable while no server accepts writes, and carry on
+// against the promoted standby without a restart.
+func TestFailoverBinaries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binaries and starts a PostgreSQL primary and standby of its own")
+	}
+	t.Parallel()
+	bins := proctest.BuildT(t, "./cmd/api", "./cmd/worker", "./cmd/carrier")
+	pair := replicatest.New(t)
+	db := fleet.DatabaseEnv(pair.CreateDatabase("labels"), "", false)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	f := proctest.Fleet(t, fleet.Config{Bins: bins, Env: map[string]string{"LOG_FORMAT": "json"}, KeepLines: 2000})
+	res, err := f.Migrate(ctx, db)
+	require.NoError(t, err, "api migrate on the multi-host URL")
+	require.Contains(t, res.Stdout, "applied 001_init.sql")
+	token, err := f.AddCaller(ctx, "fulfilment", db)
+	require.NoError(t, err)
+	_, err = f.Start(ctx, fleet.Spec{Bin: "carrier"})
+	require.NoError(t, err)
+	api, err := f.Start(ctx, fleet.Spec{Bin: "api", Env: db})
+	require.NoError(t, err)
+	_, err = f.Start(ctx, fleet.Spec{Bin: "worker", Env: merge(db, map[string]string{"RETRY_BASE": "100ms", "RETRY_MAX": "1s"})})
+	require.NoError(t, err)
+	s := &stacktest.Stack{T: t, URL: api.URL(), Client: &http.Client{Timeout: time.Minute}}
+
+	before := s.Accept(token, "before", stacktest.ParcelBody(100, 1, 100))
+	require.Contains(t, string(s.WaitFinal(token, before.ID).Body), `"status":"succeeded"`)
+	pair.WaitReplayed()
+
+	pair.KillPrimary()
+	for i := range 3 {
+		r := s.Create(token, "during", stacktest.ParcelBody(101, 1, 100))
+		require.Equal(t, http.StatusServiceUnavailable, r.Status, "attempt %d: %s", i, r.Body)
+		require.Contains(t, string(r.Body), `"code":"store_unavailable"`)
+		require.Equal(t, "1", r.Header.Get("Retry-After"))
+		require.Equal(t, http.StatusServiceUnavailable, s.Do(http.MethodGet, "/readyz", "", nil).Status)
+	}
+
+	pair.Promote()
+	var during stacktest.Response
+	waitUntil(t, "a create to be accepted on the new primary", func() bool {
+		during = s.Create(token, "during", stacktest.ParcelBody(101, 1, 100))
+		require.Contains(t, []int{http.StatusAccepted, http.StatusServiceUnavailable}, during.Status, string(during.Body))
+		return during.Status == http.StatusAccepted
+	})
+	require.Equal(t, http.StatusOK, s.Do(http.MethodGet, "/readyz", "", nil).Status)
+	id := stacktest.Decode[labels.LabelRequest](t, during.Body).ID
+	require.Contains(t, string(s.WaitFinal(token, id).Body), `"status":"succeeded"`)
+	promoted, err := pgx.Connect(ctx, pair.Standby.URL("labels"))
+	require.NoError(t, err)
+	defer promoted.Close(ctx)
+	require.Equal(t, 2, dbtest.Scalar[int](t, promoted, `SELECT count(*) FROM labels`))
+	require.Empty(t, f.Crashes(), "no process exited")
 }
