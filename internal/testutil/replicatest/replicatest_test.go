@@ -5,9 +5,11 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels/internal/testutil/replicatest"
+	"github.com/labelkit/labels/postgres"
 )
 
 // What the primary committed before the kill is on the promoted standby,
@@ -31,6 +33,20 @@ func TestPairFailsOver(t *testing.T) {
 	conn.Close(ctx)
 	p.WaitReplayed()
 
+	// The standby serves reads and refuses writes with 25006, which the
+	// services take for the store being unavailable (503, retry).
+	standby, err := pgx.Connect(ctx, p.Standby.URL("rt"))
+	require.NoError(t, err)
+	var v int
+	require.NoError(t, standby.QueryRow(ctx, `SELECT v FROM t`).Scan(&v))
+	require.Equal(t, 42, v)
+	_, err = standby.Exec(ctx, `INSERT INTO t VALUES (1)`)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "25006", pgErr.Code)
+	require.True(t, postgres.Unavailable(err))
+	standby.Close(ctx)
+
 	p.KillPrimary()
 	_, err = pgx.Connect(ctx, url)
 	require.Error(t, err, "no server accepts writes while the standby is not promoted")
@@ -41,7 +57,6 @@ func TestPairFailsOver(t *testing.T) {
 	defer conn.Close(ctx)
 	require.NoError(t, conn.QueryRow(ctx, `SELECT inet_server_port()`).Scan(&port))
 	require.Equal(t, p.Standby.Port, port)
-	var v int
 	require.NoError(t, conn.QueryRow(ctx, `SELECT v FROM t`).Scan(&v))
 	require.Equal(t, 42, v)
 	_, err = conn.Exec(ctx, `INSERT INTO t VALUES (43)`)
