@@ -76,6 +76,7 @@ func TestFailoverToPromotedStandby(t *testing.T) {
 	require.Equal(t, http.StatusOK, s.Do(http.MethodGet, "/healthz", "", nil).Status)
 
 	pair.Promote()
+	promotedAt := time.Now()
 	promoted, err := pgx.Connect(ctx, pair.Standby.URL("labels"))
 	require.NoError(t, err)
 	t.Cleanup(func() { promoted.Close(context.Background()) })
@@ -90,6 +91,7 @@ func TestFailoverToPromotedStandby(t *testing.T) {
 		require.Contains(t, []int{http.StatusAccepted, http.StatusServiceUnavailable}, during.Status, string(during.Body))
 		return during.Status == http.StatusAccepted
 	})
+	t.Logf("the first create accepted %v after the promotion", time.Since(promotedAt).Round(time.Millisecond))
 	require.Equal(t, http.StatusOK, s.Do(http.MethodGet, "/readyz", "", nil).Status)
 	after := s.Accept(tok, "after", stacktest.ParcelBody(103, 1, 100))
 
@@ -171,12 +173,14 @@ func TestFailoverBinaries(t *testing.T) {
 	}
 
 	pair.Promote()
+	promotedAt := time.Now()
 	var during stacktest.Response
 	waitUntil(t, "a create to be accepted on the new primary", func() bool {
 		during = s.Create(token, "during", stacktest.ParcelBody(101, 1, 100))
 		require.Contains(t, []int{http.StatusAccepted, http.StatusServiceUnavailable}, during.Status, string(during.Body))
 		return during.Status == http.StatusAccepted
 	})
+	t.Logf("the first create accepted %v after the promotion", time.Since(promotedAt).Round(time.Millisecond))
 	require.Equal(t, http.StatusOK, s.Do(http.MethodGet, "/readyz", "", nil).Status)
 	id := stacktest.Decode[labels.LabelRequest](t, during.Body).ID
 	require.Contains(t, string(s.WaitFinal(token, id).Body), `"status":"succeeded"`)
