@@ -35,16 +35,11 @@ func TestFailoverToPromotedStandby(t *testing.T) {
 	}
 	t.Parallel()
 	pair := replicatest.New(t)
-	url := pair.CreateDatabase("labels")
 	ctx := context.Background()
-	cfg, err := postgres.PoolConfig(url)
+	cfg, err := postgres.PoolConfig(pair.CreateDatabase("labels"))
 	require.NoError(t, err)
 	require.Len(t, cfg.ConnConfig.Fallbacks, 1, "the pool knows both servers")
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	_, err = migrations.Apply(ctx, pool)
-	require.NoError(t, err)
+	pool := migratedPool(t, cfg)
 
 	s := stacktest.New(t, stacktest.Opts{Pool: pool, RetryBase: 50 * time.Millisecond, LeaseDuration: 5 * time.Second, CarrierTimeout: 4 * time.Second})
 	tok := s.Token("fulfilment")
@@ -60,42 +55,25 @@ func TestFailoverToPromotedStandby(t *testing.T) {
 	old, err := pgx.Connect(ctx, pair.Primary.URL("labels"))
 	require.NoError(t, err)
 	for _, pattern := range listens {
-		require.Positive(t, dbtest.Scalar[int](t, old, `SELECT count(*) FROM pg_stat_activity WHERE query LIKE $1`, pattern), pattern)
+		require.Positive(t, sessionsThatRan(t, old, pattern), pattern)
 	}
 	old.Close(ctx)
 
 	pair.KillPrimary()
 	close(s.Carrier.Release) // the purchase finishes while no server accepts writes
-	for i := range 5 {
-		r := s.Create(tok, "during", stacktest.ParcelBody(102, 1, 100))
-		require.Equal(t, http.StatusServiceUnavailable, r.Status, "attempt %d: %s", i, r.Body)
-		require.Contains(t, string(r.Body), `"code":"store_unavailable"`)
-		require.Equal(t, "1", r.Header.Get("Retry-After"))
-		require.Equal(t, http.StatusServiceUnavailable, s.Do(http.MethodGet, "/readyz", "", nil).Status)
-	}
-	require.Equal(t, http.StatusOK, s.Do(http.MethodGet, "/healthz", "", nil).Status)
+	duringBody := stacktest.ParcelBody(102, 1, 100)
+	requireUnavailable(t, s, tok, "during", duringBody, 5)
 
 	pair.Promote()
-	promotedAt := time.Now()
 	promoted, err := pgx.Connect(ctx, pair.Standby.URL("labels"))
 	require.NoError(t, err)
 	t.Cleanup(func() { promoted.Close(context.Background()) })
 	leaderUntil := dbtest.Scalar[time.Time](t, promoted, `SELECT coalesce(max(expires_at), 'epoch') FROM river_leader`)
 
-	// The caller retries the refused request with its key, as Retry-After
-	// says, until the stack reaches the new primary: 503 until then, never
-	// anything else.
-	var during stacktest.Response
-	waitUntil(t, "a create to be accepted on the new primary", func() bool {
-		during = s.Create(tok, "during", stacktest.ParcelBody(102, 1, 100))
-		require.Contains(t, []int{http.StatusAccepted, http.StatusServiceUnavailable}, during.Status, string(during.Body))
-		return during.Status == http.StatusAccepted
-	})
-	t.Logf("the first create accepted %v after the promotion", time.Since(promotedAt).Round(time.Millisecond))
-	require.Equal(t, http.StatusOK, s.Do(http.MethodGet, "/readyz", "", nil).Status)
+	during := acceptAfterPromotion(t, s, tok, "during", duringBody)
 	after := s.Accept(tok, "after", stacktest.ParcelBody(103, 1, 100))
 
-	for _, id := range []string{inFlight.ID, stacktest.Decode[labels.LabelRequest](t, during.Body).ID, after.ID} {
+	for _, id := range []string{inFlight.ID, during.ID, after.ID} {
 		require.Contains(t, string(s.WaitFinal(tok, id).Body), `"status":"succeeded"`, id)
 	}
 	_, bought := s.Carrier.Purchases("")
@@ -105,7 +83,7 @@ func TestFailoverToPromotedStandby(t *testing.T) {
 	// The listeners listen on the new primary; River's leader is re-elected there.
 	for _, pattern := range listens {
 		waitUntil(t, "a session on the new primary that ran "+pattern, func() bool {
-			return dbtest.Scalar[int](t, promoted, `SELECT count(*) FROM pg_stat_activity WHERE query LIKE $1`, pattern) > 0
+			return sessionsThatRan(t, promoted, pattern) > 0
 		}, func() {
 			t.Logf("sessions: %q", dbtest.Scalar[[]string](t, promoted, `SELECT coalesce(array_agg(state || ': ' || query), '{}') FROM pg_stat_activity WHERE datname = 'labels'`))
 		})
@@ -113,6 +91,57 @@ func TestFailoverToPromotedStandby(t *testing.T) {
 	waitUntil(t, "River's leader to be re-elected on the new primary", func() bool {
 		return dbtest.Scalar[bool](t, promoted, `SELECT coalesce(max(expires_at), 'epoch') > $1 FROM river_leader`, leaderUntil)
 	})
+}
+
+// migratedPool opens a pool of cfg, closed when the test ends, and applies
+// the migrations through it.
+func migratedPool(t *testing.T, cfg *pgxpool.Config) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = migrations.Apply(context.Background(), pool)
+	require.NoError(t, err)
+	return pool
+}
+
+// sessionsThatRan counts the sessions of the server of conn whose last
+// statement is LIKE pattern.
+func sessionsThatRan(t *testing.T, conn *pgx.Conn, pattern string) int {
+	t.Helper()
+	return dbtest.Scalar[int](t, conn, `SELECT count(*) FROM pg_stat_activity WHERE query LIKE $1`, pattern)
+}
+
+// requireUnavailable sends the create of key n times while no server takes
+// writes: each answered 503 store_unavailable with Retry-After: 1, and
+// /readyz 503 after each; /healthz stays 200.
+func requireUnavailable(t *testing.T, s *stacktest.Stack, token, key string, body []byte, n int) {
+	t.Helper()
+	for i := range n {
+		r := s.Create(token, key, body)
+		require.Equal(t, http.StatusServiceUnavailable, r.Status, "attempt %d: %s", i, r.Body)
+		require.Contains(t, string(r.Body), `"code":"store_unavailable"`)
+		require.Equal(t, "1", r.Header.Get("Retry-After"))
+		require.Equal(t, http.StatusServiceUnavailable, s.Do(http.MethodGet, "/readyz", "", nil).Status)
+	}
+	require.Equal(t, http.StatusOK, s.Do(http.MethodGet, "/healthz", "", nil).Status)
+}
+
+// acceptAfterPromotion retries the refused create of key, as Retry-After
+// says, until the stack reaches the promoted standby: 503 until then, never
+// anything else. It logs how long that took, and requires /readyz 200.
+func acceptAfterPromotion(t *testing.T, s *stacktest.Stack, token, key string, body []byte) labels.LabelRequest {
+	t.Helper()
+	promotedAt := time.Now()
+	var r stacktest.Response
+	waitUntil(t, "a create to be accepted on the new primary", func() bool {
+		r = s.Create(token, key, body)
+		require.Contains(t, []int{http.StatusAccepted, http.StatusServiceUnavailable}, r.Status, string(r.Body))
+		return r.Status == http.StatusAccepted
+	})
+	t.Logf("the first create accepted %v after the promotion", time.Since(promotedAt).Round(time.Millisecond))
+	require.Equal(t, http.StatusOK, s.Do(http.MethodGet, "/readyz", "", nil).Status)
+	return stacktest.Decode[labels.LabelRequest](t, r.Body)
 }
 
 // waitUntil polls cond every 50ms until it holds; two minutes without it
@@ -164,26 +193,12 @@ func TestFailoverBinaries(t *testing.T) {
 	pair.WaitReplayed()
 
 	pair.KillPrimary()
-	for i := range 3 {
-		r := s.Create(token, "during", stacktest.ParcelBody(101, 1, 100))
-		require.Equal(t, http.StatusServiceUnavailable, r.Status, "attempt %d: %s", i, r.Body)
-		require.Contains(t, string(r.Body), `"code":"store_unavailable"`)
-		require.Equal(t, "1", r.Header.Get("Retry-After"))
-		require.Equal(t, http.StatusServiceUnavailable, s.Do(http.MethodGet, "/readyz", "", nil).Status)
-	}
+	duringBody := stacktest.ParcelBody(101, 1, 100)
+	requireUnavailable(t, s, token, "during", duringBody, 3)
 
 	pair.Promote()
-	promotedAt := time.Now()
-	var during stacktest.Response
-	waitUntil(t, "a create to be accepted on the new primary", func() bool {
-		during = s.Create(token, "during", stacktest.ParcelBody(101, 1, 100))
-		require.Contains(t, []int{http.StatusAccepted, http.StatusServiceUnavailable}, during.Status, string(during.Body))
-		return during.Status == http.StatusAccepted
-	})
-	t.Logf("the first create accepted %v after the promotion", time.Since(promotedAt).Round(time.Millisecond))
-	require.Equal(t, http.StatusOK, s.Do(http.MethodGet, "/readyz", "", nil).Status)
-	id := stacktest.Decode[labels.LabelRequest](t, during.Body).ID
-	require.Contains(t, string(s.WaitFinal(token, id).Body), `"status":"succeeded"`)
+	during := acceptAfterPromotion(t, s, token, "during", duringBody)
+	require.Contains(t, string(s.WaitFinal(token, during.ID).Body), `"status":"succeeded"`)
 	promoted, err := pgx.Connect(ctx, pair.Standby.URL("labels"))
 	require.NoError(t, err)
 	defer promoted.Close(ctx)
