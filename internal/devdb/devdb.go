@@ -63,7 +63,11 @@ func Ensure(ctx context.Context, o Options) (string, error) {
 		first = "postgres://127.0.0.1:5432/postgres?sslmode=disable"
 	}
 	var candidates []string
-	if u, err := url.Parse(first); err == nil {
+	if strings.Contains(hostList(first), ",") {
+		// Several hosts (a primary and its standbys): net/url refuses the
+		// list, pgx takes it as it is.
+		candidates = append(candidates, WithDatabase(first, "postgres"))
+	} else if u, err := url.Parse(first); err == nil {
 		u.Path = "/postgres"
 		candidates = append(candidates, u.String())
 		if u.User == nil {
@@ -135,12 +139,33 @@ func EnsureDatabase(ctx context.Context, serverURL, name string) (string, error)
 			}
 		}
 	}
-	u, err := url.Parse(serverURL)
-	if err != nil {
-		return "", err
+	return WithDatabase(serverURL, name), nil
+}
+
+// WithDatabase returns the postgres:// URL u with its database replaced by
+// name, every host of a multi-host URL and every parameter kept.
+func WithDatabase(u, name string) string {
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok {
+		return u
 	}
-	u.Path = "/" + name
-	return u.String(), nil
+	query := ""
+	if i := strings.IndexByte(rest, '?'); i >= 0 {
+		rest, query = rest[:i], rest[i:]
+	}
+	authority, _, _ := strings.Cut(rest, "/")
+	return scheme + "://" + authority + "/" + url.PathEscape(name) + query
+}
+
+// hostList is the host part of a postgres:// URL (user info left out).
+func hostList(u string) string {
+	_, rest, _ := strings.Cut(u, "://")
+	authority, _, _ := strings.Cut(rest, "/")
+	authority, _, _ = strings.Cut(authority, "?")
+	if i := strings.LastIndexByte(authority, '@'); i >= 0 {
+		authority = authority[i+1:]
+	}
+	return authority
 }
 
 func ping(ctx context.Context, u string) error {
