@@ -13,7 +13,6 @@ import (
 	"github.com/labelkit/labels/internal/devdb"
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
-	"github.com/labelkit/labels/migrations"
 )
 
 // PostgreSQL goes away with intents in flight: the API answers 503
@@ -31,11 +30,7 @@ func TestLosingTheDatabase(t *testing.T) {
 	require.NoError(t, err)
 	cfg, err := pgxpool.ParseConfig(dbURL + "&connect_timeout=2")
 	require.NoError(t, err)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	_, err = migrations.Apply(ctx, pool)
-	require.NoError(t, err)
+	pool := migratedPool(t, cfg)
 
 	// A short lease: an attempt whose completion failed while the database was
 	// away keeps its lease, and the next attempt takes it over when it expires.

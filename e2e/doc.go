@@ -1,6 +1,7 @@
 // Package e2e holds system tests that cross every part of the pipeline and
 // disturb what is under it: losing the database (a PostgreSQL server of the
-// test's own, stopped and started), a worker killed in the middle of a void
+// test's own, stopped and started), the primary killed and its streaming
+// standby promoted (internal/testutil/replicatest), a worker killed in the middle of a void
 // or of a webhook delivery, PgBouncer in front of PostgreSQL, the rows of
 // docs/failure-modes.md that no other test covers (that document maps every
 // row to its test), and every time coming from the database's clock. Some

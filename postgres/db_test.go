@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -55,4 +56,32 @@ func TestParseEndpoints(t *testing.T) {
 
 	_, err = postgres.ParseEndpoints(pooler, "::bad", true)
 	require.ErrorContains(t, err, "DATABASE_DIRECT_URL")
+}
+
+// A multi-host URL (a primary and its standbys) keeps every host, and
+// target_session_attrs, in the pool, the listener's connection and the
+// session pool, for DATABASE_URL and DATABASE_DIRECT_URL alike.
+func TestParseEndpointsMultiHost(t *testing.T) {
+	t.Parallel()
+	const multi = "postgres://u@pg1:5432,pg2:5433/labels?sslmode=disable&target_session_attrs=read-write"
+	hosts := func(c *pgx.ConnConfig) []string {
+		out := []string{fmt.Sprintf("%s:%d", c.Host, c.Port)}
+		for _, f := range c.Fallbacks {
+			out = append(out, fmt.Sprintf("%s:%d", f.Host, f.Port))
+		}
+		require.NotNil(t, c.ValidateConnect, "target_session_attrs=read-write checks each session")
+		return out
+	}
+	want := []string{"pg1:5432", "pg2:5433"}
+	e, err := postgres.ParseEndpoints(multi, "", false)
+	require.NoError(t, err)
+	require.Equal(t, want, hosts(e.Pool.ConnConfig))
+	require.Equal(t, want, hosts(e.Listen()))
+	require.Equal(t, want, hosts(e.Session().ConnConfig))
+	require.Equal(t, "15s", e.Pool.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"])
+
+	e, err = postgres.ParseEndpoints("postgres://u@pgbouncer:6432/labels", multi, true)
+	require.NoError(t, err)
+	require.Equal(t, want, hosts(e.Listen()))
+	require.Equal(t, want, hosts(e.Session().ConnConfig))
 }

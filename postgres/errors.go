@@ -23,8 +23,11 @@ import (
 //   - a server error of class 08 (connection exception), 53 (insufficient
 //     resources), 57 (operator intervention: 57P01 admin_shutdown, 57P02
 //     crash_shutdown, 57014 a statement timeout), 58 (system error), any
-//     FATAL or PANIC (the server ended the session), and 40001, 40P01, 55P03
-//     (serialization failure, deadlock, lock timeout);
+//     FATAL or PANIC (the server ended the session), 40001, 40P01, 55P03
+//     (serialization failure, deadlock, lock timeout), and 25006
+//     read_only_sql_transaction (a session on a standby, when the URL does
+//     not ask for target_session_attrs=read-write: no server takes writes
+//     there until a failover promotes it);
 //   - a lost or closed connection or pool (pgx's errors safe to retry,
 //     [pgconn.ErrConnClosed], a network error, the end of the stream), and a
 //     deadline or cancellation.
@@ -64,7 +67,7 @@ func serverUnavailable(e *pgconn.PgError) bool {
 		}
 	}
 	switch e.Code {
-	case "40001", "40P01", "55P03":
+	case "40001", "40P01", "55P03", "25006":
 		return true
 	}
 	return false

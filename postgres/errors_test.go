@@ -96,7 +96,7 @@ func TestUnavailableCodes(t *testing.T) {
 	t.Parallel()
 	for code, want := range map[string]bool{
 		"08006": true, "08P01": true, "53300": true, "53100": true, "57P01": true, "57P03": true, "58030": true,
-		"40001": true, "40P01": true, "55P03": true,
+		"40001": true, "40P01": true, "55P03": true, "25006": true,
 		"55000": false, "23505": false, "42P01": false, "22012": false, "25P02": false,
 	} {
 		err := fmt.Errorf("wrapped: %w", &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: code})

@@ -63,7 +63,11 @@ func Ensure(ctx context.Context, o Options) (string, error) {
 		first = "postgres://127.0.0.1:5432/postgres?sslmode=disable"
 	}
 	var candidates []string
-	if u, err := url.Parse(first); err == nil {
+	if strings.Contains(hostList(first), ",") {
+		// Several hosts (a primary and its standbys): net/url refuses the
+		// list, pgx takes it as it is.
+		candidates = append(candidates, WithDatabase(first, "postgres"))
+	} else if u, err := url.Parse(first); err == nil {
 		u.Path = "/postgres"
 		candidates = append(candidates, u.String())
 		if u.User == nil {
@@ -135,12 +139,33 @@ func EnsureDatabase(ctx context.Context, serverURL, name string) (string, error)
 			}
 		}
 	}
-	u, err := url.Parse(serverURL)
-	if err != nil {
-		return "", err
+	return WithDatabase(serverURL, name), nil
+}
+
+// WithDatabase returns the postgres:// URL u with its database replaced by
+// name, every host of a multi-host URL and every parameter kept.
+func WithDatabase(u, name string) string {
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok {
+		return u
 	}
-	u.Path = "/" + name
-	return u.String(), nil
+	query := ""
+	if i := strings.IndexByte(rest, '?'); i >= 0 {
+		rest, query = rest[:i], rest[i:]
+	}
+	authority, _, _ := strings.Cut(rest, "/")
+	return scheme + "://" + authority + "/" + url.PathEscape(name) + query
+}
+
+// hostList is the host part of a postgres:// URL (user info left out).
+func hostList(u string) string {
+	_, rest, _ := strings.Cut(u, "://")
+	authority, _, _ := strings.Cut(rest, "/")
+	authority, _, _ = strings.Cut(authority, "?")
+	if i := strings.LastIndexByte(authority, '@'); i >= 0 {
+		authority = authority[i+1:]
+	}
+	return authority
 }
 
 func ping(ctx context.Context, u string) error {
@@ -182,21 +207,7 @@ func startPrivate(ctx context.Context, dir string, port int, logf func(string, .
 		return err
 	}
 	run := func(name string, args ...string) error {
-		cmd := exec.CommandContext(ctx, filepath.Join(bin, name), args...)
-		if asUser != nil {
-			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: asUser}
-		}
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "LC_ALL=C.UTF-8", "LANG=C.UTF-8")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			hint := ""
-			if asUser != nil {
-				hint = fmt.Sprintf("\n(running as root, the private server runs as user postgres: every directory above %s must be traversable by it)", dir)
-			}
-			return fmt.Errorf("%s: %w\n%s%s", name, err, out, hint)
-		}
-		return nil
+		return RunServerCommand(ctx, bin, dir, name, args...)
 	}
 	if asUser != nil {
 		if err := os.Chown(dir, int(asUser.Uid), int(asUser.Gid)); err != nil {
@@ -226,15 +237,32 @@ func Stop(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(bin, "pg_ctl"), "-D", filepath.Join(dir, "data"), "-m", "fast", "-w", "stop")
-	// Run from dir: as user postgres the caller's working directory may be unreadable.
-	cmd.Dir = dir
-	if asUser, err := serverUser(); err == nil && asUser != nil {
+	return RunServerCommand(ctx, bin, dir, "pg_ctl", "-D", filepath.Join(dir, "data"), "-m", "fast", "-w", "stop")
+}
+
+// RunServerCommand runs the PostgreSQL program name of bin (see [BinDir])
+// with args in dir, as the user a private server runs as (user postgres
+// when this process is root), and returns an error carrying its output when
+// it fails.
+func RunServerCommand(ctx context.Context, bin, dir, name string, args ...string) error {
+	asUser, err := serverUser()
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, name), args...)
+	if asUser != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: asUser}
 	}
+	// Run from dir: as user postgres the caller's working directory may be unreadable.
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "LC_ALL=C.UTF-8", "LANG=C.UTF-8")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("pg_ctl stop: %w\n%s", err, out)
+		hint := ""
+		if asUser != nil {
+			hint = fmt.Sprintf("\n(running as root, the private server runs as user postgres: every directory above %s must be traversable by it)", dir)
+		}
+		return fmt.Errorf("%s: %w\n%s%s", name, err, out, hint)
 	}
 	return nil
 }
@@ -313,15 +341,19 @@ func modulePath(gomod []byte) string {
 }
 
 // ServerDir creates dir, an empty directory for a private server (its parent
-// must exist). As root the server runs as user postgres, which must reach
-// dir: every directory above it that others cannot traverse (t.TempDir makes
-// its directories 0700) is made traversable.
+// must exist). As root the server runs as user postgres, which gets dir and
+// must reach it: every directory above it that others cannot traverse
+// (t.TempDir makes its directories 0700) is made traversable.
 func ServerDir(dir string) error {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return err
 	}
-	if os.Geteuid() != 0 {
-		return nil
+	asUser, err := serverUser()
+	if err != nil || asUser == nil {
+		return err
+	}
+	if err := os.Chown(dir, int(asUser.Uid), int(asUser.Gid)); err != nil {
+		return err
 	}
 	for d := filepath.Dir(dir); d != filepath.Dir(d); d = filepath.Dir(d) {
 		fi, err := os.Stat(d)

@@ -16,7 +16,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -67,7 +66,7 @@ func create(t testing.TB, template string) (*pgxpool.Pool, string) {
 	if _, err := admin.Exec(ctx, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`, name, template)); err != nil {
 		t.Fatalf("dbtest: cloning template: %v", err)
 	}
-	url := withDatabase(maint, name)
+	url := devdb.WithDatabase(maint, name)
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatalf("dbtest: %v", err)
@@ -111,7 +110,7 @@ func setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	adminURL = withDatabase(serverURL, "postgres")
+	adminURL = devdb.WithDatabase(serverURL, "postgres")
 
 	all, err := migrations.All()
 	if err != nil {
@@ -146,7 +145,7 @@ func setup(ctx context.Context) error {
 	if _, err := admin.Exec(ctx, fmt.Sprintf(`CREATE DATABASE %s`, building)); err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, withDatabase(adminURL, building))
+	pool, err := pgxpool.New(ctx, devdb.WithDatabase(adminURL, building))
 	if err != nil {
 		return err
 	}
@@ -157,24 +156,6 @@ func setup(ctx context.Context) error {
 	}
 	_, err = admin.Exec(ctx, fmt.Sprintf(`ALTER DATABASE %s RENAME TO %s`, building, templateName))
 	return err
-}
-
-// withDatabase replaces the database name of a postgres:// URL.
-func withDatabase(url, db string) string {
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		return url
-	}
-	// Rebuild from parts so that every other parameter is kept.
-	rest := ""
-	if i := strings.Index(url, "?"); i >= 0 {
-		rest = url[i:]
-	}
-	user := cfg.User
-	if cfg.Password != "" {
-		user += ":" + cfg.Password
-	}
-	return fmt.Sprintf("postgres://%s@%s:%d/%s%s", user, cfg.Host, cfg.Port, db, rest)
 }
 
 func randomHex(n int) string {
