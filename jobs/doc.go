@@ -6,7 +6,8 @@
 //     process (a delivery past that is snoozed without an attempt counted);
 //   - [SweepKeysWorker] purges expired key records, then each table of
 //     [RetainedTables] past its retention (tombstones, finished webhook
-//     events, failed intents, reconciliation runs and invoice lines), and its
+//     events, failed intents, reconciliation runs and invoice lines; labels
+//     with their intents only with a LabelRetention), and its
 //     own finished sweep_keys jobs;
 //   - [ReconcileWorker] runs the scheduled reconciliation
 //     (RECONCILE_SCHEDULE);

@@ -17,10 +17,23 @@ import (
 	"github.com/labelkit/labels/metrics"
 )
 
-// insertIntents writes n intents request_id prefix-1…prefix-n in status
-// ('failed', 'pending' or 'succeeded', with its label), completed ago before
-// now by the database's clock (created a day earlier).
-func insertIntents(t *testing.T, ctx context.Context, db *pgxpool.Pool, prefix, status, ago string, n int) {
+// intentSet is n intents request_id prefix-1…prefix-n in status ('failed',
+// 'pending' or 'succeeded', with its label), completed ago before now by the
+// database's clock (created a day earlier).
+type intentSet struct {
+	prefix, status, ago string
+	n                   int
+}
+
+// insertIntents writes the sets of intents.
+func insertIntents(t *testing.T, ctx context.Context, db *pgxpool.Pool, sets []intentSet) {
+	t.Helper()
+	for _, set := range sets {
+		insertIntentSet(t, ctx, db, set.prefix, set.status, set.ago, set.n)
+	}
+}
+
+func insertIntentSet(t *testing.T, ctx context.Context, db *pgxpool.Pool, prefix, status, ago string, n int) {
 	t.Helper()
 	_, err := db.Exec(ctx, `
 		INSERT INTO label_intents (request_id, caller_id, idem_key, request_hash, fingerprint_version, order_id, parcel_no, label_version,
@@ -51,15 +64,17 @@ func TestSweepDeletesOnlyFailedIntentsNothingReads(t *testing.T) {
 	t.Parallel()
 	pool, _ := dbtest.New(t)
 	ctx := context.Background()
-	insertIntents(t, ctx, pool, "gone", "failed", "61 days", 650)
-	insertIntents(t, ctx, pool, "recent", "failed", "59 days", 5)
-	insertIntents(t, ctx, pool, "pending", "pending", "200 days", 5)
-	insertIntents(t, ctx, pool, "succeeded", "succeeded", "200 days", 5)
-	insertIntents(t, ctx, pool, "keyed", "failed", "61 days", 1)
-	insertIntents(t, ctx, pool, "rekeyed", "failed", "61 days", 1)
-	insertIntents(t, ctx, pool, "queued", "failed", "61 days", 1)
-	insertIntents(t, ctx, pool, "hooked", "failed", "61 days", 1)
-	insertIntents(t, ctx, pool, "delivered", "failed", "61 days", 1)
+	insertIntents(t, ctx, pool, []intentSet{
+		{"gone", "failed", "61 days", 650},
+		{"recent", "failed", "59 days", 5},
+		{"pending", "pending", "200 days", 5},
+		{"succeeded", "succeeded", "200 days", 5},
+		{"keyed", "failed", "61 days", 1},
+		{"rekeyed", "failed", "61 days", 1},
+		{"queued", "failed", "61 days", 1},
+		{"hooked", "failed", "61 days", 1},
+		{"delivered", "failed", "61 days", 1},
+	})
 	_, err := pool.Exec(ctx, `
 		-- keyed: its key record still lives; rekeyed: its key now belongs to a later request.
 		INSERT INTO idempotency_keys (caller_id, idem_key, request_hash, fingerprint_version, request_id, state, response_status, response_body, created_at, expires_at)
@@ -108,4 +123,45 @@ func TestSweepDeletesOnlyFailedIntentsNothingReads(t *testing.T) {
 	require.Equal(t, 1, dbtest.Scalar[int](t, pool, `SELECT count(*) FROM reconcile_runs`),
 		"the recent run stays")
 	require.Zero(t, dbtest.Scalar[int](t, pool, `SELECT count(*) FROM invoice_lines`))
+}
+
+// Labels are kept unless LABEL_RETENTION is set; then a label older than it
+// goes with its intent, in batches, once its key record is purged and its
+// webhook event is not pending.
+func TestSweepDeletesLabelsOnlyWithALabelRetention(t *testing.T) {
+	t.Parallel()
+	pool, _ := dbtest.New(t)
+	ctx := context.Background()
+	insertIntents(t, ctx, pool, []intentSet{
+		{"old", "succeeded", "200 days", 650},
+		{"keyed", "succeeded", "200 days", 1},
+		{"hooked", "succeeded", "200 days", 1},
+		{"young", "succeeded", "100 days", 3},
+	})
+	_, err := pool.Exec(ctx, `
+		INSERT INTO idempotency_keys (caller_id, idem_key, request_hash, fingerprint_version, request_id, state, response_status, response_body, created_at, expires_at)
+		VALUES ('c', 'keyed-key-1', decode(repeat('00', 32), 'hex'), 1, 'keyed-1', 'completed', 201, '{}', now(), now() + interval '1 hour');
+		INSERT INTO webhook_events (request_id, caller_id, type, created_at, state)
+		VALUES ('hooked-1', 'c', 'label_request.succeeded', now() - interval '200 days', 'pending')`)
+	require.NoError(t, err)
+	sweep := func(retention time.Duration) *metrics.Metrics {
+		t.Helper()
+		m := metrics.New(metrics.Worker)
+		w := &jobs.SweepKeysWorker{Pool: pool, Batch: 300, Log: zerolog.Nop(), Metrics: m, LabelRetention: retention}
+		require.NoError(t, w.Work(ctx, &river.Job[jobs.SweepKeysArgs]{JobRow: &rivertype.JobRow{ID: 1, Kind: "sweep_keys"}}))
+		return m
+	}
+	prefixes := func(table string) []string {
+		return dbtest.Scalar[[]string](t, pool, `SELECT array_agg(DISTINCT split_part(request_id, '-', 1) ORDER BY split_part(request_id, '-', 1)) FROM `+table)
+	}
+
+	m := sweep(0)
+	require.Zero(t, testutil.ToFloat64(m.SweeperDeletedRows.WithLabelValues("labels")))
+	require.Equal(t, 655, dbtest.Scalar[int](t, pool, `SELECT count(*) FROM labels`), "no LABEL_RETENTION: every label stays")
+
+	m = sweep(150 * 24 * time.Hour)
+	require.Equal(t, 650.0, testutil.ToFloat64(m.SweeperDeletedRows.WithLabelValues("labels")))
+	require.Equal(t, []string{"hooked", "keyed", "young"}, prefixes("labels"))
+	require.Equal(t, []string{"hooked", "keyed", "young"}, prefixes("label_intents"), "each label went with its intent")
+	require.Equal(t, 3, dbtest.Scalar[int](t, pool, `SELECT count(*) FROM labels WHERE request_id LIKE 'young-%'`))
 }

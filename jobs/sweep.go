@@ -65,6 +65,9 @@ type SweepKeysWorker struct {
 	// ReconcileRetention is how long a saved reconciliation run is kept after
 	// it started (default reconcile.DefaultRetention).
 	ReconcileRetention time.Duration
+	// LabelRetention is how long a label is kept after it was created, with
+	// its intent; 0 (the default): labels are kept.
+	LabelRetention time.Duration
 	// JobRetention is how long completed sweep_keys jobs are kept (default
 	// MaintenanceJobRetention).
 	JobRetention time.Duration
@@ -152,6 +155,12 @@ func (w *SweepKeysWorker) sweepRetained(ctx context.Context) (map[string]int64, 
 		},
 		"reconcile_runs": func() (int64, error) {
 			return SweepReconcileRuns(ctx, w.Pool, def(w.ReconcileRetention, reconcile.DefaultRetention))
+		},
+		"labels": func() (int64, error) {
+			if w.LabelRetention <= 0 {
+				return 0, nil
+			}
+			return purgeAll(ctx, w.Pool, postgres.PurgeLabels, w.LabelRetention, w.Batch)
 		},
 		"invoice_lines": func() (int64, error) {
 			return purgeAll(ctx, w.Pool, func(ctx context.Context, _ postgres.DB, retention time.Duration, batch int) (int64, error) {

@@ -86,7 +86,7 @@ var WaitResults = []string{"final", "timeout", "capped"}
 // SweptTables are the table label's values of
 // labels_sweeper_deleted_rows_total: the tables the sweep purges after the
 // key records, in the order it sweeps them.
-var SweptTables = []string{"idempotency_tombstones", "webhook_events", "label_intents", "reconcile_runs", "invoice_lines"}
+var SweptTables = []string{"idempotency_tombstones", "webhook_events", "label_intents", "reconcile_runs", "invoice_lines", "labels"}
 
 var VoidOutcomes = []string{"voided", "window_closed", "not_found", "failed"}
 
@@ -110,7 +110,7 @@ func New(processes ...Process) *Metrics {
 		FencingRejections:      counter("labels_fencing_rejections_total", "Completions rolled back because the attempt had lost its lease."),
 		JobOutcomes:            counterVec("labels_job_outcomes_total", "Job attempts, by kind and outcome.", "kind", "outcome"),
 		SweeperDeleted:         counter("labels_sweeper_deleted_keys_total", "Completed key records purged after their retention."),
-		SweeperDeletedRows:     counterVec("labels_sweeper_deleted_rows_total", "Rows the sweeper purged after their retention, by table: idempotency_tombstones, webhook_events, label_intents, reconcile_runs, invoice_lines.", "table"),
+		SweeperDeletedRows:     counterVec("labels_sweeper_deleted_rows_total", "Rows the sweeper purged after their retention, by table: idempotency_tombstones, webhook_events, label_intents (failed; the succeeded go with their labels), reconcile_runs, invoice_lines, labels (only with LABEL_RETENTION).", "table"),
 		ReconcileDiscrepancies: counterVec("labels_reconcile_discrepancies_total", "Items reconciliation runs reported as discrepancies, by category (every category but matched).", "category"),
 		VoidOutcomes:           counterVec("labels_void_outcomes_total", "Voids of carrier labels the void job recorded (reconcile void), by outcome: voided, window_closed, not_found, failed.", "outcome"),
 		VoidRecoveredCents:     counterVec("labels_void_recovered_cents_total", "Charges of the carrier labels voided (reconcile void), in cents, by currency.", "currency"),

@@ -83,6 +83,9 @@ type Config struct {
 	WebhookEventRetention time.Duration // WEBHOOK_EVENT_RETENTION
 	IntentRetention       time.Duration // INTENT_RETENTION
 	ReconcileRetention    time.Duration // RECONCILE_RETENTION
+	// LabelRetention (LABEL_RETENTION) is how long a label is kept, with its
+	// intent; 0, the default: for good.
+	LabelRetention time.Duration
 
 	Metrics *metrics.Metrics // nil: a fresh set
 	Log     zerolog.Logger
@@ -209,7 +212,8 @@ func New(cfg Config) (*Worker, error) {
 	river.AddWorker(workers, jobs.NewDeliverWebhookWorker(hooks))
 	river.AddWorker(workers, &jobs.SweepKeysWorker{Pool: cfg.Pool, Batch: cfg.SweepBatch, TombstoneRetention: cfg.TombstoneRetention,
 		WebhookEventRetention: cfg.WebhookEventRetention, IntentRetention: cfg.IntentRetention, ReconcileRetention: cfg.ReconcileRetention,
-		Metrics: cfg.Metrics, Log: cfg.Log})
+		LabelRetention: cfg.LabelRetention,
+		Metrics:        cfg.Metrics, Log: cfg.Log})
 	queues := map[string]river.QueueConfig{
 		jobs.QueueLabels:   {MaxWorkers: cfg.Concurrency},
 		jobs.QueueWebhooks: {MaxWorkers: cfg.WebhookConcurrency},

@@ -26,6 +26,7 @@ import (
 	"github.com/labelkit/labels/migrations"
 	"github.com/labelkit/labels/notify"
 	"github.com/labelkit/labels/postgres"
+	"github.com/labelkit/labels/reconcile"
 	"github.com/labelkit/labels/webhook"
 	"github.com/labelkit/labels/worker"
 )
@@ -51,7 +52,8 @@ CARRIER_TOKEN, CARRIER_TIMEOUT (%s), LEASE_DURATION (%s), WORKER_CONCURRENCY
 (%d), RELAY_BACKLOG (0: %d x WORKER_CONCURRENCY purchases waiting in River;
 -1: no bound), MAX_ATTEMPTS (%d), RETRY_BASE (%s), RETRY_MAX (%s), KEY_RETENTION (%s),
 SWEEP_INTERVAL (%s), SWEEP_BATCH (%d), TOMBSTONE_RETENTION (%s), WEBHOOK_EVENT_RETENTION
-(%s), INTENT_RETENTION (%s: failed intents), RECONCILE_RETENTION (%s), METRICS_ADDR (%s),
+(%s), INTENT_RETENTION (%s: failed intents), RECONCILE_RETENTION (%s), LABEL_RETENTION
+(0: labels are kept), METRICS_ADDR (%s),
 WORKER_BATCH (%d: jobs per shared lease or completion statement; 0 = one
 transaction per job), RECONCILE_SCHEDULE (off), ADMIN_ADDR (off; River UI at /riverui/, needs
 ADMIN_USER and ADMIN_PASSWORD), LOG_LEVEL (%s), LOG_FORMAT (json|console).
@@ -97,6 +99,7 @@ type Config struct {
 	WebhookEventRetention time.Duration
 	IntentRetention       time.Duration
 	ReconcileRetention    time.Duration
+	LabelRetention        time.Duration // 0: kept
 	MetricsAddr           string
 	ReconcileSchedule     string
 	AdminAddr             string
@@ -151,6 +154,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("INTENT_RETENTION=%s: must be at least KEY_RETENTION=%s", c.IntentRetention, c.KeyRetention)
 	case c.ReconcileRetention <= 0:
 		return fmt.Errorf("RECONCILE_RETENTION=%s: must be positive", c.ReconcileRetention)
+	case c.LabelRetention != 0 && (c.LabelRetention < c.IntentRetention || c.LabelRetention < c.ReconcileRetention+reconcile.LineRetentionMargin):
+		return fmt.Errorf("LABEL_RETENTION=%s: want 0 (kept) or at least INTENT_RETENTION=%s and RECONCILE_RETENTION=%s + %s",
+			c.LabelRetention, c.IntentRetention, c.ReconcileRetention, reconcile.LineRetentionMargin)
 	case c.WebhookTimeout <= 0 || c.WebhookTimeout > 5*time.Minute:
 		return fmt.Errorf("WEBHOOK_TIMEOUT=%s: want above 0 and at most 5m", c.WebhookTimeout)
 	case c.WebhookRetryBase <= 0 || c.WebhookRetryMax < c.WebhookRetryBase:
@@ -196,6 +202,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		WebhookEventRetention: env.Duration("WEBHOOK_EVENT_RETENTION", worker.DefaultWebhookEventRetention),
 		IntentRetention:       env.Duration("INTENT_RETENTION", worker.DefaultIntentRetention),
 		ReconcileRetention:    env.Duration("RECONCILE_RETENTION", worker.DefaultReconcileRetention),
+		LabelRetention:        env.Duration("LABEL_RETENTION", 0),
 		MetricsAddr:           env.String("METRICS_ADDR", DefaultMetricsAddr),
 		ReconcileSchedule:     env.String("RECONCILE_SCHEDULE", ""),
 		AdminAddr:             env.String("ADMIN_ADDR", ""),
@@ -297,6 +304,7 @@ func work(ctx context.Context, cfg Config, db postgres.Endpoints, periodic []*ri
 		WebhookEventRetention: cfg.WebhookEventRetention,
 		IntentRetention:       cfg.IntentRetention,
 		ReconcileRetention:    cfg.ReconcileRetention,
+		LabelRetention:        cfg.LabelRetention,
 		Metrics:               m,
 		Log:                   log,
 		Notifier:              notifier,

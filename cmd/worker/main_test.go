@@ -54,6 +54,8 @@ func TestHelpAndBadConfig(t *testing.T) {
 		{map[string]string{"WEBHOOK_EVENT_RETENTION": "0s"}, "WEBHOOK_EVENT_RETENTION"},
 		{map[string]string{"INTENT_RETENTION": "12h"}, "must be at least KEY_RETENTION"},
 		{map[string]string{"RECONCILE_RETENTION": "-1h"}, "RECONCILE_RETENTION"},
+		{map[string]string{"LABEL_RETENTION": "2000h"}, "LABEL_RETENTION=2000h0m0s: want 0 (kept) or at least"},
+		{map[string]string{"LABEL_RETENTION": "forever"}, "LABEL_RETENTION"},
 		{map[string]string{"RECONCILE_SCHEDULE": "whenever"}, "RECONCILE_SCHEDULE"},
 		{map[string]string{"ADMIN_ADDR": "127.0.0.1:0"}, "ADMIN_USER"},
 		{map[string]string{"DATABASE_POOLED": "maybe"}, "DATABASE_POOLED"},
