@@ -4,8 +4,11 @@
 //   - [DeliverWebhookWorker] delivers one webhook event, with at most
 //     WEBHOOK_ENDPOINT_CONCURRENCY attempts in flight per endpoint in the
 //     process (a delivery past that is snoozed without an attempt counted);
-//   - [SweepKeysWorker] purges expired key records, tombstones and finished
-//     webhook events, and its own finished sweep_keys jobs;
+//   - [SweepKeysWorker] purges expired key records, then each table of
+//     [RetainedTables] past its retention (tombstones, finished webhook
+//     events, failed intents, reconciliation runs and invoice lines; labels
+//     with their intents only with a LabelRetention), and its
+//     own finished sweep_keys jobs;
 //   - [ReconcileWorker] runs the scheduled reconciliation
 //     (RECONCILE_SCHEDULE);
 //   - [VoidLabelWorker] voids one carrier label that `reconcile void` asked

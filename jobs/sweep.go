@@ -12,6 +12,7 @@ import (
 
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/postgres"
+	"github.com/labelkit/labels/reconcile"
 )
 
 // SweepKeysArgs asks for one purge of expired key records.
@@ -55,6 +56,18 @@ type SweepKeysWorker struct {
 	// TombstoneRetention is how long the tombstone of a purged key is kept
 	// (default 30 days).
 	TombstoneRetention time.Duration
+	// WebhookEventRetention is how long a delivered or dropped webhook event
+	// is kept after it finished (default DefaultWebhookEventRetention).
+	WebhookEventRetention time.Duration
+	// IntentRetention is how long a failed intent is kept after it failed
+	// (default DefaultIntentRetention).
+	IntentRetention time.Duration
+	// ReconcileRetention is how long a saved reconciliation run is kept after
+	// it started (default reconcile.DefaultRetention).
+	ReconcileRetention time.Duration
+	// LabelRetention is how long a label is kept after it was created, with
+	// its intent; 0 (the default): labels are kept.
+	LabelRetention time.Duration
 	// JobRetention is how long completed sweep_keys jobs are kept (default
 	// MaintenanceJobRetention).
 	JobRetention time.Duration
@@ -62,6 +75,18 @@ type SweepKeysWorker struct {
 	// here: it is only measured against the database's, to warn of a skew.
 	NowFunc func() time.Time
 }
+
+// Defaults of the retentions the sweep applies (docs/operations.md,
+// Retention).
+const (
+	DefaultTombstoneRetention    = 30 * 24 * time.Hour // TOMBSTONE_RETENTION
+	DefaultWebhookEventRetention = 7 * 24 * time.Hour  // WEBHOOK_EVENT_RETENTION
+	// DefaultIntentRetention (INTENT_RETENTION) is above the carrier's void
+	// window (30 days for the simulator): a run may still find the purchase
+	// of a failed intent billed and void it, which needs the intent
+	// (reconcile's plan refuses to void a line whose intent it cannot read).
+	DefaultIntentRetention = 60 * 24 * time.Hour
+)
 
 // MaxClockSkew is how far a worker's clock may be from the database's
 // without a warning. No time written to or compared with the pipeline's rows
@@ -85,25 +110,97 @@ func (w *SweepKeysWorker) Work(ctx context.Context, job *river.Job[SweepKeysArgs
 		log.Warn().Int64("deleted", n).Err(err).Msg("sweep_keys")
 		return err
 	}
-	retention := w.TombstoneRetention
-	if retention <= 0 {
-		retention = 30 * 24 * time.Hour
-	}
-	tn, err := SweepTombstones(ctx, w.Pool, retention, w.Batch)
-	if err != nil {
-		log.Warn().Int64("deleted", n).Int64("tombstones_deleted", tn).Err(err).Msg("sweep_keys")
-		return err
-	}
-	// Finished webhook events are kept as long as tombstones, for looking
-	// into a caller's report; they guard nothing once final.
-	en, err := SweepWebhookEvents(ctx, w.Pool, retention, w.Batch)
+	tn, err := w.sweepRetained(ctx)
 	jn := 0
 	if err == nil {
 		jn, err = w.pruneSweeps(ctx)
 	}
-	log.Info().Int64("deleted", n).Int64("tombstones_deleted", tn).Int64("webhook_events_deleted", en).
-		Int("sweep_jobs_deleted", jn).Err(err).Msg("sweep_keys")
+	ev := log.Info()
+	if err != nil {
+		ev = log.Warn()
+	}
+	ev = ev.Int64("deleted", n)
+	for _, t := range RetainedTables {
+		ev = ev.Int64(t+"_deleted", tn[t])
+	}
+	ev.Int("sweep_jobs_deleted", jn).Err(err).Msg("sweep_keys")
 	return err
+}
+
+// RetainedTables are the tables the sweep purges after the key records, each
+// after its own retention (docs/operations.md, Retention), in the order it
+// sweeps them, as the table label of labels_sweeper_deleted_rows_total and
+// the "<table>_deleted" fields of the sweep's log line.
+var RetainedTables = metrics.SweptTables
+
+// sweepRetained purges each of RetainedTables past its retention, batch by
+// batch, and returns how many rows it deleted of each. It stops at the first
+// error.
+func (w *SweepKeysWorker) sweepRetained(ctx context.Context) (map[string]int64, error) {
+	def := func(d, fallback time.Duration) time.Duration {
+		if d <= 0 {
+			return fallback
+		}
+		return d
+	}
+	purges := map[string]func() (int64, error){
+		"idempotency_tombstones": func() (int64, error) {
+			return SweepTombstones(ctx, w.Pool, def(w.TombstoneRetention, DefaultTombstoneRetention), w.Batch)
+		},
+		"webhook_events": func() (int64, error) {
+			return SweepWebhookEvents(ctx, w.Pool, def(w.WebhookEventRetention, DefaultWebhookEventRetention), w.Batch)
+		},
+		"label_intents": func() (int64, error) {
+			return SweepFailedIntents(ctx, w.Pool, def(w.IntentRetention, DefaultIntentRetention), w.Batch)
+		},
+		"reconcile_runs": func() (int64, error) {
+			return SweepReconcileRuns(ctx, w.Pool, def(w.ReconcileRetention, reconcile.DefaultRetention))
+		},
+		"labels": func() (int64, error) {
+			if w.LabelRetention <= 0 {
+				return 0, nil
+			}
+			return purgeAll(ctx, w.Pool, postgres.PurgeLabels, w.LabelRetention, w.Batch)
+		},
+		"invoice_lines": func() (int64, error) {
+			return purgeAll(ctx, w.Pool, func(ctx context.Context, _ postgres.DB, retention time.Duration, batch int) (int64, error) {
+				return reconcile.PurgeInvoiceLines(ctx, w.Pool, retention, batch)
+			}, def(w.ReconcileRetention, reconcile.DefaultRetention), w.Batch)
+		},
+	}
+	deleted := make(map[string]int64, len(RetainedTables))
+	for _, t := range RetainedTables {
+		n, err := purges[t]()
+		deleted[t] = n
+		if w.Metrics != nil && n > 0 {
+			w.Metrics.SweeperDeletedRows.WithLabelValues(t).Add(float64(n))
+		}
+		if err != nil {
+			return deleted, err
+		}
+	}
+	return deleted, nil
+}
+
+// SweepFailedIntents deletes every failed intent that failed more than
+// retention ago and that nothing reads any more (postgres.PurgeFailedIntents),
+// batch by batch.
+func SweepFailedIntents(ctx context.Context, pool *pgxpool.Pool, retention time.Duration, batch int) (int64, error) {
+	return purgeAll(ctx, pool, postgres.PurgeFailedIntents, retention, batch)
+}
+
+// SweepReconcileRuns deletes the saved reconciliation runs that started more
+// than retention ago, one run (summary, items, void items) a transaction,
+// and returns how many it deleted (reconcile.PurgeRun says which are kept).
+func SweepReconcileRuns(ctx context.Context, pool *pgxpool.Pool, retention time.Duration) (int64, error) {
+	var n int64
+	for {
+		id, err := reconcile.PurgeRun(ctx, pool, retention)
+		if err != nil || id == 0 {
+			return n, err
+		}
+		n++
+	}
 }
 
 // SweepWebhookEvents deletes every webhook event delivered or dropped more

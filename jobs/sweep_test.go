@@ -167,7 +167,7 @@ func TestSweeperIgnoresTheWorkerClock(t *testing.T) {
 		insert("due", "-1 second")
 		insert("live", "24 hours")
 		var buf logtest.Buffer
-		w := &jobs.SweepKeysWorker{Pool: pool, Batch: 10, Log: zerolog.New(&buf), TombstoneRetention: 30 * 24 * time.Hour,
+		w := &jobs.SweepKeysWorker{Pool: pool, Batch: 10, Log: zerolog.New(&buf), TombstoneRetention: 30 * 24 * time.Hour, WebhookEventRetention: 30 * 24 * time.Hour,
 			NowFunc: func() time.Time { return time.Now().Add(skew) }}
 		require.NoError(t, w.Work(ctx, &river.Job[jobs.SweepKeysArgs]{JobRow: &rivertype.JobRow{ID: 1, Kind: "sweep_keys"}}))
 		require.Equal(t, "live", keys(), "clock %v: the expired key went, the live one stayed", skew)

@@ -62,6 +62,9 @@ type Metrics struct {
 	FencingRejections prometheus.Counter
 	JobOutcomes       *prometheus.CounterVec // kind, outcome
 	SweeperDeleted    prometheus.Counter
+	// SweeperDeletedRows counts the other rows the sweep purged after their
+	// retention, by table (jobs.RetainedTables).
+	SweeperDeletedRows *prometheus.CounterVec // table
 
 	// ReconcileDiscrepancies counts the items a reconciliation run reported in
 	// a category other than matched; the reconcile job adds each run's counts.
@@ -80,6 +83,11 @@ type Metrics struct {
 var WaitResults = []string{"final", "timeout", "capped"}
 
 // VoidOutcomes are the values of VoidOutcomes' outcome label.
+// SweptTables are the table label's values of
+// labels_sweeper_deleted_rows_total: the tables the sweep purges after the
+// key records, in the order it sweeps them.
+var SweptTables = []string{"idempotency_tombstones", "webhook_events", "label_intents", "reconcile_runs", "invoice_lines", "labels"}
+
 var VoidOutcomes = []string{"voided", "window_closed", "not_found", "failed"}
 
 // New returns a fresh set of metrics on a new registry that carries the Go
@@ -102,6 +110,7 @@ func New(processes ...Process) *Metrics {
 		FencingRejections:      counter("labels_fencing_rejections_total", "Completions rolled back because the attempt had lost its lease."),
 		JobOutcomes:            counterVec("labels_job_outcomes_total", "Job attempts, by kind and outcome.", "kind", "outcome"),
 		SweeperDeleted:         counter("labels_sweeper_deleted_keys_total", "Completed key records purged after their retention."),
+		SweeperDeletedRows:     counterVec("labels_sweeper_deleted_rows_total", "Rows the sweeper purged after their retention, by table: idempotency_tombstones, webhook_events, label_intents (failed; the succeeded go with their labels), reconcile_runs, invoice_lines, labels (only with LABEL_RETENTION).", "table"),
 		ReconcileDiscrepancies: counterVec("labels_reconcile_discrepancies_total", "Items reconciliation runs reported as discrepancies, by category (every category but matched).", "category"),
 		VoidOutcomes:           counterVec("labels_void_outcomes_total", "Voids of carrier labels the void job recorded (reconcile void), by outcome: voided, window_closed, not_found, failed.", "outcome"),
 		VoidRecoveredCents:     counterVec("labels_void_recovered_cents_total", "Charges of the carrier labels voided (reconcile void), in cents, by currency.", "currency"),
@@ -114,6 +123,9 @@ func New(processes ...Process) *Metrics {
 	}
 	for _, o := range VoidOutcomes {
 		m.VoidOutcomes.WithLabelValues(o)
+	}
+	for _, t := range SweptTables {
+		m.SweeperDeletedRows.WithLabelValues(t)
 	}
 	for _, r := range WaitResults {
 		m.WaitOutcomes.WithLabelValues(r)
@@ -154,6 +166,7 @@ func (m *Metrics) exports() []export {
 		{m.FencingRejections, Worker},
 		{m.JobOutcomes, Worker},
 		{m.SweeperDeleted, Worker},
+		{m.SweeperDeletedRows, Worker},
 		{m.ReconcileDiscrepancies, Worker},
 		{m.VoidOutcomes, Worker},
 		{m.VoidRecoveredCents, Worker},

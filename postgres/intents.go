@@ -101,3 +101,22 @@ func GetIntentByParcel(ctx context.Context, db DB, callerID string, orderID int6
 		WHERE caller_id = $1 AND order_id = $2 AND parcel_no = $3 AND label_version = $4
 		  AND status IN ('pending', 'succeeded')`, callerID, orderID, parcelNo, labelVersion))
 }
+
+// PurgeFailedIntents deletes up to batch failed intents that failed more than
+// retention ago by the database's clock, oldest first, skipping rows another
+// sweeper holds, and returns how many it deleted. An intent stays while
+// anything may still read it: its key record (until purged, or taken by a
+// later request of the same key), its row of the relay's queue, or a pending
+// webhook event (whose delivery renders the intent). Pending intents are
+// never deleted, nor succeeded ones: a succeeded intent answers a late retry
+// of its parcel (the natural key) and its label refers to it.
+func PurgeFailedIntents(ctx context.Context, db DB, retention time.Duration, batch int) (int64, error) {
+	return purgeOldest(ctx, db, "label_intents", `status = 'failed' AND completed_at < `+sqlAgo+`
+		AND NOT EXISTS (SELECT 1 FROM idempotency_keys k
+		                 WHERE k.caller_id = label_intents.caller_id AND k.idem_key = label_intents.idem_key
+		                   AND k.request_id = label_intents.request_id)
+		AND NOT EXISTS (SELECT 1 FROM label_intent_outbox o
+		                 WHERE o.created_at = label_intents.created_at AND o.request_id = label_intents.request_id)
+		AND NOT EXISTS (SELECT 1 FROM webhook_events e
+		                 WHERE e.request_id = label_intents.request_id AND e.state = 'pending')`, "completed_at", retention, batch)
+}

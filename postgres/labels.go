@@ -56,3 +56,31 @@ func GetLabelByParcel(ctx context.Context, db DB, callerID string, orderID int64
 	return getLabel(db.QueryRow(ctx, `SELECT `+labelColumns+` FROM labels
 		WHERE caller_id = $1 AND order_id = $2 AND parcel_no = $3 AND label_version = $4`, callerID, orderID, parcelNo, labelVersion))
 }
+
+// PurgeLabels deletes up to batch labels created more than retention ago by
+// the database's clock, each with its intent (in the same statement: labels
+// refers to label_intents), oldest first, skipping rows another sweeper
+// holds, and returns how many labels it deleted. A label stays while its key
+// record lives (a repeat is answered from it) and while its webhook event is
+// pending (the delivery renders the label). After the purge the parcel is
+// unprotected: a retry of it buys a new label.
+func PurgeLabels(ctx context.Context, db DB, retention time.Duration, batch int) (int64, error) {
+	var n int64
+	err := db.QueryRow(ctx, `
+		WITH gone AS (
+			DELETE FROM labels
+			 WHERE ctid IN (SELECT ctid FROM labels l
+			                 WHERE created_at < `+sqlAgo+`
+			                   AND NOT EXISTS (SELECT 1 FROM idempotency_keys k
+			                                    WHERE k.caller_id = l.caller_id AND k.idem_key = l.created_by_key
+			                                      AND k.request_id = l.request_id)
+			                   AND NOT EXISTS (SELECT 1 FROM webhook_events e
+			                                    WHERE e.request_id = l.request_id AND e.state = 'pending')
+			                 ORDER BY created_at
+			                 LIMIT $2
+			                   FOR UPDATE SKIP LOCKED)
+			RETURNING request_id),
+		     intents AS (DELETE FROM label_intents i USING gone WHERE i.request_id = gone.request_id)
+		SELECT count(*) FROM gone`, retention.Seconds(), batch).Scan(&n)
+	return n, err
+}

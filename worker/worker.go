@@ -29,6 +29,7 @@ import (
 	"github.com/labelkit/labels/metrics"
 	"github.com/labelkit/labels/notify"
 	"github.com/labelkit/labels/outbox"
+	"github.com/labelkit/labels/reconcile"
 )
 
 // DefaultCarrierTimeout is CARRIER_TIMEOUT's default, the API's too.
@@ -37,14 +38,17 @@ const DefaultCarrierTimeout = carrier.DefaultTimeout
 // Defaults of [Config]: a zero field takes its default (Config.WithDefaults),
 // and cmd/worker reads its environment with them.
 const (
-	DefaultLeaseDuration      = 30 * time.Second // LEASE_DURATION
-	DefaultConcurrency        = 100              // WORKER_CONCURRENCY
-	DefaultMaxAttempts        = 20               // MAX_ATTEMPTS
-	DefaultRetryBase          = time.Second      // RETRY_BASE
-	DefaultRetryMax           = time.Hour        // RETRY_MAX
-	DefaultSweepInterval      = time.Minute      // SWEEP_INTERVAL
-	DefaultSweepBatch         = 1000             // SWEEP_BATCH
-	DefaultTombstoneRetention = 30 * 24 * time.Hour
+	DefaultLeaseDuration         = 30 * time.Second                  // LEASE_DURATION
+	DefaultConcurrency           = 100                               // WORKER_CONCURRENCY
+	DefaultMaxAttempts           = 20                                // MAX_ATTEMPTS
+	DefaultRetryBase             = time.Second                       // RETRY_BASE
+	DefaultRetryMax              = time.Hour                         // RETRY_MAX
+	DefaultSweepInterval         = time.Minute                       // SWEEP_INTERVAL
+	DefaultSweepBatch            = 1000                              // SWEEP_BATCH
+	DefaultTombstoneRetention    = jobs.DefaultTombstoneRetention    // TOMBSTONE_RETENTION
+	DefaultWebhookEventRetention = jobs.DefaultWebhookEventRetention // WEBHOOK_EVENT_RETENTION
+	DefaultIntentRetention       = jobs.DefaultIntentRetention       // INTENT_RETENTION
+	DefaultReconcileRetention    = reconcile.DefaultRetention        // RECONCILE_RETENTION
 )
 
 // Config configures a [Worker]. Zero values take the defaults above (and
@@ -73,9 +77,15 @@ type Config struct {
 	RetryMax    time.Duration
 	// SweepInterval is how often expired keys are purged; negative: no
 	// periodic sweep.
-	SweepInterval      time.Duration
-	SweepBatch         int
-	TombstoneRetention time.Duration // TOMBSTONE_RETENTION
+	SweepInterval         time.Duration
+	SweepBatch            int
+	TombstoneRetention    time.Duration // TOMBSTONE_RETENTION
+	WebhookEventRetention time.Duration // WEBHOOK_EVENT_RETENTION
+	IntentRetention       time.Duration // INTENT_RETENTION
+	ReconcileRetention    time.Duration // RECONCILE_RETENTION
+	// LabelRetention (LABEL_RETENTION) is how long a label is kept, with its
+	// intent; 0, the default: for good.
+	LabelRetention time.Duration
 
 	Metrics *metrics.Metrics // nil: a fresh set
 	Log     zerolog.Logger
@@ -138,6 +148,9 @@ func (c Config) WithDefaults() Config {
 	or(&c.RetryMax, DefaultRetryMax)
 	or(&c.SweepInterval, DefaultSweepInterval)
 	or(&c.TombstoneRetention, DefaultTombstoneRetention)
+	or(&c.WebhookEventRetention, DefaultWebhookEventRetention)
+	or(&c.IntentRetention, DefaultIntentRetention)
+	or(&c.ReconcileRetention, DefaultReconcileRetention)
 	or(&c.FetchPollInterval, jobs.FetchPollInterval)
 	or(&c.Webhooks.Timeout, jobs.DefaultWebhookTimeout)
 	if c.Concurrency <= 0 {
@@ -198,7 +211,9 @@ func New(cfg Config) (*Worker, error) {
 	hooks.Pool, hooks.Log, hooks.Concurrency = cfg.Pool, cfg.Log, cfg.WebhookConcurrency
 	river.AddWorker(workers, jobs.NewDeliverWebhookWorker(hooks))
 	river.AddWorker(workers, &jobs.SweepKeysWorker{Pool: cfg.Pool, Batch: cfg.SweepBatch, TombstoneRetention: cfg.TombstoneRetention,
-		Metrics: cfg.Metrics, Log: cfg.Log})
+		WebhookEventRetention: cfg.WebhookEventRetention, IntentRetention: cfg.IntentRetention, ReconcileRetention: cfg.ReconcileRetention,
+		LabelRetention: cfg.LabelRetention,
+		Metrics:        cfg.Metrics, Log: cfg.Log})
 	queues := map[string]river.QueueConfig{
 		jobs.QueueLabels:   {MaxWorkers: cfg.Concurrency},
 		jobs.QueueWebhooks: {MaxWorkers: cfg.WebhookConcurrency},

@@ -26,6 +26,7 @@ import (
 	"github.com/labelkit/labels/migrations"
 	"github.com/labelkit/labels/notify"
 	"github.com/labelkit/labels/postgres"
+	"github.com/labelkit/labels/reconcile"
 	"github.com/labelkit/labels/webhook"
 	"github.com/labelkit/labels/worker"
 )
@@ -50,7 +51,9 @@ and River poll), DATABASE_POOLED (true when DATABASE_DIRECT_URL is set), CARRIER
 CARRIER_TOKEN, CARRIER_TIMEOUT (%s), LEASE_DURATION (%s), WORKER_CONCURRENCY
 (%d), RELAY_BACKLOG (0: %d x WORKER_CONCURRENCY purchases waiting in River;
 -1: no bound), MAX_ATTEMPTS (%d), RETRY_BASE (%s), RETRY_MAX (%s), KEY_RETENTION (%s),
-SWEEP_INTERVAL (%s), SWEEP_BATCH (%d), TOMBSTONE_RETENTION (%s), METRICS_ADDR (%s),
+SWEEP_INTERVAL (%s), SWEEP_BATCH (%d), TOMBSTONE_RETENTION (%s), WEBHOOK_EVENT_RETENTION
+(%s), INTENT_RETENTION (%s: failed intents), RECONCILE_RETENTION (%s), LABEL_RETENTION
+(0: labels are kept), METRICS_ADDR (%s),
 WORKER_BATCH (%d: jobs per shared lease or completion statement; 0 = one
 transaction per job), RECONCILE_SCHEDULE (off), ADMIN_ADDR (off; River UI at /riverui/, needs
 ADMIN_USER and ADMIN_PASSWORD), LOG_LEVEL (%s), LOG_FORMAT (json|console).
@@ -64,7 +67,8 @@ WEBHOOK_ALLOW_UNSEALED (false; true: raw secrets are used, development only).
 `, carrier.DefaultBaseURL, cli.Dur(worker.DefaultCarrierTimeout), cli.Dur(worker.DefaultLeaseDuration),
 	worker.DefaultConcurrency, worker.RelayBacklogPerSlot, worker.DefaultMaxAttempts, cli.Dur(worker.DefaultRetryBase),
 	cli.Dur(worker.DefaultRetryMax), cli.Dur(idempotency.DefaultKeyRetention), cli.Dur(worker.DefaultSweepInterval),
-	worker.DefaultSweepBatch, cli.Dur(worker.DefaultTombstoneRetention), DefaultMetricsAddr, jobs.DefaultBatch,
+	worker.DefaultSweepBatch, cli.Dur(worker.DefaultTombstoneRetention), cli.Dur(worker.DefaultWebhookEventRetention),
+	cli.Dur(worker.DefaultIntentRetention), cli.Dur(worker.DefaultReconcileRetention), DefaultMetricsAddr, jobs.DefaultBatch,
 	cli.DefaultLogLevel, cli.Dur(jobs.DefaultWebhookTimeout), cli.Dur(jobs.DefaultWebhookRetryBase),
 	cli.Dur(jobs.DefaultWebhookRetryMax), jobs.DefaultWebhookMaxAttempts, jobs.DefaultWebhookDisableAfter,
 	jobs.DefaultWebhookConcurrency, jobs.DefaultWebhookEndpointConcurrency)
@@ -90,11 +94,17 @@ type Config struct {
 	SweepInterval      time.Duration
 	SweepBatch         int
 	TombstoneRetention time.Duration
-	MetricsAddr        string
-	ReconcileSchedule  string
-	AdminAddr          string
-	AdminUser          string
-	AdminPassword      string
+	// WebhookEventRetention, IntentRetention and ReconcileRetention are the
+	// sweep's other retentions (worker.Config).
+	WebhookEventRetention time.Duration
+	IntentRetention       time.Duration
+	ReconcileRetention    time.Duration
+	LabelRetention        time.Duration // 0: kept
+	MetricsAddr           string
+	ReconcileSchedule     string
+	AdminAddr             string
+	AdminUser             string
+	AdminPassword         string
 
 	WebhookTimeout       time.Duration
 	WebhookRetryBase     time.Duration
@@ -138,6 +148,15 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("SWEEP_BATCH=%d: must be positive", c.SweepBatch)
 	case c.TombstoneRetention < c.KeyRetention:
 		return fmt.Errorf("TOMBSTONE_RETENTION=%s: must be at least KEY_RETENTION=%s", c.TombstoneRetention, c.KeyRetention)
+	case c.WebhookEventRetention <= 0:
+		return fmt.Errorf("WEBHOOK_EVENT_RETENTION=%s: must be positive", c.WebhookEventRetention)
+	case c.IntentRetention < c.KeyRetention:
+		return fmt.Errorf("INTENT_RETENTION=%s: must be at least KEY_RETENTION=%s", c.IntentRetention, c.KeyRetention)
+	case c.ReconcileRetention <= 0:
+		return fmt.Errorf("RECONCILE_RETENTION=%s: must be positive", c.ReconcileRetention)
+	case c.LabelRetention != 0 && (c.LabelRetention < c.IntentRetention || c.LabelRetention < c.ReconcileRetention+reconcile.LineRetentionMargin):
+		return fmt.Errorf("LABEL_RETENTION=%s: want 0 (kept) or at least INTENT_RETENTION=%s and RECONCILE_RETENTION=%s + %s",
+			c.LabelRetention, c.IntentRetention, c.ReconcileRetention, reconcile.LineRetentionMargin)
 	case c.WebhookTimeout <= 0 || c.WebhookTimeout > 5*time.Minute:
 		return fmt.Errorf("WEBHOOK_TIMEOUT=%s: want above 0 and at most 5m", c.WebhookTimeout)
 	case c.WebhookRetryBase <= 0 || c.WebhookRetryMax < c.WebhookRetryBase:
@@ -165,26 +184,30 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	env := cli.NewEnv(ctx, getenv)
 	cfg := Config{
-		Database:           env.Database(),
-		CarrierURL:         env.String("CARRIER_URL", carrier.DefaultBaseURL),
-		CarrierToken:       env.String("CARRIER_TOKEN", ""),
-		CarrierTimeout:     env.Duration("CARRIER_TIMEOUT", worker.DefaultCarrierTimeout),
-		LeaseDuration:      env.Duration("LEASE_DURATION", worker.DefaultLeaseDuration),
-		Concurrency:        env.Int("WORKER_CONCURRENCY", worker.DefaultConcurrency),
-		RelayBacklog:       env.Int("RELAY_BACKLOG", 0),
-		Batch:              env.Int("WORKER_BATCH", jobs.DefaultBatch),
-		MaxAttempts:        env.Int("MAX_ATTEMPTS", worker.DefaultMaxAttempts),
-		RetryBase:          env.Duration("RETRY_BASE", worker.DefaultRetryBase),
-		RetryMax:           env.Duration("RETRY_MAX", worker.DefaultRetryMax),
-		KeyRetention:       env.Duration("KEY_RETENTION", idempotency.DefaultKeyRetention),
-		SweepInterval:      env.Duration("SWEEP_INTERVAL", worker.DefaultSweepInterval),
-		SweepBatch:         env.Int("SWEEP_BATCH", worker.DefaultSweepBatch),
-		TombstoneRetention: env.Duration("TOMBSTONE_RETENTION", worker.DefaultTombstoneRetention),
-		MetricsAddr:        env.String("METRICS_ADDR", DefaultMetricsAddr),
-		ReconcileSchedule:  env.String("RECONCILE_SCHEDULE", ""),
-		AdminAddr:          env.String("ADMIN_ADDR", ""),
-		AdminUser:          env.String("ADMIN_USER", ""),
-		AdminPassword:      env.String("ADMIN_PASSWORD", ""),
+		Database:              env.Database(),
+		CarrierURL:            env.String("CARRIER_URL", carrier.DefaultBaseURL),
+		CarrierToken:          env.String("CARRIER_TOKEN", ""),
+		CarrierTimeout:        env.Duration("CARRIER_TIMEOUT", worker.DefaultCarrierTimeout),
+		LeaseDuration:         env.Duration("LEASE_DURATION", worker.DefaultLeaseDuration),
+		Concurrency:           env.Int("WORKER_CONCURRENCY", worker.DefaultConcurrency),
+		RelayBacklog:          env.Int("RELAY_BACKLOG", 0),
+		Batch:                 env.Int("WORKER_BATCH", jobs.DefaultBatch),
+		MaxAttempts:           env.Int("MAX_ATTEMPTS", worker.DefaultMaxAttempts),
+		RetryBase:             env.Duration("RETRY_BASE", worker.DefaultRetryBase),
+		RetryMax:              env.Duration("RETRY_MAX", worker.DefaultRetryMax),
+		KeyRetention:          env.Duration("KEY_RETENTION", idempotency.DefaultKeyRetention),
+		SweepInterval:         env.Duration("SWEEP_INTERVAL", worker.DefaultSweepInterval),
+		SweepBatch:            env.Int("SWEEP_BATCH", worker.DefaultSweepBatch),
+		TombstoneRetention:    env.Duration("TOMBSTONE_RETENTION", worker.DefaultTombstoneRetention),
+		WebhookEventRetention: env.Duration("WEBHOOK_EVENT_RETENTION", worker.DefaultWebhookEventRetention),
+		IntentRetention:       env.Duration("INTENT_RETENTION", worker.DefaultIntentRetention),
+		ReconcileRetention:    env.Duration("RECONCILE_RETENTION", worker.DefaultReconcileRetention),
+		LabelRetention:        env.Duration("LABEL_RETENTION", 0),
+		MetricsAddr:           env.String("METRICS_ADDR", DefaultMetricsAddr),
+		ReconcileSchedule:     env.String("RECONCILE_SCHEDULE", ""),
+		AdminAddr:             env.String("ADMIN_ADDR", ""),
+		AdminUser:             env.String("ADMIN_USER", ""),
+		AdminPassword:         env.String("ADMIN_PASSWORD", ""),
 
 		WebhookTimeout:       env.Duration("WEBHOOK_TIMEOUT", jobs.DefaultWebhookTimeout),
 		WebhookRetryBase:     env.Duration("WEBHOOK_RETRY_BASE", jobs.DefaultWebhookRetryBase),
@@ -264,27 +287,31 @@ func work(ctx context.Context, cfg Config, db postgres.Endpoints, periodic []*ri
 		defer riverListen.Close()
 	}
 	w, err := worker.New(worker.Config{
-		Pool:               pool,
-		Carrier:            carrier.NewClient(cfg.CarrierURL, &carrier.ClientOpts{Token: cfg.CarrierToken, InFlight: cfg.Concurrency}),
-		CarrierTimeout:     cfg.CarrierTimeout,
-		LeaseDuration:      cfg.LeaseDuration,
-		KeyRetention:       cfg.KeyRetention,
-		Concurrency:        cfg.Concurrency,
-		RelayBacklog:       cfg.RelayBacklog,
-		Batch:              cli.Batch(cfg.Batch),
-		MaxAttempts:        cfg.MaxAttempts,
-		RetryBase:          cfg.RetryBase,
-		RetryMax:           cfg.RetryMax,
-		SweepInterval:      cfg.SweepInterval,
-		SweepBatch:         cfg.SweepBatch,
-		TombstoneRetention: cfg.TombstoneRetention,
-		Metrics:            m,
-		Log:                log,
-		Notifier:           notifier,
-		Listener:           listener,
-		RiverListen:        riverListen,
-		PollOnly:           db.Pooled && db.Direct == nil,
-		PeriodicJobs:       periodic,
+		Pool:                  pool,
+		Carrier:               carrier.NewClient(cfg.CarrierURL, &carrier.ClientOpts{Token: cfg.CarrierToken, InFlight: cfg.Concurrency}),
+		CarrierTimeout:        cfg.CarrierTimeout,
+		LeaseDuration:         cfg.LeaseDuration,
+		KeyRetention:          cfg.KeyRetention,
+		Concurrency:           cfg.Concurrency,
+		RelayBacklog:          cfg.RelayBacklog,
+		Batch:                 cli.Batch(cfg.Batch),
+		MaxAttempts:           cfg.MaxAttempts,
+		RetryBase:             cfg.RetryBase,
+		RetryMax:              cfg.RetryMax,
+		SweepInterval:         cfg.SweepInterval,
+		SweepBatch:            cfg.SweepBatch,
+		TombstoneRetention:    cfg.TombstoneRetention,
+		WebhookEventRetention: cfg.WebhookEventRetention,
+		IntentRetention:       cfg.IntentRetention,
+		ReconcileRetention:    cfg.ReconcileRetention,
+		LabelRetention:        cfg.LabelRetention,
+		Metrics:               m,
+		Log:                   log,
+		Notifier:              notifier,
+		Listener:              listener,
+		RiverListen:           riverListen,
+		PollOnly:              db.Pooled && db.Direct == nil,
+		PeriodicJobs:          periodic,
 		Webhooks: jobs.WebhookConfig{
 			Timeout:             cfg.WebhookTimeout,
 			RetryBase:           cfg.WebhookRetryBase,
