@@ -1,6 +1,6 @@
 // Package deploy holds example deployments of the label service and no code:
-// Kubernetes manifests under kubernetes/ (kubectl apply -k) and systemd units
-// under systemd/, with systemd/README.md, the how-to that installs them on a
+// Kubernetes manifests under deploy/kubernetes/ (kubectl apply -k) and systemd
+// units under deploy/systemd/, with deploy/systemd/README.md, the how-to that installs them on a
 // VM. Its test parses every file and checks it against the binaries and the
 // configuration documented in docs/operations.md (and the how-to against
 // the units), and the image test builds the image (tools/image) and checks
