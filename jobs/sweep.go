@@ -163,9 +163,7 @@ func (w *SweepKeysWorker) sweepRetained(ctx context.Context) (map[string]int64, 
 			return purgeAll(ctx, w.Pool, postgres.PurgeLabels, w.LabelRetention, w.Batch)
 		},
 		"invoice_lines": func() (int64, error) {
-			return purgeAll(ctx, w.Pool, func(ctx context.Context, _ postgres.DB, retention time.Duration, batch int) (int64, error) {
-				return reconcile.PurgeInvoiceLines(ctx, w.Pool, retention, batch)
-			}, def(w.ReconcileRetention, reconcile.DefaultRetention), w.Batch)
+			return purgeAll(ctx, w.Pool, reconcile.PurgeInvoiceLines, def(w.ReconcileRetention, reconcile.DefaultRetention), w.Batch)
 		},
 	}
 	deleted := make(map[string]int64, len(RetainedTables))
@@ -257,17 +255,9 @@ func SweepTombstones(ctx context.Context, pool *pgxpool.Pool, retention time.Dur
 // it deleted.
 func purgeAll(ctx context.Context, pool *pgxpool.Pool, purge func(context.Context, postgres.DB, time.Duration, int) (int64, error),
 	retention time.Duration, batch int) (int64, error) {
-	if batch <= 0 {
-		batch = 1000
-	}
-	var total int64
-	for {
-		n, err := purge(ctx, pool, retention, batch)
-		total += n
-		if err != nil || n < int64(batch) {
-			return total, err
-		}
-	}
+	return sweep(ctx, pool, func(ctx context.Context, db postgres.DB, batch int) (int64, error) {
+		return purge(ctx, db, retention, batch)
+	}, batch, nil)
 }
 
 // Sweep purges every completed key whose expires_at has passed by the

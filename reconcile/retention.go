@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/labelkit/labels/postgres"
 )
 
 // DefaultRetention is RECONCILE_RETENTION's default: how long a saved run
@@ -69,8 +71,8 @@ func PurgeRun(ctx context.Context, pool *pgxpool.Pool, retention time.Duration) 
 // rows another sweeper holds, and returns how many it deleted. The lines a
 // void refers to (the charge voided, and the void credits, which a run finds
 // whichever invoice carried them) are kept with the voids.
-func PurgeInvoiceLines(ctx context.Context, pool *pgxpool.Pool, retention time.Duration, batch int) (int64, error) {
-	tag, err := pool.Exec(ctx, `
+func PurgeInvoiceLines(ctx context.Context, db postgres.DB, retention time.Duration, batch int) (int64, error) {
+	tag, err := db.Exec(ctx, `
 		DELETE FROM invoice_lines
 		 WHERE ctid IN (SELECT ctid FROM invoice_lines l
 		                 WHERE billed_at < now() - make_interval(secs => $1)
