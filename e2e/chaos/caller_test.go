@@ -71,19 +71,51 @@ func (in *intent) rendering(first bool) (body []byte, key string) {
 	return body, key
 }
 
-// recorder counts every answer the callers saw.
+// recorder counts every answer the callers saw, and keeps every 202.
 type recorder struct {
-	mu         sync.Mutex
-	posts      int
-	gets       int
-	answers    map[int]int
-	netErrors  int
-	unexpected []string
+	mu            sync.Mutex
+	posts         int
+	postsInFlight int
+	gets          int
+	answers       map[int]int
+	netErrors     int
+	noRetryAfter  int // 503s without Retry-After
+	unexpected    []string
+	acks          []ack
+}
+
+// ack is one 202 a caller got: the intent's key and request id, when its
+// request was sent and when the answer came.
+type ack struct {
+	caller, key, requestID string
+	sent, at               time.Time
+}
+
+func (r *recorder) ack(a ack) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.acks = append(r.acks, a)
+}
+
+// inFlight is the number of POSTs sent that have not been answered yet.
+func (r *recorder) inFlight() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.postsInFlight
+}
+
+func (r *recorder) sending(method string, delta int) {
+	if method != http.MethodPost {
+		return
+	}
+	r.mu.Lock()
+	r.postsInFlight += delta
+	r.mu.Unlock()
 }
 
 func newRecorder() *recorder { return &recorder{answers: map[int]int{}} }
 
-func (r *recorder) record(method string, status int, err error) {
+func (r *recorder) record(method string, status int, header http.Header, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if method == http.MethodPost {
@@ -96,6 +128,9 @@ func (r *recorder) record(method string, status int, err error) {
 		return
 	}
 	r.answers[status]++
+	if status == http.StatusServiceUnavailable && header.Get("Retry-After") == "" {
+		r.noRetryAfter++
+	}
 }
 
 func (r *recorder) unexpectedAnswer(format string, args ...any) {
@@ -106,10 +141,11 @@ func (r *recorder) unexpectedAnswer(format string, args ...any) {
 
 // answer is one HTTP answer, read whole.
 type answer struct {
-	status int
-	header http.Header
-	body   []byte
-	err    error
+	status   int
+	header   http.Header
+	body     []byte
+	err      error
+	sent, at time.Time // when the request was sent, and the answer read
 }
 
 // api sends the callers' requests.
@@ -140,19 +176,22 @@ func (a *api) do(ctx context.Context, method, path, token string, body []byte, h
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
+	a.rec.sending(method, 1)
+	defer a.rec.sending(method, -1)
+	sent := time.Now()
 	resp, err := a.http.Do(req)
 	if err != nil {
-		a.rec.record(method, 0, err)
-		return answer{err: err}
+		a.rec.record(method, 0, nil, err)
+		return answer{err: err, sent: sent}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		a.rec.record(method, 0, err)
-		return answer{err: err}
+		a.rec.record(method, 0, nil, err)
+		return answer{err: err, sent: sent}
 	}
-	a.rec.record(method, resp.StatusCode, nil)
-	return answer{status: resp.StatusCode, header: resp.Header, body: b}
+	a.rec.record(method, resp.StatusCode, resp.Header, nil)
+	return answer{status: resp.StatusCode, header: resp.Header, body: b, sent: sent, at: time.Now()}
 }
 
 // transient reports an answer after which a caller retries with the same key:
@@ -231,6 +270,7 @@ func (a *api) post(ctx context.Context, in *intent, first bool, wait bool) {
 			if err := json.Unmarshal(ans.body, &lr); err != nil || lr.ID == "" {
 				a.rec.unexpectedAnswer("intent %d: 202 without a label request id: %s", in.n, ans.body)
 			}
+			a.rec.ack(ack{caller: in.caller.name, key: in.key, requestID: lr.ID, sent: ans.sent, at: ans.at})
 			in.noteAccepted(lr.ID, nil)
 			return
 		case ans.err == nil && ans.status == http.StatusCreated:

@@ -1,0 +1,314 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// HA is a run on a failover formation: the fleet gets the formation's
+// multi-host DATABASE_URL (target_session_attrs=read-write), no worker or
+// API is killed, and the formation is disturbed instead, one step after
+// another from a quarter into the window, a tenth of the window apart.
+//
+// On top of the run's checks: every 202 a caller got names an intent and a
+// key the primary still holds at the end (with Async, a missing one is
+// counted, not a violation: that is what an asynchronous standby may lose);
+// the workers are the processes started first, and each completes a purchase
+// after the last step; every 503 carries Retry-After; and after a rejoin,
+// creates are still accepted.
+type HA struct {
+	Formation Formation
+	// Async says the standby is asynchronous: acknowledged requests missing
+	// at the end are measured (Figures.Lost), not violations; the other
+	// checks still run, and a lost intent breaks some of them (its GET
+	// answers 404, the carrier sold a label for it).
+	Async bool
+	Steps []Step
+}
+
+// Step is one disturbance of the formation.
+type Step int
+
+const (
+	// KillWhilePurchasing kills the primary (postmaster and keeper, SIGKILL)
+	// while some worker is in the middle of a purchase.
+	KillWhilePurchasing Step = iota + 1
+	// KillWhileAccepting kills the primary while creates are in flight.
+	KillWhileAccepting
+	// Switchover is the planned switchover: the primary hands over to the
+	// standby.
+	Switchover
+	// Rejoin restarts the node killed last, which rejoins as a standby, and
+	// waits until the formation is healthy.
+	Rejoin
+)
+
+func (s Step) String() string {
+	switch s {
+	case KillWhilePurchasing:
+		return "kill -9 the primary while purchases are in flight"
+	case KillWhileAccepting:
+		return "kill -9 the primary while creates are in flight"
+	case Switchover:
+		return "planned switchover"
+	case Rejoin:
+		return "the killed node rejoins as a standby"
+	}
+	return fmt.Sprintf("step %d", int(s))
+}
+
+// Formation is what a run needs of a failover formation: a monitor, a
+// primary and a standby.
+type Formation interface {
+	// CreateDatabase creates a database and returns its multi-host URL.
+	CreateDatabase(name string) string
+	// KillPrimary kills the primary's server and its keeper with SIGKILL, as
+	// a machine that is gone.
+	KillPrimary()
+	// WaitPrimary waits until a node accepts writes again.
+	WaitPrimary(ctx context.Context)
+	// Switchover performs a planned switchover and waits for its end.
+	Switchover(ctx context.Context)
+	// Rejoin restarts the node killed last and waits until the formation is
+	// healthy again, the node a standby.
+	Rejoin(ctx context.Context)
+	// State describes the formation's nodes in one line.
+	State(ctx context.Context) string
+}
+
+// The simulator of an HA run only takes its time (50 to 200 ms a purchase):
+// whatever goes wrong comes from the formation.
+var haSimEnv = map[string]string{"SIM_LATENCY": "50ms", "SIM_LATENCY_JITTER": "150ms"}
+
+// StepFigures is what one step of an HA run measured.
+type StepFigures struct {
+	Step Step
+	// At is when the step began (the kill, the switchover's start).
+	At time.Time
+	// InFlight says what was in flight when it began.
+	InFlight string
+	// Ready is the time from At until the formation had a primary accepting
+	// writes again (Rejoin: until it was healthy).
+	Ready time.Duration
+	// FirstAccept is the time from At until the first 202 to a create sent
+	// after At; negative when there was none.
+	FirstAccept time.Duration
+	// PendingAtStep intents were accepted before At and became final after
+	// it, the last LastFinal after At.
+	PendingAtStep int
+	LastFinal     time.Duration
+}
+
+// haEvents is the one event of an HA run: every step in turn.
+func (r *run) haEvents() []event {
+	d := r.cfg.Duration
+	var names []string
+	for _, s := range r.cfg.HA.Steps {
+		names = append(names, s.String())
+	}
+	return []event{{at: d / 4, name: strings.Join(names, ", then "), do: func(ctx context.Context) error {
+		for i, s := range r.cfg.HA.Steps {
+			if i > 0 && !sleep(ctx, d/10) {
+				return ctx.Err()
+			}
+			r.step(ctx, s)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+		return nil
+	}}}
+}
+
+// gateTimeout bounds the wait for the moment a kill is meant to interrupt.
+const gateTimeout = 10 * time.Second
+
+// step carries out s and records its figures.
+func (r *run) step(ctx context.Context, s Step) {
+	f := r.cfg.HA.Formation
+	sf := StepFigures{Step: s, FirstAccept: -1}
+	switch s {
+	case KillWhilePurchasing:
+		n := r.waitFor(ctx, r.runningPurchases)
+		sf.InFlight = fmt.Sprintf("%d purchases running", n)
+	case KillWhileAccepting:
+		n := r.waitFor(ctx, func(context.Context) int { return r.rec.inFlight() })
+		sf.InFlight = fmt.Sprintf("%d creates in flight", n)
+	}
+	sf.At = time.Now()
+	switch s {
+	case KillWhilePurchasing, KillWhileAccepting:
+		f.KillPrimary()
+		r.say("primary killed (%s); waiting for the monitor to promote the standby", sf.InFlight)
+		f.WaitPrimary(ctx)
+	case Switchover:
+		f.Switchover(ctx)
+	case Rejoin:
+		f.Rejoin(ctx)
+	}
+	sf.Ready = time.Since(sf.At)
+	r.say("%s: ready after %.1fs; %s", s, sf.Ready.Seconds(), f.State(ctx))
+	r.fig.HA = append(r.fig.HA, sf)
+}
+
+// waitFor polls count until it is positive, for at most gateTimeout, and
+// returns its last value.
+func (r *run) waitFor(ctx context.Context, count func(context.Context) int) int {
+	ctx, cancel := context.WithTimeout(ctx, gateTimeout)
+	defer cancel()
+	for {
+		if n := count(ctx); n > 0 || !sleep(ctx, 20*time.Millisecond) {
+			return n
+		}
+	}
+}
+
+// runningPurchases counts the buy_label jobs fetched within the last two
+// seconds and still running: purchases some worker is in the middle of.
+func (r *run) runningPurchases(ctx context.Context) int {
+	var n int
+	_ = r.pool.QueryRow(ctx, `SELECT count(*) FROM river_job
+		WHERE kind = 'buy_label' AND state = 'running' AND attempted_at > now() - interval '2 seconds'`).Scan(&n)
+	return n
+}
+
+// verifyHA holds an HA run to its own checks, on the formation's primary at
+// the end, and fills in the steps' figures.
+func (r *run) verifyHA(ctx context.Context) {
+	f := r.fig
+	r.rec.mu.Lock()
+	acks := append([]ack(nil), r.rec.acks...)
+	r.rec.mu.Unlock()
+
+	// Every 202: its intent and its key on the primary.
+	seen := map[string]bool{}
+	var ids, callers, keys []string
+	for _, a := range acks {
+		if !seen[a.requestID] {
+			seen[a.requestID] = true
+			ids, callers, keys = append(ids, a.requestID), append(callers, a.caller), append(keys, a.key)
+		}
+	}
+	f.Acknowledged = len(ids)
+	rows, err := r.pool.Query(ctx, `SELECT a.id, i.request_id IS NOT NULL, k.request_id IS NOT NULL
+		FROM unnest($1::text[], $2::text[], $3::text[]) AS a (id, caller, key)
+		LEFT JOIN label_intents i ON i.request_id = a.id AND i.caller_id = a.caller AND i.idem_key = a.key
+		LEFT JOIN idempotency_keys k ON k.request_id = a.id AND k.caller_id = a.caller AND k.idem_key = a.key`, ids, callers, keys)
+	if err != nil {
+		f.violate("reading the acknowledged intents: %v", err)
+	} else {
+		for rows.Next() {
+			var id string
+			var intent, key bool
+			if err := rows.Scan(&id, &intent, &key); err != nil {
+				f.violate("reading the acknowledged intents: %v", err)
+				break
+			}
+			if intent && key {
+				continue
+			}
+			f.Lost++
+			if !r.cfg.HA.Async {
+				f.violate("acknowledged with 202 but missing on the primary: %s (intent there: %t, key there: %t)", id, intent, key)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			f.violate("reading the acknowledged intents: %v", err)
+		}
+	}
+
+	// The steps' figures.
+	var lastReady time.Time
+	for i := range f.HA {
+		s := &f.HA[i]
+		end := s.At.Add(s.Ready)
+		if end.After(lastReady) {
+			lastReady = end
+		}
+		first := time.Time{}
+		for _, a := range acks {
+			if a.sent.After(s.At) && (first.IsZero() || a.at.Before(first)) {
+				first = a.at
+			}
+		}
+		if !first.IsZero() {
+			s.FirstAccept = first.Sub(s.At)
+		}
+		if s.Step == Rejoin && !hasAckAfter(acks, end) {
+			f.violate("no create was accepted after the rejoin (healthy at %s)", end.Format(time.TimeOnly))
+		}
+		var last *time.Time
+		if err := r.pool.QueryRow(ctx, `SELECT count(*), max(completed_at) FROM label_intents WHERE created_at < $1 AND completed_at > $1`,
+			s.At).Scan(&s.PendingAtStep, &last); err != nil {
+			f.violate("reading the intents in flight at %s: %v", s.Step, err)
+		} else if last != nil {
+			s.LastFinal = last.Sub(s.At)
+		}
+	}
+
+	// The workers: the processes started first, each completing purchases
+	// after the last step (a worker that did not follow the new primary
+	// completes none).
+	for _, p := range r.fleet.f.Procs() {
+		if p.Spec.Bin != "worker" {
+			continue
+		}
+		if p.Exited() {
+			f.violate("%s (pid %d) exited", p.Name(), p.Pid())
+			continue
+		}
+		n := 0
+		for _, l := range p.Lines() {
+			if l.At.After(lastReady) && l.Msg() == "buy_label attempt" && l.Field("outcome") == "succeeded" {
+				n++
+			}
+		}
+		f.WorkerPIDs = append(f.WorkerPIDs, p.Pid())
+		f.WorkerPurchasesAfter = append(f.WorkerPurchasesAfter, n)
+		if n == 0 {
+			f.violate("%s (pid %d) completed no purchase after the formation was ready again", p.Name(), p.Pid())
+		}
+	}
+	if n := len(f.WorkerPIDs); n != r.cfg.Workers {
+		f.violate("%d workers running at the end for %d started", n, r.cfg.Workers)
+	}
+}
+
+func hasAckAfter(acks []ack, t time.Time) bool {
+	for _, a := range acks {
+		if a.sent.After(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// printHA writes the figures of an HA run.
+func (f *Figures) printHA(p func(name, format string, args ...any)) {
+	ha := f.Config.HA
+	if ha == nil {
+		return
+	}
+	mode := "synchronous"
+	if ha.Async {
+		mode = "asynchronous"
+	}
+	p("formation", "primary and %s standby under a monitor; %d APIs, %d workers on its multi-host URL", mode, f.Config.APIs, f.Config.Workers)
+	for _, s := range f.HA {
+		p(s.Step.String(), "%s", s.InFlight)
+		p("  formation ready after", "%.1fs", s.Ready.Seconds())
+		if s.FirstAccept >= 0 {
+			p("  first 202 to a create sent after it", "%.1fs after it", s.FirstAccept.Seconds())
+		} else {
+			p("  first 202 to a create sent after it", "none")
+		}
+		p("  intents accepted before, final after", "%d, the last %.1fs after it", s.PendingAtStep, s.LastFinal.Seconds())
+	}
+	p("acknowledged (202) intents missing", "%d of %d", f.Lost, f.Acknowledged)
+	p("503 answers (all with Retry-After)", "%d (%d without)", f.Answers[http.StatusServiceUnavailable], f.NoRetryAfter)
+	p("workers (same processes throughout)", "pids %v; purchases each completed after the last step %v", f.WorkerPIDs, f.WorkerPurchasesAfter)
+}
