@@ -41,6 +41,8 @@ type plan struct {
 	later      time.Duration // a repeat this long after the first requests; 0 for none
 	after      bool          // a repeat once the outcome is final
 	rng        *rand.Rand    // renderings and key forms of this intent's requests
+	// gate, when set, sends the first requests when it closes instead of at.
+	gate <-chan struct{}
 }
 
 func (in *intent) noteAccepted(requestID string, created []byte) {
@@ -358,7 +360,13 @@ func (a *api) awaitFinal(ctx context.Context, in *intent) bool {
 // once the first requests have ended (accepted or not).
 func (a *api) runIntent(ctx context.Context, in *intent, start time.Time, accepted *sync.WaitGroup, repeats *sync.WaitGroup) {
 	defer accepted.Done()
-	if !sleep(ctx, time.Until(start.Add(in.plan.at))) {
+	if in.plan.gate != nil {
+		select {
+		case <-in.plan.gate:
+		case <-ctx.Done():
+			return
+		}
+	} else if !sleep(ctx, time.Until(start.Add(in.plan.at))) {
 		return
 	}
 	in.mu.Lock()

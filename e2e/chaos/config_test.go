@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/labelkit/labels/internal/devdb"
@@ -125,6 +126,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("apis %d: want 1 to 8", c.APIs)
 	case c.HA != nil && (c.HA.Formation == nil || len(c.HA.Steps) == 0):
 		return errors.New("ha: want a formation and at least one step")
+	case c.HA != nil && (c.HA.Burst < 0 || c.HA.Burst >= c.Intents):
+		return fmt.Errorf("ha burst %d: want 0 to intents-1", c.HA.Burst)
+	case c.HA != nil && c.HA.Burst > 0 && !slices.Contains(c.HA.Steps, KillWhileAccepting):
+		return errors.New("ha burst: only a KillWhileAccepting step sends it")
 	case c.HA != nil && c.PoolerSize > 0:
 		return errors.New("ha: no pooler (the binaries follow the primary on the multi-host URL themselves)")
 	case c.KillEvery > 0 && c.KillEvery < time.Second:

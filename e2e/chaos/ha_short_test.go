@@ -36,7 +36,7 @@ func TestShortHA(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	cfg := Config{Intents: 80, Duration: 30 * time.Second, Workers: 2, APIs: 2, Seed: 3,
-		HA: &HA{Formation: f, Steps: []Step{KillWhilePurchasing}}}
+		HA: &HA{Formation: f, Steps: []Step{KillWhileAccepting}, Burst: 20}}
 	cfg.Progress = testWriter{t}
 	fig, err := Run(ctx, cfg)
 	require.NoError(t, err)

@@ -27,6 +27,10 @@ type HA struct {
 	// answers 404, the carrier sold a label for it).
 	Async bool
 	Steps []Step
+	// Burst intents of the run's, the last ones, are not sent at their time
+	// in the window but all at once by the first KillWhileAccepting step,
+	// which kills the primary as soon as they are in flight.
+	Burst int
 }
 
 // Step is one disturbance of the formation.
@@ -79,9 +83,10 @@ type Formation interface {
 	State(ctx context.Context) string
 }
 
-// The simulator of an HA run only takes its time (50 to 200 ms a purchase):
-// whatever goes wrong comes from the formation.
-var haSimEnv = map[string]string{"SIM_LATENCY": "50ms", "SIM_LATENCY_JITTER": "150ms"}
+// The simulator of an HA run only takes its time (200 to 500 ms a purchase,
+// so that a kill finds purchases in flight): whatever goes wrong comes from
+// the formation.
+var haSimEnv = map[string]string{"SIM_LATENCY": "200ms", "SIM_LATENCY_JITTER": "300ms"}
 
 // StepFigures is what one step of an HA run measured.
 type StepFigures struct {
@@ -135,6 +140,7 @@ func (r *run) step(ctx context.Context, s Step) {
 		n := r.waitFor(ctx, r.runningPurchases)
 		sf.InFlight = fmt.Sprintf("%d purchases running", n)
 	case KillWhileAccepting:
+		r.burstOnce.Do(func() { close(r.burst) })
 		n := r.waitFor(ctx, func(context.Context) int { return r.rec.inFlight() })
 		sf.InFlight = fmt.Sprintf("%d creates in flight", n)
 	}
@@ -166,12 +172,13 @@ func (r *run) waitFor(ctx context.Context, count func(context.Context) int) int 
 	}
 }
 
-// runningPurchases counts the buy_label jobs fetched within the last two
-// seconds and still running: purchases some worker is in the middle of.
+// runningPurchases counts the buy_label jobs fetched within the last 100 ms
+// and still running: purchases some worker is in the middle of, each taking
+// the simulator at least 200 ms.
 func (r *run) runningPurchases(ctx context.Context) int {
 	var n int
 	_ = r.pool.QueryRow(ctx, `SELECT count(*) FROM river_job
-		WHERE kind = 'buy_label' AND state = 'running' AND attempted_at > now() - interval '2 seconds'`).Scan(&n)
+		WHERE kind = 'buy_label' AND state = 'running' AND attempted_at > now() - interval '100 milliseconds'`).Scan(&n)
 	return n
 }
 

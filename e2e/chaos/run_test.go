@@ -39,6 +39,9 @@ type run struct {
 	hooks   *hooks
 	fig     *Figures
 	repeats *sync.WaitGroup // repeats after the first requests, which may outlive the window
+	// burst, closed once, sends the intents of HA.Burst.
+	burst     chan struct{}
+	burstOnce sync.Once
 }
 
 // Run starts a fleet on a throwaway PostgreSQL server (the API, cfg.Workers
@@ -58,7 +61,7 @@ func Run(ctx context.Context, cfg Config) (*Figures, error) {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	r := &run{cfg: cfg, began: time.Now(), rec: newRecorder(), fig: &Figures{Config: cfg, Answers: map[int]int{}}}
+	r := &run{cfg: cfg, began: time.Now(), rec: newRecorder(), fig: &Figures{Config: cfg, Answers: map[int]int{}}, burst: make(chan struct{})}
 	defer r.cleanup()
 	if err := r.setup(ctx); err != nil {
 		return nil, err
@@ -239,6 +242,9 @@ func (r *run) plan() {
 			p.later = 200*time.Millisecond + time.Duration(rng.Int64N(int64(4*time.Second)))
 		}
 		p.after = rng.IntN(100) < 35
+		if r.cfg.HA != nil && i >= r.cfg.Intents-r.cfg.HA.Burst {
+			p.gate = r.burst
+		}
 		in.plan = p
 		r.intents = append(r.intents, in)
 	}
