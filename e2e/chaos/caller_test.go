@@ -41,7 +41,8 @@ type plan struct {
 	later      time.Duration // a repeat this long after the first requests; 0 for none
 	after      bool          // a repeat once the outcome is final
 	rng        *rand.Rand    // renderings and key forms of this intent's requests
-	// gate, when set, sends the first requests when it closes instead of at.
+	// gate, when set, sends the first requests at after it closes, instead
+	// of after the start of the window.
 	gate <-chan struct{}
 }
 
@@ -363,10 +364,12 @@ func (a *api) runIntent(ctx context.Context, in *intent, start time.Time, accept
 	if in.plan.gate != nil {
 		select {
 		case <-in.plan.gate:
+			start = time.Now()
 		case <-ctx.Done():
 			return
 		}
-	} else if !sleep(ctx, time.Until(start.Add(in.plan.at))) {
+	}
+	if !sleep(ctx, time.Until(start.Add(in.plan.at))) {
 		return
 	}
 	in.mu.Lock()

@@ -126,10 +126,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("apis %d: want 1 to 8", c.APIs)
 	case c.HA != nil && (c.HA.Formation == nil || len(c.HA.Steps) == 0):
 		return errors.New("ha: want a formation and at least one step")
-	case c.HA != nil && (c.HA.Burst < 0 || c.HA.Burst >= c.Intents):
-		return fmt.Errorf("ha burst %d: want 0 to intents-1", c.HA.Burst)
+	case c.HA != nil && (c.HA.Burst < 0 || c.HA.Tail < 0 || c.HA.Burst+c.HA.Tail >= c.Intents):
+		return fmt.Errorf("ha burst %d, tail %d: want both 0 or more, together fewer than the intents", c.HA.Burst, c.HA.Tail)
 	case c.HA != nil && c.HA.Burst > 0 && !slices.Contains(c.HA.Steps, KillWhileAccepting):
 		return errors.New("ha burst: only a KillWhileAccepting step sends it")
+	case c.HA != nil && !rejoinsFollowKills(c.HA.Steps):
+		return errors.New("ha: a Rejoin step must follow a kill, one rejoin per kill")
 	case c.HA != nil && c.PoolerSize > 0:
 		return errors.New("ha: no pooler (the binaries follow the primary on the multi-host URL themselves)")
 	case c.KillEvery > 0 && c.KillEvery < time.Second:
@@ -158,4 +160,29 @@ func CheckPrerequisites() error {
 		return ErrNoPostgres
 	}
 	return nil
+}
+
+// rejoinsFollowKills reports whether each Rejoin step follows a kill not
+// rejoined yet.
+func rejoinsFollowKills(steps []Step) bool {
+	down := false
+	for _, s := range steps {
+		switch s {
+		case KillWhilePurchasing, KillWhileAccepting:
+			if down {
+				return false // the formation has one node left
+			}
+			down = true
+		case Switchover:
+			if down {
+				return false
+			}
+		case Rejoin:
+			if !down {
+				return false
+			}
+			down = false
+		}
+	}
+	return true
 }

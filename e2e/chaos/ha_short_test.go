@@ -2,41 +2,36 @@ package chaos
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/labelkit/labels/internal/testutil/replicatest"
+	"github.com/labelkit/labels/internal/testutil/failovertest"
 )
 
-// pairFormation is a replicatest pair as a formation: the test promotes the
-// standby as a monitor would.
-type pairFormation struct {
-	t testing.TB
-	*replicatest.Pair
+// The short failover run of go test: a pg_auto_failover formation (monitor,
+// primary, synchronous standby), 2 APIs and 2 workers on its multi-host
+// URL; under a steady load the primary is killed with SIGKILL while
+// purchases are in flight, the killed node rejoins as a standby, then a
+// planned switchover. Every check of the run holds, and nothing
+// acknowledged is lost.
+func TestShortFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a pg_auto_failover formation and the fleet; about two minutes")
+	}
+	if err := failovertest.Available(); err != nil {
+		t.Skipf("%v; `go tool task test` installs pg_auto_failover as root", err)
+	}
+	shortHA(t, Config{Intents: 80, Duration: 30 * time.Second, Workers: 2, APIs: 2, Seed: 3,
+		HA: &HA{Formation: failovertest.Start(t, failovertest.Options{}), Steps: []Step{KillWhilePurchasing, Rejoin, Switchover}, Tail: 15}})
 }
 
-func (p pairFormation) KillPrimary()                 { p.Pair.KillPrimary() }
-func (p pairFormation) WaitPrimary(context.Context)  { p.Promote() }
-func (p pairFormation) Switchover(context.Context)   { p.t.Fatal("no switchover without a monitor") }
-func (p pairFormation) Rejoin(context.Context)       { p.t.Fatal("no rejoin without a monitor") }
-func (p pairFormation) State(context.Context) string { return "replicatest pair" }
-
-func TestShortHA(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a formation and the fleet")
-	}
-	if err := CheckPrerequisites(); errors.Is(err, ErrNoPostgres) {
-		t.Skip(err)
-	}
-	f := pairFormation{t: t, Pair: replicatest.New(t)}
+func shortHA(t *testing.T, cfg Config) *Figures {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	cfg := Config{Intents: 80, Duration: 30 * time.Second, Workers: 2, APIs: 2, Seed: 3,
-		HA: &HA{Formation: f, Steps: []Step{KillWhileAccepting}, Burst: 20}}
 	cfg.Progress = testWriter{t}
 	fig, err := Run(ctx, cfg)
 	require.NoError(t, err)
@@ -44,4 +39,9 @@ func TestShortHA(t *testing.T) {
 	fig.Print(&out)
 	t.Log("\n" + out.String())
 	require.Empty(t, fig.Violations)
+	require.Equal(t, cfg.Intents, fig.Succeeded)
+	require.Equal(t, cfg.Intents, fig.CarrierPurchases)
+	require.Zero(t, fig.Lost)
+	require.Len(t, fig.HA, len(cfg.HA.Steps))
+	return fig
 }

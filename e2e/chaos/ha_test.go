@@ -4,8 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/labelkit/labels/internal/testutil/failovertest"
 )
 
 // HA is a run on a failover formation: the fleet gets the formation's
@@ -20,7 +24,9 @@ import (
 // after the last step; every 503 carries Retry-After; and after a rejoin,
 // creates are still accepted.
 type HA struct {
-	Formation Formation
+	// Formation is the monitor, the primary and the standby, started by
+	// the test (failovertest.Start).
+	Formation *failovertest.Formation
 	// Async says the standby is asynchronous: acknowledged requests missing
 	// at the end are measured (Figures.Lost), not violations; the other
 	// checks still run, and a lost intent breaks some of them (its GET
@@ -31,6 +37,9 @@ type HA struct {
 	// in the window but all at once by the first KillWhileAccepting step,
 	// which kills the primary as soon as they are in flight.
 	Burst int
+	// Tail intents, the ones before the burst's, are sent once the last
+	// step is over, 150 ms apart: the load after it.
+	Tail int
 }
 
 // Step is one disturbance of the formation.
@@ -45,8 +54,8 @@ const (
 	// Switchover is the planned switchover: the primary hands over to the
 	// standby.
 	Switchover
-	// Rejoin restarts the node killed last, which rejoins as a standby, and
-	// waits until the formation is healthy.
+	// Rejoin restarts the node killed last, which rejoins as a standby
+	// (pg_rewind), and waits until the formation is healthy.
 	Rejoin
 )
 
@@ -62,25 +71,6 @@ func (s Step) String() string {
 		return "the killed node rejoins as a standby"
 	}
 	return fmt.Sprintf("step %d", int(s))
-}
-
-// Formation is what a run needs of a failover formation: a monitor, a
-// primary and a standby.
-type Formation interface {
-	// CreateDatabase creates a database and returns its multi-host URL.
-	CreateDatabase(name string) string
-	// KillPrimary kills the primary's server and its keeper with SIGKILL, as
-	// a machine that is gone.
-	KillPrimary()
-	// WaitPrimary waits until a node accepts writes again.
-	WaitPrimary(ctx context.Context)
-	// Switchover performs a planned switchover and waits for its end.
-	Switchover(ctx context.Context)
-	// Rejoin restarts the node killed last and waits until the formation is
-	// healthy again, the node a standby.
-	Rejoin(ctx context.Context)
-	// State describes the formation's nodes in one line.
-	State(ctx context.Context) string
 }
 
 // The simulator of an HA run only takes its time (200 to 500 ms a purchase,
@@ -124,6 +114,7 @@ func (r *run) haEvents() []event {
 				return ctx.Err()
 			}
 		}
+		close(r.tail)
 		return nil
 	}}}
 }
@@ -147,13 +138,14 @@ func (r *run) step(ctx context.Context, s Step) {
 	sf.At = time.Now()
 	switch s {
 	case KillWhilePurchasing, KillWhileAccepting:
-		f.KillPrimary()
+		r.killed = f.KillPrimary()
 		r.say("primary killed (%s); waiting for the monitor to promote the standby", sf.InFlight)
 		f.WaitPrimary(ctx)
 	case Switchover:
 		f.Switchover(ctx)
 	case Rejoin:
-		f.Rejoin(ctx)
+		f.Restart(r.killed)
+		f.WaitHealthy(ctx)
 	}
 	sf.Ready = time.Since(sf.At)
 	r.say("%s: ready after %.1fs; %s", s, sf.Ready.Seconds(), f.State(ctx))
@@ -257,9 +249,9 @@ func (r *run) verifyHA(ctx context.Context) {
 		}
 	}
 
-	// The workers: the processes started first, each completing purchases
-	// after the last step (a worker that did not follow the new primary
-	// completes none).
+	// The workers: the processes started first, each connected to the
+	// primary at the end (a worker that did not follow it is not).
+	primary := r.cfg.HA.Formation.Primary()
 	for _, p := range r.fleet.f.Procs() {
 		if p.Spec.Bin != "worker" {
 			continue
@@ -276,8 +268,10 @@ func (r *run) verifyHA(ctx context.Context) {
 		}
 		f.WorkerPIDs = append(f.WorkerPIDs, p.Pid())
 		f.WorkerPurchasesAfter = append(f.WorkerPurchasesAfter, n)
-		if n == 0 {
-			f.violate("%s (pid %d) completed no purchase after the formation was ready again", p.Name(), p.Pid())
+		if c, err := connectionsTo(p.Pid(), primary.Port); err != nil {
+			f.violate("%s (pid %d): reading its connections: %v", p.Name(), p.Pid(), err)
+		} else if c == 0 {
+			f.violate("%s (pid %d) holds no connection to the primary %s (%s)", p.Name(), p.Pid(), primary.Name, primary.Addr())
 		}
 	}
 	if n := len(f.WorkerPIDs); n != r.cfg.Workers {
@@ -317,5 +311,40 @@ func (f *Figures) printHA(p func(name, format string, args ...any)) {
 	}
 	p("acknowledged (202) intents missing", "%d of %d", f.Lost, f.Acknowledged)
 	p("503 answers (all with Retry-After)", "%d (%d without)", f.Answers[http.StatusServiceUnavailable], f.NoRetryAfter)
-	p("workers (same processes throughout)", "pids %v; purchases each completed after the last step %v", f.WorkerPIDs, f.WorkerPurchasesAfter)
+	p("workers (same processes throughout)", "pids %v, each connected to the primary at the end; purchases each completed after the last step %v", f.WorkerPIDs, f.WorkerPurchasesAfter)
+}
+
+// connectionsTo counts the established TCP connections of process pid to
+// port (Linux: its socket descriptors, found in /proc/net/tcp and tcp6).
+func connectionsTo(pid, port int) (int, error) {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return 0, err
+	}
+	sockets := map[string]bool{}
+	for _, fd := range fds {
+		l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if err == nil && strings.HasPrefix(l, "socket:[") {
+			sockets[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
+		}
+	}
+	n := 0
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(table)
+		if err != nil {
+			return 0, err
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			// sl local_address rem_address st ... inode (the tenth field)
+			f := strings.Fields(line)
+			if len(f) < 10 || f[3] != "01" || !sockets[f[9]] {
+				continue
+			}
+			_, hex, _ := strings.Cut(f[2], ":")
+			if p, err := strconv.ParseUint(hex, 16, 32); err == nil && int(p) == port {
+				n++
+			}
+		}
+	}
+	return n, nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/labelkit/labels/internal/fleet"
 	"github.com/labelkit/labels/internal/pgbouncer"
 	"github.com/labelkit/labels/internal/proc"
+	"github.com/labelkit/labels/internal/testutil/failovertest"
 )
 
 // run is one chaos run in progress.
@@ -39,9 +40,12 @@ type run struct {
 	hooks   *hooks
 	fig     *Figures
 	repeats *sync.WaitGroup // repeats after the first requests, which may outlive the window
-	// burst, closed once, sends the intents of HA.Burst.
+	// burst, closed once, sends the intents of HA.Burst; tail, closed after
+	// the last step, those of HA.Tail.
 	burst     chan struct{}
 	burstOnce sync.Once
+	tail      chan struct{}
+	killed    failovertest.Node // the node an HA run killed last
 }
 
 // Run starts a fleet on a throwaway PostgreSQL server (the API, cfg.Workers
@@ -61,7 +65,8 @@ func Run(ctx context.Context, cfg Config) (*Figures, error) {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	r := &run{cfg: cfg, began: time.Now(), rec: newRecorder(), fig: &Figures{Config: cfg, Answers: map[int]int{}}, burst: make(chan struct{})}
+	r := &run{cfg: cfg, began: time.Now(), rec: newRecorder(), fig: &Figures{Config: cfg, Answers: map[int]int{}},
+		burst: make(chan struct{}), tail: make(chan struct{})}
 	defer r.cleanup()
 	if err := r.setup(ctx); err != nil {
 		return nil, err
@@ -242,8 +247,13 @@ func (r *run) plan() {
 			p.later = 200*time.Millisecond + time.Duration(rng.Int64N(int64(4*time.Second)))
 		}
 		p.after = rng.IntN(100) < 35
-		if r.cfg.HA != nil && i >= r.cfg.Intents-r.cfg.HA.Burst {
-			p.gate = r.burst
+		if ha := r.cfg.HA; ha != nil {
+			switch tail := r.cfg.Intents - ha.Burst - ha.Tail; {
+			case i >= r.cfg.Intents-ha.Burst:
+				p.gate, p.at = r.burst, 0
+			case i >= tail:
+				p.gate, p.at = r.tail, time.Duration(i-tail)*150*time.Millisecond
+			}
 		}
 		in.plan = p
 		r.intents = append(r.intents, in)
