@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"time"
 
 	"github.com/labelkit/labels/internal/devdb"
@@ -126,10 +125,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("apis %d: want 1 to 8", c.APIs)
 	case c.HA != nil && (c.HA.Formation == nil || len(c.HA.Steps) == 0):
 		return errors.New("ha: want a formation and at least one step")
-	case c.HA != nil && (c.HA.Burst < 0 || c.HA.Tail < 0 || c.HA.Burst+c.HA.Tail >= c.Intents):
-		return fmt.Errorf("ha burst %d, tail %d: want both 0 or more, together fewer than the intents", c.HA.Burst, c.HA.Tail)
-	case c.HA != nil && c.HA.Burst > 0 && !slices.Contains(c.HA.Steps, KillWhileAccepting):
-		return errors.New("ha burst: only a KillWhileAccepting step sends it")
+	case c.HA != nil && (c.HA.Burst < 0 || c.HA.Tail < 0 || c.HA.bursts()*c.HA.Burst+c.HA.Tail >= c.Intents):
+		return fmt.Errorf("ha burst %d (%d of them), tail %d: want 0 or more, together fewer than the intents", c.HA.Burst, c.HA.bursts(), c.HA.Tail)
 	case c.HA != nil && !rejoinsFollowKills(c.HA.Steps):
 		return errors.New("ha: a Rejoin step must follow a kill, one rejoin per kill")
 	case c.HA != nil && c.PoolerSize > 0:

@@ -33,8 +33,8 @@ type HA struct {
 	// answers 404, the carrier sold a label for it).
 	Async bool
 	Steps []Step
-	// Burst intents of the run's, the last ones, are not sent at their time
-	// in the window but all at once by the first KillWhileAccepting step,
+	// Burst intents for each KillWhileAccepting step, the run's last ones,
+	// are not sent at their time in the window but all at once by the step,
 	// which kills the primary as soon as they are in flight.
 	Burst int
 	// Tail intents, the ones before the burst's, are sent once the last
@@ -97,6 +97,17 @@ type StepFigures struct {
 	LastFinal     time.Duration
 }
 
+// bursts is the number of KillWhileAccepting steps, each with its burst.
+func (ha *HA) bursts() int {
+	n := 0
+	for _, s := range ha.Steps {
+		if s == KillWhileAccepting {
+			n++
+		}
+	}
+	return n
+}
+
 // haEvents is the one event of an HA run: every step in turn.
 func (r *run) haEvents() []event {
 	d := r.cfg.Duration
@@ -131,7 +142,8 @@ func (r *run) step(ctx context.Context, s Step) {
 		n := r.waitFor(ctx, r.runningPurchases)
 		sf.InFlight = fmt.Sprintf("%d purchases running", n)
 	case KillWhileAccepting:
-		r.burstOnce.Do(func() { close(r.burst) })
+		close(r.bursts[r.accepting])
+		r.accepting++
 		n := r.waitFor(ctx, func(context.Context) int { return r.rec.inFlight() })
 		sf.InFlight = fmt.Sprintf("%d creates in flight", n)
 	}

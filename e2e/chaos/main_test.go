@@ -14,23 +14,26 @@ import (
 
 // The full run's flags, after -args (go tool task chaos -- --intents 500).
 var fullRun = struct {
-	run, quiet                 *bool
+	run, quiet, ha             *bool
 	intents, workers, pooler   *int
+	asyncKills                 *int
 	seed                       *int64
 	duration, killEvery, drain *time.Duration
 	bin, logDir                *string
 }{
-	run:       flag.Bool("full", false, "the full chaos run (go tool task chaos), with the flags below"),
-	intents:   flag.Int("intents", DefaultIntents, "distinct intents, split between two callers"),
-	duration:  flag.Duration("duration", DefaultDuration, "the disturbed window; the drain follows it"),
-	workers:   flag.Int("workers", DefaultWorkers, "worker processes"),
-	killEvery: flag.Duration("kill-every", DefaultKillEvery, "pause between two worker SIGKILLs; 0 for none"),
-	seed:      flag.Int64("seed", DefaultSeed, "seed of the intents, the victims and the simulator (not 0)"),
-	drain:     flag.Duration("drain-timeout", DefaultDrainTimeout, "longest wait for the drain"),
-	bin:       flag.String("bin", "", "use the api, worker and carrier binaries in DIR instead of building"),
-	logDir:    flag.String("log-dir", "", "write every process's output to DIR/NAME.log"),
-	pooler:    flag.Int("pooler", 0, "put PgBouncer (transaction mode, N server connections) between the binaries and PostgreSQL; needs pgbouncer"),
-	quiet:     flag.Bool("quiet", false, "print only the figures, not the progress"),
+	run:        flag.Bool("full", false, "the full chaos run (go tool task chaos), with the flags below"),
+	intents:    flag.Int("intents", DefaultIntents, "distinct intents, split between two callers"),
+	duration:   flag.Duration("duration", DefaultDuration, "the disturbed window; the drain follows it"),
+	workers:    flag.Int("workers", DefaultWorkers, "worker processes"),
+	killEvery:  flag.Duration("kill-every", DefaultKillEvery, "pause between two worker SIGKILLs; 0 for none"),
+	seed:       flag.Int64("seed", DefaultSeed, "seed of the intents, the victims and the simulator (not 0)"),
+	drain:      flag.Duration("drain-timeout", DefaultDrainTimeout, "longest wait for the drain"),
+	bin:        flag.String("bin", "", "use the api, worker and carrier binaries in DIR instead of building"),
+	logDir:     flag.String("log-dir", "", "write every process's output to DIR/NAME.log"),
+	pooler:     flag.Int("pooler", 0, "put PgBouncer (transaction mode, N server connections) between the binaries and PostgreSQL; needs pgbouncer"),
+	quiet:      flag.Bool("quiet", false, "print only the figures, not the progress"),
+	ha:         flag.Bool("ha", false, "the failover runs instead (go tool task chaos HA=1): needs pg_auto_failover; --intents, --duration, --seed, --bin, --log-dir apply to the synchronous run"),
+	asyncKills: flag.Int("async-kills", 3, "with --ha: primaries killed in the asynchronous run"),
 }
 
 // TestFullRun is the full chaos run, skipped unless -full: a private
@@ -49,6 +52,10 @@ func TestFullRun(t *testing.T) {
 		t.Skip("the full chaos run: go tool task chaos")
 	}
 	require.NotZero(t, *f.seed, "--seed 0: want a non-zero seed")
+	if *f.ha {
+		fullFailover(t)
+		return
+	}
 	cfg := Config{Intents: *f.intents, Duration: *f.duration, Workers: *f.workers, KillEvery: *f.killEvery, Seed: *f.seed,
 		DrainTimeout: *f.drain, BinDir: *f.bin, LogDir: *f.logDir, PoolerSize: *f.pooler}
 	if cfg.KillEvery == 0 {

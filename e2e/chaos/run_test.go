@@ -40,10 +40,11 @@ type run struct {
 	hooks   *hooks
 	fig     *Figures
 	repeats *sync.WaitGroup // repeats after the first requests, which may outlive the window
-	// burst, closed once, sends the intents of HA.Burst; tail, closed after
-	// the last step, those of HA.Tail.
-	burst     chan struct{}
-	burstOnce sync.Once
+	// bursts[i], closed by the i-th KillWhileAccepting step (accepting
+	// counts them), sends its HA.Burst intents; tail, closed after the last
+	// step, those of HA.Tail.
+	bursts    []chan struct{}
+	accepting int
 	tail      chan struct{}
 	killed    failovertest.Node // the node an HA run killed last
 }
@@ -65,8 +66,12 @@ func Run(ctx context.Context, cfg Config) (*Figures, error) {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	r := &run{cfg: cfg, began: time.Now(), rec: newRecorder(), fig: &Figures{Config: cfg, Answers: map[int]int{}},
-		burst: make(chan struct{}), tail: make(chan struct{})}
+	r := &run{cfg: cfg, began: time.Now(), rec: newRecorder(), fig: &Figures{Config: cfg, Answers: map[int]int{}}, tail: make(chan struct{})}
+	if cfg.HA != nil {
+		for range cfg.HA.bursts() {
+			r.bursts = append(r.bursts, make(chan struct{}))
+		}
+	}
 	defer r.cleanup()
 	if err := r.setup(ctx); err != nil {
 		return nil, err
@@ -248,9 +253,10 @@ func (r *run) plan() {
 		}
 		p.after = rng.IntN(100) < 35
 		if ha := r.cfg.HA; ha != nil {
-			switch tail := r.cfg.Intents - ha.Burst - ha.Tail; {
-			case i >= r.cfg.Intents-ha.Burst:
-				p.gate, p.at = r.burst, 0
+			bursts := r.cfg.Intents - ha.bursts()*ha.Burst
+			switch tail := bursts - ha.Tail; {
+			case i >= bursts:
+				p.gate, p.at = r.bursts[(i-bursts)/ha.Burst], 0
 			case i >= tail:
 				p.gate, p.at = r.tail, time.Duration(i-tail)*150*time.Millisecond
 			}
