@@ -32,6 +32,7 @@ type intent struct {
 	requestID string
 	created   [][]byte // every 201 body answered to a POST of this intent
 	outcome   string   // how the first acceptance ended when it did not: "unexpected", "gave up"
+	unsent    bool     // dropped before its time: an HA run's steps were over
 }
 
 // plan is how an intent's requests are sent, drawn from the seed up front.
@@ -44,6 +45,8 @@ type plan struct {
 	// gate, when set, sends the first requests at after it closes, instead
 	// of after the start of the window.
 	gate <-chan struct{}
+	// until, when set, drops the intent unsent if it closes first.
+	until <-chan struct{}
 }
 
 func (in *intent) noteAccepted(requestID string, created []byte) {
@@ -369,7 +372,14 @@ func (a *api) runIntent(ctx context.Context, in *intent, start time.Time, accept
 			return
 		}
 	}
-	if !sleep(ctx, time.Until(start.Add(in.plan.at))) {
+	select {
+	case <-time.After(time.Until(start.Add(in.plan.at))):
+	case <-in.plan.until:
+		in.mu.Lock()
+		in.unsent = true
+		in.mu.Unlock()
+		return
+	case <-ctx.Done():
 		return
 	}
 	in.mu.Lock()

@@ -15,7 +15,11 @@ import (
 // HA is a run on a failover formation: the fleet gets the formation's
 // multi-host DATABASE_URL (target_session_attrs=read-write), no worker or
 // API is killed, and the formation is disturbed instead, one step after
-// another from a quarter into the window, a tenth of the window apart.
+// another from an eighth into the window, a twentieth of the window apart.
+// The intents not sent in bursts or the tail are the steady load, spread
+// over three quarters of the window as in any run; those not sent when the
+// last step is over are dropped (a run where none is has a violation: the
+// last step saw no load), and the window ends there.
 //
 // On top of the run's checks: every 202 a caller got names an intent and a
 // key the primary still holds at the end (with Async, a missing one is
@@ -108,6 +112,28 @@ func (ha *HA) bursts() int {
 	return n
 }
 
+// dropUnsent removes the intents of the steady load that were not sent
+// before the steps were over: the run is about the ones sent. None dropped
+// means the load ran out before the last step, which then saw none.
+func (r *run) dropUnsent() {
+	sent := r.intents[:0]
+	for _, in := range r.intents {
+		in.mu.Lock()
+		unsent := in.unsent
+		in.mu.Unlock()
+		if !unsent {
+			sent = append(sent, in)
+		}
+	}
+	dropped := len(r.intents) - len(sent)
+	r.intents = sent
+	r.fig.Intents = len(sent)
+	if dropped == 0 {
+		r.fig.violate("the steady load ran out before the last step was over: raise the intents or the duration")
+	}
+	r.say("%d intents sent; %d planned for after the last step dropped", len(sent), dropped)
+}
+
 // haEvents is the one event of an HA run: every step in turn.
 func (r *run) haEvents() []event {
 	d := r.cfg.Duration
@@ -115,14 +141,13 @@ func (r *run) haEvents() []event {
 	for _, s := range r.cfg.HA.Steps {
 		names = append(names, s.String())
 	}
-	return []event{{at: d / 4, name: strings.Join(names, ", then "), do: func(ctx context.Context) error {
+	return []event{{at: d / 8, name: strings.Join(names, ", then "), do: func(ctx context.Context) error {
 		for i, s := range r.cfg.HA.Steps {
-			if i > 0 && !sleep(ctx, d/10) {
+			if i > 0 && !sleep(ctx, d/20) {
 				return ctx.Err()
 			}
-			r.step(ctx, s)
-			if ctx.Err() != nil {
-				return ctx.Err()
+			if err := r.step(ctx, s); err != nil {
+				return err
 			}
 		}
 		close(r.tail)
@@ -134,9 +159,13 @@ func (r *run) haEvents() []event {
 const gateTimeout = 10 * time.Second
 
 // step carries out s and records its figures.
-func (r *run) step(ctx context.Context, s Step) {
+func (r *run) step(ctx context.Context, s Step) error {
 	f := r.cfg.HA.Formation
 	sf := StepFigures{Step: s, FirstAccept: -1}
+	var victim failovertest.Node
+	if s == KillWhilePurchasing || s == KillWhileAccepting {
+		victim = f.Primary() // asked first: the kill follows the gate at once
+	}
 	switch s {
 	case KillWhilePurchasing:
 		n := r.waitFor(ctx, r.runningPurchases)
@@ -150,8 +179,11 @@ func (r *run) step(ctx context.Context, s Step) {
 	sf.At = time.Now()
 	switch s {
 	case KillWhilePurchasing, KillWhileAccepting:
-		r.killed = f.KillPrimary()
-		r.say("primary killed (%s); waiting for the monitor to promote the standby", sf.InFlight)
+		if err := f.Core().Kill(ctx, victim); err != nil {
+			return err
+		}
+		r.killed = victim
+		r.say("primary %s killed (%s); waiting for the monitor to promote the standby", victim.Name, sf.InFlight)
 		f.WaitPrimary(ctx)
 	case Switchover:
 		f.Switchover(ctx)
@@ -162,6 +194,7 @@ func (r *run) step(ctx context.Context, s Step) {
 	sf.Ready = time.Since(sf.At)
 	r.say("%s: ready after %.1fs; %s", s, sf.Ready.Seconds(), f.State(ctx))
 	r.fig.HA = append(r.fig.HA, sf)
+	return ctx.Err()
 }
 
 // waitFor polls count until it is positive, for at most gateTimeout, and

@@ -259,6 +259,8 @@ func (r *run) plan() {
 				p.gate, p.at = r.bursts[(i-bursts)/ha.Burst], 0
 			case i >= tail:
 				p.gate, p.at = r.tail, time.Duration(i-tail)*150*time.Millisecond
+			default:
+				p.until = r.tail
 			}
 		}
 		in.plan = p
@@ -342,11 +344,16 @@ func (r *run) exercise(ctx context.Context) (windowEnd time.Time, err error) {
 			return time.Now(), fmt.Errorf("%s: %w", ev.name, err)
 		}
 	}
-	sleep(ctx, time.Until(start.Add(d)))
+	if r.cfg.HA == nil {
+		sleep(ctx, time.Until(start.Add(d))) // an HA run's window ends with its steps
+	}
 	windowEnd = time.Now()
 	r.say("window over: %d worker kills, %d API kill, %d PostgreSQL restart, %d formation steps; waiting for the first requests to end",
 		r.fig.WorkerKills, r.fig.APIKills, r.fig.DBRestarts, len(r.fig.HA))
 	first.Wait()
+	if r.cfg.HA != nil {
+		r.dropUnsent()
+	}
 	return windowEnd, ctx.Err()
 }
 
