@@ -35,15 +35,7 @@ func TestShortRun(t *testing.T) {
 // lost, workers and the API killed and PostgreSQL restarted on the way.
 func shortRun(t *testing.T, cfg Config) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	cfg.Progress = testWriter{t}
-	fig, err := Run(ctx, cfg)
-	require.NoError(t, err)
-	var out strings.Builder
-	fig.Print(&out)
-	t.Log("\n" + out.String())
-	require.Empty(t, fig.Violations)
+	fig := runLogged(t, cfg)
 	require.Equal(t, cfg.Intents, fig.Succeeded)
 	require.Equal(t, cfg.Intents, fig.CarrierPurchases)
 	require.Equal(t, cfg.Intents, fig.ReplaysChecked)
@@ -71,6 +63,22 @@ func TestShortRunThroughPgBouncer(t *testing.T) {
 		t.Skipf("%v; `go tool task test` installs it as root", err)
 	}
 	shortRun(t, Config{Intents: 60, Duration: 20 * time.Second, KillEvery: 4 * time.Second, Seed: 2, PoolerSize: 4})
+}
+
+// runLogged runs cfg, its progress and figures in the test log, and
+// requires that it could be carried out and no check failed.
+func runLogged(t *testing.T, cfg Config) *Figures {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	cfg.Progress = testWriter{t}
+	fig, err := Run(ctx, cfg)
+	require.NoError(t, err)
+	var out strings.Builder
+	fig.Print(&out)
+	t.Log("\n" + out.String())
+	require.Empty(t, fig.Violations)
+	return fig
 }
 
 // Every rendering of an intent is the same request: it decodes to the same

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -30,39 +29,25 @@ func TestShortFailover(t *testing.T) {
 	if err := failovertest.Available(); err != nil {
 		t.Skipf("%v; `go tool task test` installs pg_auto_failover as root", err)
 	}
-	shortHA(t, Config{Intents: 200, Duration: 80 * time.Second, Workers: 2, APIs: 2, Seed: 3,
-		HA: &HA{Formation: failovertest.Start(t, failovertest.Options{}), Steps: []Step{KillWhilePurchasing, Rejoin, Switchover}, Tail: 15}})
-}
-
-func shortHA(t *testing.T, cfg Config) *Figures {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	cfg.Progress = testWriter{t}
-	fig, err := Run(ctx, cfg)
-	require.NoError(t, err)
-	var out strings.Builder
-	fig.Print(&out)
-	t.Log("\n" + out.String())
-	require.Empty(t, fig.Violations)
+	cfg := Config{Intents: 200, Duration: 80 * time.Second, Workers: 2, APIs: 2, Seed: 3,
+		HA: &HA{Formation: failovertest.Start(t, failovertest.Options{}), Steps: []Step{KillWhilePurchasing, Rejoin, Switchover}, Tail: 15}}
+	fig := runLogged(t, cfg)
 	require.Positive(t, fig.Intents)
 	require.Equal(t, fig.Intents, fig.Succeeded, "every intent sent succeeded")
 	require.Equal(t, fig.Intents, fig.CarrierPurchases)
 	require.Zero(t, fig.Lost)
 	require.Len(t, fig.HA, len(cfg.HA.Steps))
-	return fig
 }
 
-// fullFailover is TestFullRun with --ha (go tool task chaos HA=1), with
-// --seed, --bin and --log-dir, and --intents and --duration for the first
-// run (default 800 and 200s): on a
+// fullFailover is TestFullRun with --ha (go tool task chaos HA=1): on a
 // formation with a synchronous standby, the primary killed while purchases
 // are in flight, the node rejoining, killed again while a burst of creates
 // is in flight, rejoining, then a planned switchover, every check held and
 // nothing acknowledged lost; then, on a formation with an asynchronous
 // standby, --async-kills kills each right after a burst of creates,
 // counting what was acknowledged and lost (a measurement: no check fails on
-// it).
+// it). --seed, --bin and --log-dir apply, and --intents and --duration to
+// the first run (800 and 200s unless given).
 func fullFailover(t *testing.T) {
 	f := fullRun
 	if err := failovertest.Available(); err != nil {
@@ -102,7 +87,7 @@ func fullFailover(t *testing.T) {
 		}
 		steps = append(steps, KillWhileAccepting)
 	}
-	duration = time.Duration(40+50**f.asyncKills) * time.Second
+	duration = time.Duration(40+80**f.asyncKills) * time.Second
 	async := Config{Intents: int(duration.Seconds()*0.75*5) + 40**f.asyncKills + 20, Duration: duration, Workers: 2, APIs: 2,
 		Seed: *f.seed + 1, DrainTimeout: *f.drain, BinDir: *f.bin, Progress: progress,
 		HA: &HA{Formation: failovertest.Start(t, failovertest.Options{Async: true}), Async: true, Burst: 40, Tail: 20, Steps: steps}}

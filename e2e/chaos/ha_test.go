@@ -39,7 +39,7 @@ type HA struct {
 	Steps []Step
 	// Burst intents for each KillWhileAccepting step, the run's last ones,
 	// are not sent at their time in the window but all at once by the step,
-	// which kills the primary as soon as they are in flight.
+	// which kills the primary as soon as half as many creates are in flight.
 	Burst int
 	// Tail intents, the ones before the burst's, are sent once the last
 	// step is over, 150 ms apart: the load after it.
@@ -89,11 +89,16 @@ type StepFigures struct {
 	At time.Time
 	// InFlight says what was in flight when it began.
 	InFlight string
+	// Gone is the time from At until the killed node's processes were dead
+	// and its port closed (zero for other steps). Its backends may still
+	// commit in that moment, or just after when they were mid-statement.
+	Gone time.Duration
 	// Ready is the time from At until the formation had a primary accepting
 	// writes again (Rejoin: until it was healthy).
 	Ready time.Duration
 	// FirstAccept is the time from At until the first 202 to a create sent
-	// after At; negative when there was none.
+	// after At+Gone (after a kill: necessarily on the new primary);
+	// negative when there was none.
 	FirstAccept time.Duration
 	// PendingAtStep intents were accepted before At and became final after
 	// it, the last LastFinal after At.
@@ -168,12 +173,12 @@ func (r *run) step(ctx context.Context, s Step) error {
 	}
 	switch s {
 	case KillWhilePurchasing:
-		n := r.waitFor(ctx, r.runningPurchases)
+		n := r.waitFor(ctx, 1, r.runningPurchases)
 		sf.InFlight = fmt.Sprintf("%d purchases running", n)
 	case KillWhileAccepting:
 		close(r.bursts[r.accepting])
 		r.accepting++
-		n := r.waitFor(ctx, func(context.Context) int { return r.rec.inFlight() })
+		n := r.waitFor(ctx, max(1, r.cfg.HA.Burst/2), func(context.Context) int { return r.rec.inFlight() })
 		sf.InFlight = fmt.Sprintf("%d creates in flight", n)
 	}
 	sf.At = time.Now()
@@ -182,6 +187,7 @@ func (r *run) step(ctx context.Context, s Step) error {
 		if err := f.Core().Kill(ctx, victim); err != nil {
 			return err
 		}
+		sf.Gone = time.Since(sf.At)
 		r.killed = victim
 		r.say("primary %s killed (%s); waiting for the monitor to promote the standby", victim.Name, sf.InFlight)
 		f.WaitPrimary(ctx)
@@ -197,13 +203,13 @@ func (r *run) step(ctx context.Context, s Step) error {
 	return ctx.Err()
 }
 
-// waitFor polls count until it is positive, for at most gateTimeout, and
+// waitFor polls count until it reaches least, for at most gateTimeout, and
 // returns its last value.
-func (r *run) waitFor(ctx context.Context, count func(context.Context) int) int {
+func (r *run) waitFor(ctx context.Context, least int, count func(context.Context) int) int {
 	ctx, cancel := context.WithTimeout(ctx, gateTimeout)
 	defer cancel()
 	for {
-		if n := count(ctx); n > 0 || !sleep(ctx, 20*time.Millisecond) {
+		if n := count(ctx); n >= least || !sleep(ctx, 5*time.Millisecond) {
 			return n
 		}
 	}
@@ -275,7 +281,7 @@ func (r *run) verifyHA(ctx context.Context) {
 		}
 		first := time.Time{}
 		for _, a := range acks {
-			if a.sent.After(s.At) && (first.IsZero() || a.at.Before(first)) {
+			if a.sent.After(s.At.Add(s.Gone)) && (first.IsZero() || a.at.Before(first)) {
 				first = a.at
 			}
 		}
@@ -346,11 +352,14 @@ func (f *Figures) printHA(p func(name, format string, args ...any)) {
 	p("formation", "primary and %s standby under a monitor; %d APIs, %d workers on its multi-host URL", mode, f.Config.APIs, f.Config.Workers)
 	for _, s := range f.HA {
 		p(s.Step.String(), "%s", s.InFlight)
+		if s.Gone > 0 {
+			p("  processes dead, port closed", "%.0fms after the kill", float64(s.Gone)/float64(time.Millisecond))
+		}
 		p("  formation ready after", "%.1fs", s.Ready.Seconds())
 		if s.FirstAccept >= 0 {
-			p("  first 202 to a create sent after it", "%.1fs after it", s.FirstAccept.Seconds())
+			p("  first 202 to a create sent after that", "%.1fs after it", s.FirstAccept.Seconds())
 		} else {
-			p("  first 202 to a create sent after it", "none")
+			p("  first 202 to a create sent after that", "none")
 		}
 		p("  intents accepted before, final after", "%d, the last %.1fs after it", s.PendingAtStep, s.LastFinal.Seconds())
 	}
