@@ -104,6 +104,36 @@ type StepFigures struct {
 	// it, the last LastFinal after At.
 	PendingAtStep int
 	LastFinal     time.Duration
+	// Followed is the time from At until every API and worker held a
+	// connection to the new primary (not for Rejoin, which keeps it).
+	Followed time.Duration
+}
+
+// followTimeout bounds the wait for the binaries to reach a new primary: a
+// safety net far above the second or two it takes.
+const followTimeout = time.Minute
+
+// awaitFollowers waits until every API and worker running holds a
+// connection to primary; one that does not within followTimeout is a
+// violation (it did not follow).
+func (r *run) awaitFollowers(ctx context.Context, primary failovertest.Node) {
+	deadline := time.Now().Add(followTimeout)
+	for _, p := range r.fleet.f.Procs() {
+		if (p.Spec.Bin != "api" && p.Spec.Bin != "worker") || p.Exited() {
+			continue
+		}
+		for {
+			n, err := connectionsTo(p.Pid(), primary.Port)
+			if err == nil && n > 0 {
+				break
+			}
+			if time.Now().After(deadline) || !sleep(ctx, 50*time.Millisecond) {
+				r.fig.violate("%s (pid %d) holds no connection to the new primary %s (%s) %s after it was ready (%v)",
+					p.Name(), p.Pid(), primary.Name, primary.Addr(), followTimeout, err)
+				break
+			}
+		}
+	}
 }
 
 // bursts is the number of KillWhileAccepting steps, each with its burst.
@@ -199,6 +229,10 @@ func (r *run) step(ctx context.Context, s Step) error {
 	}
 	sf.Ready = time.Since(sf.At)
 	r.say("%s: ready after %.1fs; %s", s, sf.Ready.Seconds(), f.State(ctx))
+	if s != Rejoin {
+		r.awaitFollowers(ctx, f.Primary())
+		sf.Followed = time.Since(sf.At)
+	}
 	r.fig.HA = append(r.fig.HA, sf)
 	return ctx.Err()
 }
@@ -356,6 +390,9 @@ func (f *Figures) printHA(p func(name, format string, args ...any)) {
 			p("  processes dead, port closed", "%.0fms after the kill", float64(s.Gone)/float64(time.Millisecond))
 		}
 		p("  formation ready after", "%.1fs", s.Ready.Seconds())
+		if s.Followed > 0 {
+			p("  every API and worker on the primary", "%.1fs after it", s.Followed.Seconds())
+		}
 		if s.FirstAccept >= 0 {
 			p("  first 202 to a create sent after that", "%.1fs after it", s.FirstAccept.Seconds())
 		} else {
