@@ -15,6 +15,7 @@ import (
 	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/idempotency"
 	"github.com/labelkit/labels/internal/pgbouncer"
+	"github.com/labelkit/labels/internal/testutil/failovertest"
 )
 
 // The short run of CI: about 100 intents, a worker killed every 4 s for 25 s,
@@ -143,14 +144,26 @@ func isASCII(b []byte) bool {
 func TestValidate(t *testing.T) {
 	t.Parallel()
 	require.NoError(t, Config{}.Validate())
+	f := &failovertest.Formation{} // only named: Validate starts nothing
 	for _, c := range []Config{
 		{Intents: 1},
 		{Duration: time.Second},
 		{Workers: 30},
 		{KillEvery: 100 * time.Millisecond},
 		{BinDir: "/nonexistent"},
+		{APIs: 9},
+		{HA: &HA{Steps: []Step{KillWhilePurchasing}}}, // no formation
+		{HA: &HA{Formation: f}},                       // no step
+		{HA: &HA{Formation: f, Steps: []Step{Rejoin}}},
+		{HA: &HA{Formation: f, Steps: []Step{KillWhilePurchasing, Switchover}}},
+		{HA: &HA{Formation: f, Steps: []Step{KillWhilePurchasing, KillWhileAccepting}}},
+		{HA: &HA{Formation: f, Steps: []Step{KillWhileAccepting, Rejoin, KillWhileAccepting}, Burst: 150}, Intents: 300},
+		{HA: &HA{Formation: f, Steps: []Step{Switchover}}, PoolerSize: 4},
 	} {
 		require.Error(t, c.Validate(), "%+v", c)
+	}
+	for _, steps := range [][]Step{{Switchover}, {KillWhileAccepting}, {KillWhilePurchasing, Rejoin, KillWhileAccepting, Rejoin, Switchover}} {
+		require.NoError(t, Config{HA: &HA{Formation: f, Steps: steps, Burst: 20, Tail: 20}}.Validate(), "%v", steps)
 	}
 }
 
