@@ -343,16 +343,12 @@ func TestSummarizeAndBar(t *testing.T) {
 	require.Len(t, checkBar(&Results{EndToEnd: r.EndToEnd[:1], Paced: r.Paced}), 1, "only the p99 check")
 }
 
-// The ceiling's machine CPU per transaction weighs each run by its
-// transactions, and is 0 without one of them.
-func TestCeilingCPUPerTx(t *testing.T) {
+// A pgbench run's machine CPU per transaction is its core-seconds over its
+// transactions, and 0 without one.
+func TestCPUPerTx(t *testing.T) {
 	t.Parallel()
-	a := &PgbenchRun{Seconds: 10, Transactions: 10000, CPU: CPU{Machine: 1.5}} // 1,500 µs a transaction
-	b := &PgbenchRun{Seconds: 10, Transactions: 30000, CPU: CPU{Machine: 1.5}} // 500 µs a transaction
-	require.InDelta(t, 750, ceilingCPUPerTx(a, b), 0.001)
-	require.InDelta(t, 1500, ceilingCPUPerTx(a), 0.001)
-	require.Zero(t, ceilingCPUPerTx(a, nil))
-	require.Zero(t, ceilingCPUPerTx(a, &PgbenchRun{Seconds: 10}))
+	require.InDelta(t, 1500, cpuPerTx(&PgbenchRun{Seconds: 10, Transactions: 10000, CPU: CPU{Machine: 1.5}}), 0.001)
+	require.Zero(t, cpuPerTx(&PgbenchRun{Seconds: 10, CPU: CPU{Machine: 1.5}}))
 }
 
 // Rounds merge into a mean weighted by their seconds, and since turns two

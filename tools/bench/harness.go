@@ -141,7 +141,7 @@ func (h *harness) setup(ctx context.Context) error {
 	if err := os.Chmod(h.work, 0o755); err != nil {
 		return err
 	}
-	if h.pgbench, err = findPgbench(); err != nil && h.cfg.has(PhaseCeiling) {
+	if h.pgbench, err = findPgbench(); err != nil && (h.cfg.has(PhaseCeiling) || h.cfg.has(PhasePaced)) {
 		return err
 	}
 	h.res.Machine.Pgbench = pgbenchVersion(h.pgbench)

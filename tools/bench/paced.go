@@ -30,13 +30,11 @@ func (h *harness) paced(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("%g/s: %w", rate, err))
 		}
 		h.res.Paced = append(h.res.Paced, r)
-		pg := PgbenchRun{}
-		if r.Pgbench != nil {
-			pg = *r.Pgbench
+		if pg := r.Pgbench; err == nil {
+			h.logf("  %5g/s  %.0f creates/s answered (%.2f of %d/s), start late p99 %.1f ms; 202 p50 %.2f ms, p99 %.2f ms (pgbench %.0f tps, p50 %.2f ms, p99 %.2f ms); to final p50 %.0f ms, p99 %.0f ms; %.0f µs machine CPU a label, %.2f commits, %.2f WAL flushes",
+				rate, r.Submit.PerSec, r.ShareOfPeak, peakRate, r.Submit.StartLateness.P99, r.Submit.Latency.P50, r.Submit.Latency.P99, pg.TPS, pg.Latency.P50, pg.Latency.P99,
+				r.ToFinal.P50, r.ToFinal.P99, r.CPUPerLabel.Machine, r.CommitsPerLabel, r.WALFlushesPerLabel)
 		}
-		h.logf("  %5g/s  %.0f creates/s answered (%.2f of %d/s), start late p99 %.1f ms; 202 p50 %.2f ms, p99 %.2f ms (pgbench %.0f tps, p50 %.2f ms, p99 %.2f ms); to final p50 %.0f ms, p99 %.0f ms; %.0f µs machine CPU a label, %.2f commits, %.2f WAL flushes",
-			rate, r.Submit.PerSec, r.ShareOfPeak, peakRate, lateP99(r.Submit), r.Submit.Latency.P50, r.Submit.Latency.P99, pg.TPS, pg.Latency.P50, pg.Latency.P99,
-			r.ToFinal.P50, r.ToFinal.P99, r.CPUPerLabel.Machine, r.CommitsPerLabel, r.WALFlushesPerLabel)
 		if ctx.Err() != nil {
 			break
 		}
@@ -50,17 +48,14 @@ func (h *harness) paced(ctx context.Context) error {
 func (h *harness) pacedAt(ctx context.Context, rate float64) (PacedRun, error) {
 	d := h.cfg.PacedDuration
 	r := PacedRun{Rate: rate, SimLatencyMs: float64(pacedLatency.Milliseconds()), Clients: pacedClients(rate), Scheduled: int(rate * d.Seconds())}
-	if h.pgbench != "" {
-		if err := h.reset(ctx); err != nil {
-			return r, err
-		}
-		pg := h.pgbenchRun(ctx, pgbenchSpec{Script: ceilingScript, Concurrency: r.Clients, Duration: d, Rate: rate})
-		pg.lat = nil
-		r.Pgbench = &pg
-		if pg.Error != "" {
-			return r, fmt.Errorf("pgbench -R %g: %s", rate, pg.Error)
-		}
-		r.PgbenchCPUPerTx = ceilingCPUPerTx(&pg)
+	if err := h.reset(ctx); err != nil {
+		return r, err
+	}
+	pg := h.pgbenchRun(ctx, pgbenchSpec{Script: ceilingScript, Concurrency: r.Clients, Duration: d, Rate: rate})
+	pg.lat = nil
+	r.Pgbench, r.PgbenchCPUPerTx = &pg, cpuPerTx(&pg)
+	if pg.Error != "" {
+		return r, fmt.Errorf("pgbench -R %g: %s", rate, pg.Error)
 	}
 	t, lo, hi, pl, err := h.drive(ctx, pacedLatency, loadSpec{Name: fmt.Sprintf("paced at %g/s", rate), Concurrency: r.Clients,
 		Duration: d, Rate: rate, Poisson: true})
@@ -115,12 +110,4 @@ func (t *Through) problem() error {
 		return fmt.Errorf("%d intents failed", t.Failed)
 	}
 	return nil
-}
-
-// lateP99 is a paced load's start lateness p99, 0 when it has none.
-func lateP99(l LoadRun) float64 {
-	if l.StartLateness == nil {
-		return 0
-	}
-	return l.StartLateness.P99
 }

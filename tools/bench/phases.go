@@ -251,10 +251,6 @@ func (h *harness) endToEndAt(ctx context.Context, lat time.Duration) (E2ERun, er
 		r.CeilingAfter = c
 		r.CeilingConcurrency = r.Ceiling.Concurrency
 		r.CeilingTPS = round1((r.Ceiling.TPS + r.CeilingAfter.TPS) / 2)
-		r.CeilingCPUPerTx = ceilingCPUPerTx(r.Ceiling, r.CeilingAfter)
-		if r.CeilingCPUPerTx > 0 {
-			r.CPUPerLabelToCeiling = round3(r.CPUPerLabel.Machine / r.CeilingCPUPerTx)
-		}
 		if r.CeilingTPS > 0 {
 			r.RatioToCeiling = round3(r.CreatesPerSec / r.CeilingTPS)
 		}

@@ -209,10 +209,6 @@ type E2ERun struct {
 	CeilingTPS         float64 `json:"ceiling_tps,omitempty"`
 	RatioToCeiling     float64 `json:"ratio_to_ceiling,omitempty"`
 	CeilingConcurrency int     `json:"ceiling_concurrency,omitempty"`
-	// CeilingCPUPerTx is the machine's CPU µs per transaction of those two
-	// ceilings, CPUPerLabelToCeiling the run's machine CPU per label over it.
-	CeilingCPUPerTx      float64 `json:"ceiling_machine_us_per_tx,omitempty"`
-	CPUPerLabelToCeiling float64 `json:"machine_cpu_per_label_to_ceiling_tx,omitempty"`
 	// ReplaysAfter is the replays right after the burst became final,
 	// SelectAfter pgbench's primary-key read right after them; the ratios
 	// are the replays' p99 over their p50 and over the SELECT's p99.
