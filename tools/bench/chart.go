@@ -71,10 +71,6 @@ func Chart(path string, r *Results) error {
 	}
 	paced, pacedLegend := newPlot("Paced, open loop", "ms (log scale)", "creates (transactions) per second", rates)
 	logY(paced)
-	plots, legends := []*plot.Plot{thr, lat, paced}, []*plot.Legend{&thrLegend, &latLegend, &pacedLegend}
-	if len(r.Paced) == 0 {
-		plots, legends = plots[:2], legends[:2]
-	}
 
 	var ceil series
 	for _, c := range r.Ceiling {
@@ -83,6 +79,15 @@ func Chart(path string, r *Results) error {
 		}
 	}
 	acc, live := loadSeries(r.Accept), loadSeries(r.AcceptLive)
+	// The plots that have points: against concurrency, and against the rate.
+	var plots []*plot.Plot
+	var legends []*plot.Legend
+	if len(ceil.perSec)+len(acc.perSec)+len(live.perSec) > 0 {
+		plots, legends = []*plot.Plot{thr, lat}, []*plot.Legend{&thrLegend, &latLegend}
+	}
+	if len(r.Paced) > 0 {
+		plots, legends = append(plots, paced), append(legends, &pacedLegend)
+	}
 	var ymax float64
 	for _, xy := range slices.Concat(ceil.perSec, acc.perSec, live.perSec) {
 		ymax = math.Max(ymax, xy.Y)
@@ -138,7 +143,7 @@ func Chart(path string, r *Results) error {
 	// The figure: a title naming the run's date and machine, the plots, and
 	// each plot's legend in a band below it.
 	const height, titleBand, legendBand = 500, 34, 86
-	width := 480 * float64(len(plots))
+	width := 480 * float64(max(2, len(plots)))
 	img := vgimg.New(vg.Points(width), vg.Points(height))
 	dc := draw.New(img)
 	title := thr.Title.TextStyle

@@ -85,7 +85,7 @@ func Write(dir string, r *Results) ([]string, error) {
 		return nil, err
 	}
 	files := []string{base + ".json", base + ".md"}
-	if len(r.Accept) > 0 || len(r.AcceptLive) > 0 || len(r.Ceiling) > 0 {
+	if len(r.Accept) > 0 || len(r.AcceptLive) > 0 || len(r.Ceiling) > 0 || len(r.Paced) > 0 {
 		if err := Chart(base+".png", r); err != nil {
 			return files, err
 		}
