@@ -255,13 +255,13 @@ func TestBenchTiny(t *testing.T) {
 
 // requirePerLabel checks that a run through the pipeline metered its
 // labels: CPU by party, and commits and WAL flushes per label made final.
+// The database's counters are only added up: each backend reports them at
+// most once a second, so a run of a few labels may see none of them yet.
 func requirePerLabel(t *testing.T, th Through) {
 	t.Helper()
 	labels := float64(th.Succeeded + th.Failed)
 	require.Positive(t, th.CPUPerLabel.Ours)
 	require.Positive(t, th.CPUPerLabel.Machine)
-	require.Positive(t, th.DB.Commits)
-	require.Positive(t, th.DB.WALSyncs)
 	require.InDelta(t, float64(th.DB.Commits)/labels, th.CommitsPerLabel, 0.006)
 	require.InDelta(t, float64(th.DB.WALSyncs)/labels, th.WALFlushesPerLabel, 0.006)
 }
