@@ -175,7 +175,7 @@ func TestCNPGCluster(t *testing.T) {
 	}
 	doc := docSection(t, "Deploying a replicated PostgreSQL")
 	for field, v := range map[string]string{"instances": fmt.Sprint(instances), "method": method, "number": fmt.Sprint(number), "dataDurability": durability} {
-		require.Contains(t, doc, "`"+field+": "+v+"`", "operations.md states the Cluster's %s", field)
+		require.True(t, strings.Contains(doc, "`"+field+": "+v+"`"), "operations.md, \"Deploying a replicated PostgreSQL\", states the Cluster's `%s: %s`", field, v)
 	}
 
 	require.NotEqual(t, false, get(spec, "enablePDB"), "the operator's PodDisruptionBudgets keep the primary through a drain")
