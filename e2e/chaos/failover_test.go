@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 	"testing"
 	"time"
 
@@ -48,16 +46,10 @@ func TestShortFailover(t *testing.T) {
 // counting what was acknowledged and lost (a measurement: no check fails on
 // it). --seed, --bin and --log-dir apply, and --intents and --duration to
 // the first run (800 and 200s unless given).
-func fullFailover(t *testing.T) {
+func fullFailover(ctx context.Context, t *testing.T, progress io.Writer) {
 	f := fullRun
 	if err := failovertest.Available(); err != nil {
 		t.Fatalf("%v: go tool task pg-auto-failover installs it", err)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	progress := io.Writer(os.Stderr)
-	if *f.quiet {
-		progress = nil
 	}
 	// Unless told otherwise, 5 creates a second for 150 s: more than the
 	// steps take.

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"flag"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -52,22 +53,23 @@ func TestFullRun(t *testing.T) {
 		t.Skip("the full chaos run: go tool task chaos")
 	}
 	require.NotZero(t, *f.seed, "--seed 0: want a non-zero seed")
-	if *f.ha {
-		fullFailover(t)
-		return
-	}
-	cfg := Config{Intents: *f.intents, Duration: *f.duration, Workers: *f.workers, KillEvery: *f.killEvery, Seed: *f.seed,
-		DrainTimeout: *f.drain, BinDir: *f.bin, LogDir: *f.logDir, PoolerSize: *f.pooler}
-	if cfg.KillEvery == 0 {
-		cfg.KillEvery = -1 // Config's zero means the default; the flag's 0 means none
-	}
-	require.NoError(t, cfg.Validate())
+	var progress io.Writer
 	if !*f.quiet {
-		cfg.Progress = os.Stderr
+		progress = os.Stderr
 	}
 	// Ctrl-C ends the run, which stops everything it started.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *f.ha {
+		fullFailover(ctx, t, progress)
+		return
+	}
+	cfg := Config{Intents: *f.intents, Duration: *f.duration, Workers: *f.workers, KillEvery: *f.killEvery, Seed: *f.seed,
+		DrainTimeout: *f.drain, BinDir: *f.bin, LogDir: *f.logDir, PoolerSize: *f.pooler, Progress: progress}
+	if cfg.KillEvery == 0 {
+		cfg.KillEvery = -1 // Config's zero means the default; the flag's 0 means none
+	}
+	require.NoError(t, cfg.Validate())
 	began := time.Now()
 	figures, err := Run(ctx, cfg)
 	require.NoError(t, err, "the run could not be carried out after %.0fs", time.Since(began).Seconds())
