@@ -141,6 +141,7 @@ type Formation struct {
 // port for a moment (a client's ephemeral port may hold it).
 type keeper struct {
 	cmd     *exec.Cmd // under Formation.mu
+	running bool      // under Formation.mu: cmd has not exited
 	stopped bool      // under Formation.mu: killed or stopped on purpose
 	done    chan struct{}
 }
@@ -429,7 +430,7 @@ func (f *Formation) spawn(n Node) error {
 	if err != nil {
 		return err
 	}
-	k := &keeper{cmd: cmd, done: make(chan struct{})}
+	k := &keeper{cmd: cmd, running: true, done: make(chan struct{})}
 	f.mu.Lock()
 	f.procs[n.Name] = k
 	f.mu.Unlock()
@@ -438,6 +439,7 @@ func (f *Formation) spawn(n Node) error {
 		for restarts := 0; ; restarts++ {
 			err := cmd.Wait()
 			f.mu.Lock()
+			k.running = false
 			stopped := k.stopped
 			f.mu.Unlock()
 			if stopped || restarts == maxRestarts {
@@ -456,7 +458,7 @@ func (f *Formation) spawn(n Node) error {
 				f.logf("failover: %v", err)
 				return
 			}
-			k.cmd = cmd
+			k.cmd, k.running = cmd, true
 			f.mu.Unlock()
 		}
 	}()
@@ -496,10 +498,8 @@ func (f *Formation) halt(name string, sig syscall.Signal, group bool) *keeper {
 		return nil
 	}
 	k.stopped = true
-	select {
-	case <-k.done:
+	if !k.running {
 		return k // gone: its pid may be another process's by now
-	default:
 	}
 	pid := k.cmd.Process.Pid
 	if group {

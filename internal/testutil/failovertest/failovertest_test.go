@@ -156,3 +156,40 @@ func TestAsyncStandby(t *testing.T) {
 	require.Empty(t, scalar[string](t, pool, `SHOW synchronous_standby_names`))
 	require.Equal(t, "async", scalar[string](t, connect(t, f.Primary().URL("postgres")), `SELECT sync_state FROM pg_stat_replication`))
 }
+
+// When the synchronous standby is lost, the monitor moves the primary to
+// wait_primary and drops synchronous replication (synchronous_standby_names
+// ''), so commits go on without a standby, and says so in its events; the
+// standby's return makes replication synchronous again.
+func TestStandbyLossDropsToAsync(t *testing.T) {
+	f := start(t, failovertest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	pool := appPool(t, f.CreateDatabase("ha"))
+	primary := f.Primary()
+	var standby failovertest.Node
+	for _, n := range f.Core().Nodes() {
+		if n.Name != primary.Name {
+			standby = n
+		}
+	}
+	require.NoError(t, f.Core().Kill(ctx, standby))
+	for scalar[string](t, pool, `SHOW synchronous_standby_names`) != "" {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the primary still names a synchronous standby:\n%s", f.State(ctx))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	_, err := pool.Exec(ctx, `CREATE TABLE after_loss (id int)`)
+	require.NoError(t, err, "a commit without the standby")
+	events, err := f.Core().Events(ctx, 10)
+	require.NoError(t, err)
+	t.Logf("the monitor's events:\n%s", events)
+	require.Contains(t, events, "wait_primary")
+	require.Equal(t, primary, f.Primary())
+
+	f.Restart(standby)
+	f.WaitHealthy(ctx)
+	require.NotEmpty(t, scalar[string](t, pool, `SHOW synchronous_standby_names`))
+}
