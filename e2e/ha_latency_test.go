@@ -48,9 +48,10 @@ func TestSyncStandbyLatency(t *testing.T) {
 	if !*haLatency {
 		t.Skip("a measurement: -ha-latency runs it")
 	}
+	failovertest.SkipUnlessAvailable(t)
 	var targets []*haTarget
 	for _, async := range []bool{false, true} {
-		f := failoverFormation(t, failovertest.Options{Async: async})
+		f := failovertest.Start(t, failovertest.Options{Async: async})
 		cfg, err := postgres.PoolConfig(f.CreateDatabase("labels"))
 		require.NoError(t, err)
 		cfg.MaxConns = int32(*haConcurrency) * 2

@@ -14,26 +14,14 @@ import (
 	"github.com/labelkit/labels/postgres"
 )
 
-// failoverFormation starts a pg_auto_failover formation for the test, or
-// skips it (-short, or pg_auto_failover not installed).
-func failoverFormation(t *testing.T, opts failovertest.Options) *failovertest.Formation {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("starts a pg_auto_failover monitor and two PostgreSQL nodes")
-	}
-	if err := failovertest.Available(); err != nil {
-		t.Skip(err)
-	}
-	return failovertest.Start(t, opts)
-}
-
 // On a formation run by pg_auto_failover (a synchronous standby), the
 // primary's machine is lost right after the API answered 202 and right
 // after an intent's completion committed, without waiting for anything to
 // replay: the monitor promotes the standby, which holds both, and the
 // pipeline carries on there.
 func TestAcknowledgedSurvivesPrimaryLoss(t *testing.T) {
-	f := failoverFormation(t, failovertest.Options{})
+	failovertest.SkipUnlessAvailable(t)
+	f := failovertest.Start(t, failovertest.Options{})
 	t.Parallel()
 	cfg, err := postgres.PoolConfig(f.CreateDatabase("labels"))
 	require.NoError(t, err)

@@ -16,12 +16,7 @@ import (
 
 func start(t *testing.T, opts failovertest.Options) *failovertest.Formation {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts a pg_auto_failover monitor and two PostgreSQL nodes")
-	}
-	if err := failovertest.Available(); err != nil {
-		t.Skip(err)
-	}
+	failovertest.SkipUnlessAvailable(t)
 	return failovertest.Start(t, opts)
 }
 
@@ -158,9 +153,10 @@ func TestAsyncStandby(t *testing.T) {
 }
 
 // When the synchronous standby is lost, the monitor moves the primary to
-// wait_primary and drops synchronous replication (synchronous_standby_names
-// ''), so commits go on without a standby, and says so in its events; the
-// standby's return makes replication synchronous again.
+// wait_primary and drops synchronous replication (an empty
+// synchronous_standby_names), so commits go on without a standby, and says
+// so in its events; the standby's return makes replication synchronous
+// again.
 func TestStandbyLossDropsToAsync(t *testing.T) {
 	f := start(t, failovertest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
