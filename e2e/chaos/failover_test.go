@@ -21,12 +21,7 @@ import (
 // planned switchover. Every check of the run holds, and nothing
 // acknowledged is lost.
 func TestShortFailover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a pg_auto_failover formation and the fleet; about two minutes")
-	}
-	if err := failovertest.Available(); err != nil {
-		t.Skipf("%v; `go tool task test` installs pg_auto_failover as root", err)
-	}
+	failovertest.SkipUnlessAvailable(t) // go tool task test installs pg_auto_failover as root
 	cfg := Config{Intents: 200, Duration: 80 * time.Second, Workers: 2, APIs: 2, Seed: 3,
 		HA: &HA{Formation: failovertest.Start(t, failovertest.Options{}), Steps: []Step{KillWhilePurchasing, Rejoin, Switchover}, Tail: 15}}
 	fig := runLogged(t, cfg)
@@ -49,7 +44,7 @@ func TestShortFailover(t *testing.T) {
 func fullFailover(ctx context.Context, t *testing.T, progress io.Writer) {
 	f := fullRun
 	if err := failovertest.Available(); err != nil {
-		t.Fatalf("%v: go tool task pg-auto-failover installs it", err)
+		t.Fatalf("%v: go tool task pgautofailover installs it", err)
 	}
 	// Unless told otherwise, 5 creates a second for 150 s: more than the
 	// steps take.

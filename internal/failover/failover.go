@@ -133,12 +133,21 @@ type Formation struct {
 	procs map[string]*keeper // by node name, "monitor" too
 }
 
-// keeper is one `pg_autoctl run` (or create --run) process: it and the
-// processes it starts (postgres among them) form one process group.
+// keeper is one node's (or the monitor's) `pg_autoctl run`: it and the
+// processes it starts (postgres among them) form one process group. Like
+// the systemd unit pg_auto_failover ships (Restart=always), a pg_autoctl
+// that exits on its own is started again, a second later, up to
+// [maxRestarts] times: its supervisor gives up when postgres cannot bind its
+// port for a moment (a client's ephemeral port may hold it).
 type keeper struct {
-	cmd  *exec.Cmd
-	done chan struct{} // closed when it has exited
+	cmd     *exec.Cmd // under Formation.mu
+	running bool      // under Formation.mu: cmd has not exited
+	stopped bool      // under Formation.mu: killed or stopped on purpose
+	done    chan struct{}
 }
+
+// maxRestarts bounds how often one keeper is started again.
+const maxRestarts = 5
 
 // Available reports why a formation cannot run here, or nil: pg_autoctl,
 // the PostgreSQL server binaries and the pgautofailover extension must be
@@ -299,7 +308,7 @@ func (f *Formation) start(ctx context.Context, create bool) error {
 			return err
 		}
 	}
-	if err := f.spawn(f.monitor, "run", "--pgdata", f.monitor.Dir); err != nil {
+	if err := f.spawn(f.monitor); err != nil {
 		return err
 	}
 	if err := f.waitFor(ctx, "the monitor to answer", func(ctx context.Context) (bool, error) {
@@ -315,7 +324,7 @@ func (f *Formation) start(ctx context.Context, create bool) error {
 				return err
 			}
 		}
-		if err := f.spawn(n, "run", "--pgdata", n.Dir); err != nil {
+		if err := f.spawn(n); err != nil {
 			return err
 		}
 	}
@@ -415,36 +424,89 @@ func (f *Formation) output(ctx context.Context, args ...string) (string, error) 
 	return string(out), nil
 }
 
-// spawn starts a long-running pg_autoctl for n, its output appended to
-// ROOT/NAME.log, in a process group of its own that dies with this process.
-func (f *Formation) spawn(n Node, args ...string) error {
-	cmd, err := f.command(context.Background(), args...)
+// spawn starts n's `pg_autoctl run` and keeps it running (see [keeper]).
+func (f *Formation) spawn(n Node) error {
+	cmd, err := f.startKeeper(n)
 	if err != nil {
 		return err
+	}
+	k := &keeper{cmd: cmd, running: true, done: make(chan struct{})}
+	f.mu.Lock()
+	f.procs[n.Name] = k
+	f.mu.Unlock()
+	go func() {
+		defer close(k.done)
+		for restarts := 0; ; restarts++ {
+			err := cmd.Wait()
+			f.mu.Lock()
+			k.running = false
+			stopped := k.stopped
+			f.mu.Unlock()
+			if stopped || restarts == maxRestarts {
+				return
+			}
+			f.logf("failover: %s's pg_autoctl exited (%v; %s.log says why): starting it again", n.Name, err, n.Name)
+			time.Sleep(time.Second)
+			f.mu.Lock()
+			if k.stopped {
+				f.mu.Unlock()
+				return
+			}
+			cmd, err = f.startKeeper(n)
+			if err != nil {
+				f.mu.Unlock()
+				f.logf("failover: %v", err)
+				return
+			}
+			k.cmd, k.running = cmd, true
+			f.mu.Unlock()
+		}
+	}()
+	return nil
+}
+
+// startKeeper starts `pg_autoctl run` for n, its output appended to
+// ROOT/NAME.log, in a process group of its own that dies with this process.
+func (f *Formation) startKeeper(n Node) (*exec.Cmd, error) {
+	cmd, err := f.command(context.Background(), "run", "--pgdata", n.Dir)
+	if err != nil {
+		return nil, err
 	}
 	log, err := os.OpenFile(filepath.Join(f.root, n.Name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	defer log.Close() // the child has its own descriptor
 	cmd.Stdout, cmd.Stderr = log, log
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	groupOfItsOwn(cmd.SysProcAttr)
 	if err := cmd.Start(); err != nil {
-		log.Close()
-		return fmt.Errorf("pg_autoctl %s: %w", strings.Join(args, " "), err)
+		return nil, fmt.Errorf("pg_autoctl run --pgdata %s: %w", n.Dir, err)
 	}
-	k := &keeper{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		log.Close()
-		close(k.done)
-	}()
+	return cmd, nil
+}
+
+// halt marks n's keeper stopped (it is not started again) and sends sig to
+// its process group; it returns the keeper, nil when none runs.
+func (f *Formation) halt(name string, sig syscall.Signal, group bool) *keeper {
 	f.mu.Lock()
-	f.procs[n.Name] = k
-	f.mu.Unlock()
-	return nil
+	defer f.mu.Unlock()
+	k := f.procs[name]
+	if k == nil {
+		return nil
+	}
+	k.stopped = true
+	if !k.running {
+		return k // gone: its pid may be another process's by now
+	}
+	pid := k.cmd.Process.Pid
+	if group {
+		pid = -pid
+	}
+	_ = syscall.Kill(pid, sig)
+	return k
 }
 
 // MonitorURL is the monitor's connection string (database pg_auto_failover):
@@ -480,13 +542,10 @@ func (f *Formation) URL(db string) string {
 // would otherwise restart postgres), and waits until nothing listens on its
 // port.
 func (f *Formation) Kill(ctx context.Context, n Node) error {
-	f.mu.Lock()
-	k := f.procs[n.Name]
-	f.mu.Unlock()
+	k := f.halt(n.Name, syscall.SIGKILL, true)
 	if k == nil {
 		return fmt.Errorf("failover: %s does not run", n.Name)
 	}
-	_ = syscall.Kill(-k.cmd.Process.Pid, syscall.SIGKILL)
 	killPostmaster(n.Dir)
 	select {
 	case <-k.done:
@@ -540,7 +599,7 @@ func (f *Formation) Restart(n Node) error {
 		}
 	}
 	f.logf("failover: restarting %s", n.Name)
-	return f.spawn(n, "run", "--pgdata", n.Dir)
+	return f.spawn(n)
 }
 
 // Stop stops the nodes (standby first) and then the monitor: SIGTERM to
@@ -553,14 +612,10 @@ func (f *Formation) Stop(ctx context.Context) error {
 	}
 	var errs []error
 	for _, name := range order {
-		f.mu.Lock()
-		k := f.procs[name]
-		f.mu.Unlock()
+		k := f.halt(name, syscall.SIGTERM, false)
 		if k == nil {
 			continue
 		}
-		pgid := k.cmd.Process.Pid
-		_ = syscall.Kill(pgid, syscall.SIGTERM)
 		select {
 		case <-k.done:
 		case <-time.After(30 * time.Second):
@@ -568,7 +623,7 @@ func (f *Formation) Stop(ctx context.Context) error {
 		case <-ctx.Done():
 			errs = append(errs, fmt.Errorf("failover: stopping %s: %w: killed", name, ctx.Err()))
 		}
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		f.halt(name, syscall.SIGKILL, true)
 		<-k.done
 	}
 	for _, n := range append(f.Nodes(), f.monitor) {

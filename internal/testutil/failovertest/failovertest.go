@@ -43,6 +43,18 @@ const timeout = 2 * time.Minute
 // PostgreSQL server binaries are installed, and the reason otherwise.
 func Available() error { return failover.Available() }
 
+// SkipUnlessAvailable skips the test under -short (a formation takes tens
+// of seconds to start) and when [Available] is not nil.
+func SkipUnlessAvailable(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a pg_auto_failover monitor and two PostgreSQL nodes")
+	}
+	if err := Available(); err != nil {
+		t.Skip(err)
+	}
+}
+
 // Formation is a running monitor and its two nodes.
 type Formation struct {
 	t testing.TB
