@@ -40,15 +40,15 @@ func TestShortFailover(t *testing.T) {
 // standby, --async-kills kills each right after a burst of creates,
 // counting what was acknowledged and lost (a measurement: no check fails on
 // it). --seed, --bin and --log-dir apply, and --intents and --duration to
-// the first run (800 and 200s unless given).
+// the first run (1200 and 300s unless given).
 func fullFailover(ctx context.Context, t *testing.T, progress io.Writer) {
 	f := fullRun
 	if err := failovertest.Available(); err != nil {
 		t.Fatalf("%v: go tool task pgautofailover installs it", err)
 	}
-	// Unless told otherwise, 5 creates a second for 150 s: more than the
-	// steps take.
-	intents, duration := 800, 200*time.Second
+	// Unless told otherwise, 5 creates a second for 225 s: more than the
+	// steps take (a rejoin may take 40 s).
+	intents, duration := 1200, 300*time.Second
 	flag.Visit(func(fl *flag.Flag) {
 		switch fl.Name {
 		case "intents":
@@ -74,7 +74,7 @@ func fullFailover(ctx context.Context, t *testing.T, progress io.Writer) {
 		}
 		steps = append(steps, KillWhileAccepting)
 	}
-	duration = time.Duration(40+80**f.asyncKills) * time.Second
+	duration = time.Duration(40+100**f.asyncKills) * time.Second
 	async := Config{Intents: int(duration.Seconds()*0.75*5) + 40**f.asyncKills + 20, Duration: duration, Workers: 2, APIs: 2,
 		Seed: *f.seed + 1, DrainTimeout: *f.drain, BinDir: *f.bin, Progress: progress,
 		HA: &HA{Formation: failovertest.Start(t, failovertest.Options{Async: true}), Async: true, Burst: 40, Tail: 20, Steps: steps}}

@@ -33,7 +33,7 @@ var fullRun = struct {
 	logDir:     flag.String("log-dir", "", "write every process's output to DIR/NAME.log"),
 	pooler:     flag.Int("pooler", 0, "put PgBouncer (transaction mode, N server connections) between the binaries and PostgreSQL; needs pgbouncer"),
 	quiet:      flag.Bool("quiet", false, "print only the figures, not the progress"),
-	ha:         flag.Bool("ha", false, "the failover runs instead (go tool task chaos HA=1), on pg_auto_failover formations; --intents and --duration (there 800 and 200s by default) apply to the synchronous one"),
+	ha:         flag.Bool("ha", false, "the failover runs instead (go tool task chaos HA=1), on pg_auto_failover formations; --intents and --duration (there 1200 and 300s by default) apply to the synchronous one"),
 	asyncKills: flag.Int("async-kills", 3, "with --ha: primaries killed in the asynchronous run"),
 }
 
