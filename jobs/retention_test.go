@@ -16,6 +16,7 @@ import (
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/metrics"
+	"github.com/labelkit/labels/postgres"
 )
 
 // intentSet is n intents request_id prefix-1…prefix-n in status ('failed',
@@ -218,4 +219,34 @@ func BenchmarkSweepLabels(b *testing.B) {
 		b.ReportMetric(float64(dropWAL), "drop-WAL-B")
 		b.ReportMetric(secs/dropSecs, "purge/drop")
 	}
+}
+
+// Under postgres.AsOf the sweep reads the time given for the database's
+// clock (the fill test's simulated hours): a key that expires in an hour is
+// kept now and purged as of a day later, its tombstone dated then, and the
+// tombstones' own retention counts from that time.
+func TestSweepAsOf(t *testing.T) {
+	t.Parallel()
+	pool, _ := dbtest.New(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `
+		INSERT INTO idempotency_keys (caller_id, idem_key, request_hash, fingerprint_version, request_id, state, response_status, response_body, created_at, expires_at)
+		VALUES ('c', 'k', decode(repeat('00', 32), 'hex'), 1, 'r', 'completed', 201, '{}', now(), now() + interval '1 hour')`)
+	require.NoError(t, err)
+	n, err := jobs.Sweep(ctx, pool, 100, nil)
+	require.NoError(t, err)
+	require.Zero(t, n, "not expired by the database's clock")
+
+	at := dbtest.Scalar[time.Time](t, pool, `SELECT now() + interval '1 day'`)
+	n, err = jobs.Sweep(postgres.AsOf(ctx, at), pool, 100, nil)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	require.True(t, at.Equal(dbtest.Scalar[time.Time](t, pool, `SELECT purged_at FROM idempotency_tombstones`)))
+
+	n, err = jobs.SweepTombstones(postgres.AsOf(ctx, at.Add(time.Hour)), pool, 2*time.Hour, 100)
+	require.NoError(t, err)
+	require.Zero(t, n, "an hour old as of then")
+	n, err = jobs.SweepTombstones(postgres.AsOf(ctx, at.Add(3*time.Hour)), pool, 2*time.Hour, 100)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
 }
