@@ -107,14 +107,17 @@ type Config struct {
 	AddWorkersFunc func(*river.Workers) error
 
 	// For tests: how often River and the relay poll (defaults: River's
-	// FetchPollInterval of jobs, 1s), River's fetch cooldown, River's
+	// FetchPollInterval of jobs, 1s; the quiet queues at
+	// QuietFetchPollInterval, jobs.QuietFetchPollInterval, or at
+	// FetchPollInterval when that is set below its default), River's fetch cooldown, River's
 	// TestOnly mode, and a hook between the carrier's answer and the
 	// completion (see jobs.BuyLabelConfig).
-	FetchPollInterval time.Duration
-	FetchCooldown     time.Duration
-	RelayPollInterval time.Duration
-	TestOnly          bool
-	AfterCarrierFunc  func(ctx context.Context, requestID string) error
+	FetchPollInterval      time.Duration
+	QuietFetchPollInterval time.Duration
+	FetchCooldown          time.Duration
+	RelayPollInterval      time.Duration
+	TestOnly               bool
+	AfterCarrierFunc       func(ctx context.Context, requestID string) error
 	// AfterVoidFunc is jobs.VoidLabelWorker's AfterCarrierFunc, for tests.
 	AfterVoidFunc func(ctx context.Context, carrierLabelID string) error
 
@@ -151,7 +154,11 @@ func (c Config) WithDefaults() Config {
 	or(&c.WebhookEventRetention, DefaultWebhookEventRetention)
 	or(&c.IntentRetention, DefaultIntentRetention)
 	or(&c.ReconcileRetention, DefaultReconcileRetention)
+	if c.QuietFetchPollInterval == 0 && c.FetchPollInterval != 0 && c.FetchPollInterval < jobs.FetchPollInterval {
+		c.QuietFetchPollInterval = c.FetchPollInterval // a test's fast poll, on every queue
+	}
 	or(&c.FetchPollInterval, jobs.FetchPollInterval)
+	or(&c.QuietFetchPollInterval, max(jobs.QuietFetchPollInterval, c.FetchPollInterval))
 	or(&c.Webhooks.Timeout, jobs.DefaultWebhookTimeout)
 	if c.Concurrency <= 0 {
 		c.Concurrency = DefaultConcurrency
@@ -214,17 +221,20 @@ func New(cfg Config) (*Worker, error) {
 		WebhookEventRetention: cfg.WebhookEventRetention, IntentRetention: cfg.IntentRetention, ReconcileRetention: cfg.ReconcileRetention,
 		LabelRetention: cfg.LabelRetention,
 		Metrics:        cfg.Metrics, Log: cfg.Log})
+	// The quiet queues poll less often than the busy ones: see
+	// jobs.QuietFetchPollInterval.
+	quiet := cfg.QuietFetchPollInterval
 	queues := map[string]river.QueueConfig{
 		jobs.QueueLabels:   {MaxWorkers: cfg.Concurrency},
 		jobs.QueueWebhooks: {MaxWorkers: cfg.WebhookConcurrency},
-		river.QueueDefault: {MaxWorkers: 2},
+		river.QueueDefault: {MaxWorkers: 2, FetchPollInterval: quiet},
 		// sweep_keys, apart, so that River UI shows purchases apart from it.
-		jobs.QueueMaintenance: {MaxWorkers: 1},
+		jobs.QueueMaintenance: {MaxWorkers: 1, FetchPollInterval: quiet},
 	}
 	// Every worker with a carrier that voids (carrier.Client does) runs the
 	// voids of `reconcile void`; one without takes none of them.
 	if voider, ok := cfg.Carrier.(jobs.Voider); ok {
-		queues[jobs.QueueVoids] = river.QueueConfig{MaxWorkers: 4}
+		queues[jobs.QueueVoids] = river.QueueConfig{MaxWorkers: 4, FetchPollInterval: quiet}
 		river.AddWorker(workers, &jobs.VoidLabelWorker{Pool: cfg.Pool, Carrier: voider, CarrierTimeout: cfg.CarrierTimeout,
 			MaxAttempts: cfg.MaxAttempts, Metrics: cfg.Metrics, Log: cfg.Log, AfterCarrierFunc: cfg.AfterVoidFunc})
 	}
