@@ -46,11 +46,12 @@ type Group[In, Out any] struct {
 	Linger    time.Duration
 	LingerFew int
 
+	// Timer starts the linger's bound, for tests to give their own; nil: a
+	// real timer. stop releases it.
+	Timer func(d time.Duration) (c <-chan time.Time, stop func())
+
 	once  sync.Once
 	calls chan *groupCall[In, Out]
-	// timer starts the linger's bound (tests give their own); nil: a real
-	// timer. stop releases it.
-	timer func(d time.Duration) (c <-chan time.Time, stop func())
 }
 
 type groupCall[In, Out any] struct {
@@ -154,7 +155,7 @@ func (g *Group[In, Out]) flush() {
 // linger adds calls to batch as they arrive until it holds few, or until
 // Linger has passed.
 func (g *Group[In, Out]) linger(batch []*groupCall[In, Out], few int) []*groupCall[In, Out] {
-	start := g.timer
+	start := g.Timer
 	if start == nil {
 		start = realTimer
 	}

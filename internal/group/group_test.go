@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/labelkit/labels/internal/testutil/clocktest"
 )
 
 // A group runs each call once, hands each caller its own result, and fails
@@ -94,28 +96,12 @@ func TestCallLeavesWithItsContext(t *testing.T) {
 	require.Equal(t, []int{1, 3}, ran, "the call left in the queue was never run")
 }
 
-// fakeTimer stands in for the linger's timer: started receives each start,
-// and the linger's bound passes only when the test sends on expire.
-type fakeTimer struct {
-	started chan time.Duration
-	expire  chan time.Time
-}
-
-func newFakeTimer() *fakeTimer {
-	return &fakeTimer{started: make(chan time.Duration, 10), expire: make(chan time.Time)}
-}
-
-func (f *fakeTimer) start(d time.Duration) (<-chan time.Time, func()) {
-	f.started <- d
-	return f.expire, func() {}
-}
-
 // lingering is a group whose batches are recorded, lingering for up to two
 // calls on the fake timer.
-func lingering(ft *fakeTimer) (*Group[int, int], func() [][]int) {
+func lingering(ft *clocktest.Timer) (*Group[int, int], func() [][]int) {
 	var mu sync.Mutex
 	var batches [][]int
-	g := &Group[int, int]{Max: 8, Flushers: 1, Timeout: time.Minute, Linger: time.Millisecond, LingerFew: 2, timer: ft.start,
+	g := &Group[int, int]{Max: 8, Flushers: 1, Timeout: time.Minute, Linger: time.Millisecond, LingerFew: 2, Timer: ft.Start,
 		Run: func(_ context.Context, ins []int) ([]int, error) {
 			mu.Lock()
 			batches = append(batches, append([]int(nil), ins...))
@@ -147,11 +133,11 @@ func do(g *Group[int, int], v int) <-chan int {
 // once, without waiting.
 func TestLingerShares(t *testing.T) {
 	t.Parallel()
-	ft := newFakeTimer()
+	ft := clocktest.NewTimer()
 	g, batches := lingering(ft)
 	first := do(g, 1)
 	select {
-	case d := <-ft.started:
+	case d := <-ft.Started:
 		require.Equal(t, time.Millisecond, d, "the linger is bounded by Linger")
 	case <-first:
 		t.Fatal("the first call ran alone: the flusher did not linger")
@@ -163,7 +149,7 @@ func TestLingerShares(t *testing.T) {
 
 	third := do(g, 3)
 	select {
-	case <-ft.started:
+	case <-ft.Started:
 		t.Fatal("the flusher lingered after a batch of LingerFew")
 	case v := <-third:
 		require.Equal(t, 3, v)
@@ -175,17 +161,17 @@ func TestLingerShares(t *testing.T) {
 // in hand runs alone.
 func TestLingerIsBounded(t *testing.T) {
 	t.Parallel()
-	ft := newFakeTimer()
+	ft := clocktest.NewTimer()
 	g, batches := lingering(ft)
 	first := do(g, 1)
-	<-ft.started
-	ft.expire <- time.Time{}
+	<-ft.Started
+	ft.Expire()
 	require.Equal(t, 1, <-first)
 	require.Equal(t, [][]int{{1}}, batches())
 	// A batch of one is few again: the next call lingers too.
 	second := do(g, 2)
-	<-ft.started
-	ft.expire <- time.Time{}
+	<-ft.Started
+	ft.Expire()
 	require.Equal(t, 2, <-second)
 	require.Equal(t, [][]int{{1}, {2}}, batches())
 }
