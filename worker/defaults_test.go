@@ -18,6 +18,7 @@ func TestConfigWithDefaults(t *testing.T) {
 	require.Equal(t, worker.DefaultLeaseDuration, c.LeaseDuration)
 	require.Equal(t, worker.DefaultCarrierTimeout, c.CarrierTimeout)
 	require.Equal(t, worker.RelayBacklogPerSlot*worker.DefaultConcurrency, c.RelayBacklog)
+	require.Equal(t, worker.DefaultRelayLinger, c.RelayLinger)
 	require.Equal(t, c, c.WithDefaults())
 	unbounded := worker.Config{RelayBacklog: -1}.WithDefaults()
 	require.Equal(t, -1, unbounded.WithDefaults().RelayBacklog)

@@ -69,6 +69,10 @@ type Config struct {
 	// (outbox.RelayOpts.Backlog). 0: [RelayBacklogPerSlot] × Concurrency;
 	// negative: no bound.
 	RelayBacklog int
+	// RelayLinger is how long the relay of intents, woken by an accept's
+	// notification, waits for more before it dispatches
+	// (outbox.RelayOpts.Linger). 0: [DefaultRelayLinger]; negative: none.
+	RelayLinger time.Duration
 	// Batch bounds the jobs that share a lease or completion statement
 	// (jobs.BuyLabelConfig.BatchMax): a negative value one statement per job.
 	Batch       int
@@ -136,6 +140,11 @@ type Config struct {
 // that.
 const RelayBacklogPerSlot = 2
 
+// DefaultRelayLinger is RelayLinger's default (RELAY_LINGER's): at a
+// moderate rate the API notifies every few milliseconds, and the relay then
+// takes the intents of several notifications in one transaction.
+const DefaultRelayLinger = 20 * time.Millisecond
+
 // WithDefaults returns c with each zero field set to its default; applied
 // twice it changes nothing more.
 func (c Config) WithDefaults() Config {
@@ -163,6 +172,7 @@ func (c Config) WithDefaults() Config {
 	if c.Concurrency <= 0 {
 		c.Concurrency = DefaultConcurrency
 	}
+	or(&c.RelayLinger, DefaultRelayLinger)
 	if c.RelayBacklog == 0 {
 		c.RelayBacklog = RelayBacklogPerSlot * c.Concurrency
 	}
@@ -290,6 +300,7 @@ func New(cfg Config) (*Worker, error) {
 		Backlog:        max(cfg.RelayBacklog, 0), // negative: no bound, outbox's 0
 		Listener:       cfg.Listener,
 		PollInterval:   cfg.RelayPollInterval,
+		Linger:         max(cfg.RelayLinger, 0),
 		OnDispatchFunc: func(n int) { cfg.Metrics.RelayDispatched.Add(float64(n)) },
 	})
 	started.relay.Store(relay)
