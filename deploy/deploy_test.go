@@ -662,6 +662,16 @@ func readEnvFile(t *testing.T, path string) map[string]string {
 	return env
 }
 
+// labelsUnits returns the service units of the label service (not those of
+// pg_auto_failover, which run pg_autoctl).
+func labelsUnits(t *testing.T) []string {
+	t.Helper()
+	units, err := filepath.Glob("systemd/labels-*.service")
+	require.NoError(t, err)
+	require.NotEmpty(t, units)
+	return units
+}
+
 // execArgv splits an ExecStart line, looking through `/bin/sh -c '...'`.
 func execArgv(line string) []string {
 	return strings.Fields(line)
@@ -687,8 +697,7 @@ func TestSystemdUnits(t *testing.T) {
 		"labels-worker@.service":   "worker",
 		"labels-reconcile.service": "reconcile",
 	}
-	services, err := filepath.Glob("systemd/*.service")
-	require.NoError(t, err)
+	services := labelsUnits(t)
 	require.Len(t, services, len(want))
 	for _, path := range services {
 		name := filepath.Base(path)
@@ -803,18 +812,7 @@ func TestSystemdHowTo(t *testing.T) {
 	b, err := os.ReadFile("systemd/README.md")
 	require.NoError(t, err)
 	howto := string(b)
-	var commands []string
-	inBlock := false
-	for line := range strings.SplitSeq(howto, "\n") {
-		trimmed := strings.TrimSpace(line)
-		switch {
-		case strings.HasPrefix(trimmed, "```"):
-			inBlock = !inBlock && trimmed == "```sh"
-		case inBlock:
-			commands = append(commands, trimmed)
-		}
-	}
-	require.NotEmpty(t, commands, "systemd/README.md: its commands in ```sh blocks")
+	commands := shCommands(t, "systemd/README.md")
 
 	var files []string
 	require.NoError(t, filepath.WalkDir("systemd", func(path string, d os.DirEntry, err error) error {
@@ -870,7 +868,8 @@ func TestSystemdHowTo(t *testing.T) {
 			continue
 		}
 		if readUnit(t, path)["Install"] != nil {
-			require.True(t, slices.Contains(order, filepath.Base(path)), "%s has an [Install] section the how-to does not enable", path)
+			require.True(t, slices.Contains(order, filepath.Base(path)) || failoverUnits[filepath.Base(path)] != "" && position(filepath.Base(path)) >= 0,
+				"%s has an [Install] section the how-to does not enable", path)
 		}
 	}
 

@@ -274,9 +274,7 @@ func TestImage(t *testing.T) {
 	}
 
 	// The systemd units run the same binaries, installed in /usr/local/bin, without a shell.
-	units, err := filepath.Glob("systemd/*.service")
-	require.NoError(t, err)
-	for _, path := range units {
+	for _, path := range labelsUnits(t) {
 		for _, line := range readUnit(t, path)["Service"]["ExecStart"] {
 			argv := execArgv(line)
 			requireInImage(t, img, path, argv[0])
@@ -337,9 +335,7 @@ func TestCommandsNeedNoShell(t *testing.T) {
 		require.NoError(t, podSecurityContext(o).Decode(&sc), o.id())
 		require.True(t, sc.RunAsNonRoot, o.id())
 	}
-	units, err := filepath.Glob("systemd/*.service")
-	require.NoError(t, err)
-	for _, path := range units {
+	for _, path := range labelsUnits(t) {
 		for _, line := range readUnit(t, path)["Service"]["ExecStart"] {
 			argv := execArgv(line)
 			require.Contains(t, commands, filepath.Base(argv[0]), path)

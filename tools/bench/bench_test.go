@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/png"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -40,7 +42,8 @@ func TestBenchTiny(t *testing.T) {
 	out := t.TempDir()
 	args := []string{"bench", "--quick", "--out", out,
 		"--concurrency", "4,32", "--duration", "1s", "--warmup", "200ms", "--repeat-share", "0.3",
-		"--e2e-creates", "40", "--e2e-concurrency", "4", "--sim-latencies", "0s,20ms",
+		"--e2e-creates", "40", "--e2e-concurrency", "4", "--sim-latencies", "0s,50ms",
+		"--paced-rates", "50,400", "--paced-duration", "2s",
 		"--burst-replays", "40", "--burst-concurrency", "4",
 		"--replay-sizes", "200,1000", "--replay-rate", "100", "--replay-concurrency", "2",
 		"--purge-max", "20s"}
@@ -142,8 +145,44 @@ func TestBenchTiny(t *testing.T) {
 			require.GreaterOrEqual(t, party, 0.0)
 		}
 		require.InDelta(t, u.Client+u.API+u.Worker+u.Carrier+u.Postgres, u.Ours, 0.001, "ours is the sum of the run's processes")
+		requirePerLabel(t, e.Through)
 	}
-	require.GreaterOrEqual(t, r.EndToEnd[1].ToFinal.P50, 20.0, "the simulator's 20 ms are inside 202 → final")
+	require.GreaterOrEqual(t, r.EndToEnd[1].ToFinal.P50, 50.0, "the simulator's 50 ms are inside 202 → final")
+
+	// Paced: every scheduled create sent open loop, answered 202 and made
+	// final through the pipeline, beside pgbench paced at the same rate by
+	// as many clients.
+	require.Len(t, r.Paced, 2)
+	require.EqualValues(t, 2, r.Setup.PacedSeconds)
+	for i, rate := range []float64{50, 400} {
+		pr := r.Paced[i]
+		require.Empty(t, pr.Error)
+		require.EqualValues(t, rate, pr.Rate)
+		require.Equal(t, pacedClients(rate), pr.Clients)
+		require.Equal(t, int(2*rate), pr.Scheduled)
+		require.EqualValues(t, 50, pr.SimLatencyMs)
+		s := pr.Submit
+		require.Zero(t, s.Errors, s.FirstError)
+		require.Positive(t, s.New)
+		require.Zero(t, s.Repeats, "a paced phase sends new creates only")
+		require.Equal(t, s.New, s.Statuses["202"])
+		require.EqualValues(t, rate, s.Rate)
+		require.NotNil(t, s.StartLateness, "an open-loop load says how late its starts were")
+		require.Equal(t, s.Requests, s.StartLateness.Count)
+		require.EqualValues(t, s.New, pr.Succeeded)
+		require.Zero(t, pr.Pending)
+		require.Equal(t, s.New, pr.ToFinal.Count)
+		require.GreaterOrEqual(t, pr.ToFinal.P50, 50.0, "the simulator's 50 ms are inside 202 → final")
+		require.InDelta(t, s.PerSec/peakRate, pr.ShareOfPeak, 0.001)
+		requirePerLabel(t, pr.Through)
+		pg := pr.Pgbench
+		require.NotNil(t, pg)
+		require.Empty(t, pg.Error)
+		require.Equal(t, pr.Clients, pg.Concurrency)
+		require.Positive(t, pg.Transactions)
+		require.Equal(t, int(pg.Transactions), pg.Latency.Count, "one latency per pgbench transaction")
+		require.Positive(t, pr.PgbenchCPUPerTx)
+	}
 	// Right after each burst: its keys replayed, then read by primary key.
 	require.Equal(t, 40, r.Setup.BurstReplays)
 	require.Equal(t, 4, r.Setup.BurstConcurrency)
@@ -190,21 +229,17 @@ func TestBenchTiny(t *testing.T) {
 	require.EqualValues(t, 1000, r.Store.Purge.Deleted)
 	require.True(t, r.Store.Purge.Complete)
 
-	// The bar names every check it could make.
-	names := map[string]bool{}
-	for _, c := range r.Bar {
-		names[c.Name] = true
-	}
-	for _, want := range []string{"end to end / ceiling, simulator 0 ms", "end to end / ceiling, simulator 20 ms",
-		"accept with the pipeline live / ceiling at concurrency 32", "accept p99 (pipeline live) / pgbench's p99 at concurrency 32",
-		"replay p99 / p50 right after the burst, simulator 0 ms", "machine CPU per label end to end, simulator 20 ms"} {
-		require.True(t, names[want], "bar check %q missing from %v", want, names)
-	}
+	// The bar makes both its checks, from this run's figures.
+	require.Len(t, r.Bar, 2)
+	require.Equal(t, "machine CPU per label at 400/s / saturated end to end, simulator 50 ms", r.Bar[0].Name)
+	require.InDelta(t, r.Paced[1].CPUPerLabel.Machine/r.EndToEnd[1].CPUPerLabel.Machine, r.Bar[0].Measured, 0.001)
+	require.Equal(t, "the 202's p99 at 400/s / pgbench's p99 at 400/s", r.Bar[1].Name)
+	require.InDelta(t, r.Paced[1].Submit.Latency.P99/r.Paced[1].Pgbench.Latency.P99, r.Bar[1].Measured, 0.001)
 
 	md, err := os.ReadFile(base + ".md")
 	require.NoError(t, err)
 	for _, want := range []string{"Accept against the ceiling", "| 4 | ", "| 32 | ", "Accept with the pipeline live", "End to end",
-		"Replays right after each burst", "Replays", "bytes per key record", "The bar"} {
+		"Paced", "| 400 | 40 |", "Replays right after each burst", "Replays", "bytes per key record", "The bar"} {
 		require.Contains(t, string(md), want)
 	}
 	require.Contains(t, stdout.String(), "Accept against the ceiling", "the table is printed too")
@@ -216,6 +251,19 @@ func TestBenchTiny(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, img.Bounds().Dx(), 600)
 	require.Greater(t, img.Bounds().Dy(), 200)
+}
+
+// requirePerLabel checks that a run through the pipeline metered its
+// labels: CPU by party, and commits and WAL flushes per label made final.
+// The database's counters are only added up: each backend reports them at
+// most once a second, so a run of a few labels may see none of them yet.
+func requirePerLabel(t *testing.T, th Through) {
+	t.Helper()
+	labels := float64(th.Succeeded + th.Failed)
+	require.Positive(t, th.CPUPerLabel.Ours)
+	require.Positive(t, th.CPUPerLabel.Machine)
+	require.InDelta(t, float64(th.DB.Commits)/labels, th.CommitsPerLabel, 0.006)
+	require.InDelta(t, float64(th.DB.WALSyncs)/labels, th.WALFlushesPerLabel, 0.006)
 }
 
 func TestFlags(t *testing.T) {
@@ -233,6 +281,8 @@ func TestFlags(t *testing.T) {
 		{"Unsorted", []string{"--replay-sizes", "1000,10"}, "increasing"},
 		{"Argument", []string{"now"}, "unexpected argument"},
 		{"NegativeRate", []string{"--replay-rate", "-1"}, "--replay-rate"},
+		{"ZeroPacedRate", []string{"--paced-rates", "400,0"}, "--paced-rates 0: 1 to 100000"},
+		{"BadPacedRate", []string{"--paced-rates", "fast"}, "--paced-rates"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -259,61 +309,46 @@ func TestSummarizeAndBar(t *testing.T) {
 	require.InDelta(t, 990, l.P99, 1)
 	require.InDelta(t, 1000, l.Max, 0.001)
 
+	// The bar holds the paced phase at 400/s to the same run's saturated
+	// end-to-end run at 50 ms (CPU per label) and to pgbench at 400/s (p99).
 	r := &Results{
-		Ceiling: []PgbenchRun{{Concurrency: 8, Latency: Latency{P99: 20}}, {Concurrency: 32, Latency: Latency{P99: 30}}},
-		AcceptLive: []LoadRun{
-			{Concurrency: 8, RatioToCeiling: 0.5, P99ToCeiling: 2},
-			{Concurrency: 32, PerSec: 2500, DrainedPerSec: 1200, RatioToCeiling: 0.85, P99ToCeiling: 1.2, Latency: Latency{P99: 36}, CPU: CPU{Steal: 0.2}},
-		},
-		EndToEnd: []E2ERun{
-			{SimLatencyMs: 0, RatioToCeiling: 0.55, CeilingConcurrency: 32, CPUPerLabel: CPUPerLabel{Client: 100, API: 150, Worker: 250, Carrier: 80, Postgres: 300, Ours: 880, Machine: 880},
-				ReplaysAfter: &LoadRun{Latency: Latency{P50: 0.5, P99: 6}}, ReplayP99OverP50: 12, SelectAfter: &PgbenchRun{Latency: Latency{P50: 0.5, P99: 2}}},
-			{SimLatencyMs: 50, RatioToCeiling: 0.3, CeilingConcurrency: 32, CPUPerLabel: CPUPerLabel{Machine: 1300}, CeilingCPUPerTx: 1000, CPUPerLabelToCeiling: 1.3,
-				ReplaysAfter: &LoadRun{Latency: Latency{P50: 0.5, P99: 4}}, ReplayP99OverP50: 8},
+		EndToEnd: []E2ERun{{SimLatencyMs: 0, Through: Through{CPUPerLabel: CPUPerLabel{Machine: 1000}}},
+			{SimLatencyMs: 50, Through: Through{CPUPerLabel: CPUPerLabel{Machine: 1300}, CreatesPerSec: 1500, CommitsPerLabel: 0.53, WALFlushesPerLabel: 0.14}}},
+		Paced: []PacedRun{
+			{Rate: 400, Through: Through{Submit: LoadRun{Latency: Latency{P99: 10}}, CPUPerLabel: CPUPerLabel{Machine: 1900}, CommitsPerLabel: 2, WALFlushesPerLabel: 1},
+				Pgbench: &PgbenchRun{Latency: Latency{P99: 4}}},
+			{Rate: 2000, Through: Through{Submit: LoadRun{Latency: Latency{P99: 1}}, CPUPerLabel: CPUPerLabel{Machine: 99}}, Pgbench: &PgbenchRun{Latency: Latency{P99: 10}}},
 		},
 	}
-	got := map[string]bool{}
-	notes := map[string]string{}
-	for _, c := range checkBar(r) {
-		got[c.Name] = c.Pass
-		notes[c.Name] = c.Note
-	}
-	// Only concurrency 32 is held to the bar's accept checks.
-	require.Equal(t, map[string]bool{
-		"end to end / ceiling, simulator 0 ms":                         true,
-		"end to end / ceiling, simulator 50 ms":                        false,
-		"accept with the pipeline live / ceiling at concurrency 32":    true,
-		"accept p99 (pipeline live) / pgbench's p99 at concurrency 32": false,
-		"replay p99 / p50 right after the burst, simulator 0 ms":       false,
-		"replay p99 / p50 right after the burst, simulator 50 ms":      true,
-		"machine CPU per label end to end, simulator 0 ms":             true,
-		"machine CPU per label end to end, simulator 50 ms":            false,
-	}, got)
-	// A latency check says what the machine did meanwhile.
-	require.Equal(t, "accept p99 36.00 ms, pgbench's own 30.00 ms; host stole 0.20 cores", notes["accept p99 (pipeline live) / pgbench's p99 at concurrency 32"])
-	require.Equal(t, "client 100 · api 150 · worker 250 · simulator 80 · PostgreSQL 300 µs: 880 µs of the run's own processes, the rest other work on the machine; host stole 0.00 cores",
-		notes["machine CPU per label end to end, simulator 0 ms"])
-	require.Equal(t, "client 0 · api 0 · worker 0 · simulator 0 · PostgreSQL 0 µs: 0 µs of the run's own processes, the rest other work on the machine; the ceiling's own transaction cost the machine 1000 µs, a label 1.30 of them; host stole 0.00 cores",
-		notes["machine CPU per label end to end, simulator 50 ms"], "a host's price of the ceiling's transaction is beside the absolute figure")
-	require.Equal(t, "p50 0.50 ms, p99 6.00 ms; the primary-key SELECT's own p99 / p50 4.0 (2.00 / 0.50 ms); host stole 0.00 cores",
-		notes["replay p99 / p50 right after the burst, simulator 0 ms"])
-	r.Bar = checkBar(r)
+	bar := checkBar(r)
+	require.Equal(t, []Check{
+		{Name: "machine CPU per label at 400/s / saturated end to end, simulator 50 ms", Measured: 1.462, Bar: 1.5, Pass: true,
+			Note: "1900 µs (2.00 commits, 1.00 WAL flushes a label) against 1300 µs (0.53, 0.14) at 1500 creates/s"},
+		{Name: "the 202's p99 at 400/s / pgbench's p99 at 400/s", Measured: 2.5, Bar: 2, Pass: false,
+			Note: "10.00 ms against 4.00 ms, both from the scheduled start; host stole 0.00 cores"},
+	}, bar)
+	r.Bar = bar
 	md := Markdown(r)
-	require.Contains(t, md, "| machine CPU per label end to end, simulator 0 ms | 880.00 µs | ≤ 900 | pass |")
-	require.Contains(t, md, "| replay p99 / p50 right after the burst, simulator 0 ms | 12.000 | ≤ 10 | **miss** |")
-	require.Contains(t, md, "| 32 | 2500 | 0.00 / 36.00 | 0.85 | 1.20 | 1200 |", "the live accept's row")
+	require.Contains(t, md, "| machine CPU per label at 400/s / saturated end to end, simulator 50 ms | 1.462 | ≤ 1.5 | pass |")
+	require.Contains(t, md, "| the 202's p99 at 400/s / pgbench's p99 at 400/s | 2.500 | ≤ 2 | **miss** |")
+	require.Contains(t, md, "The bar is missed.")
+	r.Paced[0].Submit.Latency.P99 = 8
+	r.Bar = checkBar(r)
+	require.True(t, r.Bar[1].Pass, "a ratio at the bar passes")
+	require.Contains(t, Markdown(r), "The bar is met.")
+
+	// Without a paced phase at 400/s, or a saturated run at 50 ms, there is
+	// nothing to hold it to.
+	require.Empty(t, checkBar(&Results{EndToEnd: r.EndToEnd, Paced: r.Paced[1:]}))
+	require.Len(t, checkBar(&Results{EndToEnd: r.EndToEnd[:1], Paced: r.Paced}), 1, "only the p99 check")
 }
 
-// The ceiling's machine CPU per transaction weighs each run by its
-// transactions, and is 0 without one of them.
-func TestCeilingCPUPerTx(t *testing.T) {
+// A pgbench run's machine CPU per transaction is its core-seconds over its
+// transactions, and 0 without one.
+func TestCPUPerTx(t *testing.T) {
 	t.Parallel()
-	a := &PgbenchRun{Seconds: 10, Transactions: 10000, CPU: CPU{Machine: 1.5}} // 1,500 µs a transaction
-	b := &PgbenchRun{Seconds: 10, Transactions: 30000, CPU: CPU{Machine: 1.5}} // 500 µs a transaction
-	require.InDelta(t, 750, ceilingCPUPerTx(a, b), 0.001)
-	require.InDelta(t, 1500, ceilingCPUPerTx(a), 0.001)
-	require.Zero(t, ceilingCPUPerTx(a, nil))
-	require.Zero(t, ceilingCPUPerTx(a, &PgbenchRun{Seconds: 10}))
+	require.InDelta(t, 1500, cpuPerTx(&PgbenchRun{Seconds: 10, Transactions: 10000, CPU: CPU{Machine: 1.5}}), 0.001)
+	require.Zero(t, cpuPerTx(&PgbenchRun{Seconds: 10, CPU: CPU{Machine: 1.5}}))
 }
 
 // Rounds merge into a mean weighted by their seconds, and since turns two
@@ -369,7 +404,7 @@ func TestReplayBodyMatchesFill(t *testing.T) {
 func TestPace(t *testing.T) {
 	start := time.Now()
 	slots := make(chan time.Time, 100)
-	pace(context.Background(), slots, start, start.Add(50*time.Millisecond), 1000)
+	pace(context.Background(), slots, start, start.Add(50*time.Millisecond), 1000, nil)
 	var got []time.Time
 	for s := range slots {
 		got = append(got, s)
@@ -382,9 +417,26 @@ func TestPace(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	slots = make(chan time.Time) // nobody reads: only the cancellation ends it
-	pace(ctx, slots, start, start.Add(time.Hour), 1000)
+	pace(ctx, slots, start, start.Add(time.Hour), 1000, nil)
 	_, open := <-slots
 	require.False(t, open)
+
+	// Poisson arrivals: in order, inside the window, at random intervals of
+	// the rate's mean (a seeded draw: the count is the seed's, not the clock's).
+	slots = make(chan time.Time, 4096)
+	pace(context.Background(), slots, start, start.Add(100*time.Millisecond), 10000, rand.New(rand.NewPCG(1, 2)))
+	got = got[:0]
+	for s := range slots {
+		got = append(got, s)
+	}
+	require.InDelta(t, 1000, len(got), 100)
+	require.True(t, slices.IsSortedFunc(got, time.Time.Compare))
+	require.False(t, got[len(got)-1].After(start.Add(100*time.Millisecond)))
+	gaps := map[time.Duration]bool{}
+	for i := 1; i < len(got); i++ {
+		gaps[got[i].Sub(got[i-1])] = true
+	}
+	require.Greater(t, len(gaps), 100, "the intervals vary")
 }
 
 // A paced load measures latency from the scheduled start, and says how late

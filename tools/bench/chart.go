@@ -24,34 +24,53 @@ var (
 	colLive    = color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}
 )
 
-// Chart draws throughput (left) and latency (right) against concurrency:
+// Chart draws throughput (left) and latency (middle) against concurrency:
 // the pgbench ceiling and the accept (worker stopped, and with the pipeline
-// live), with the end-to-end rates as points.
+// live), with the end-to-end rates as points; and, when the run has paced
+// phases, their latencies against the rate (right).
 func Chart(path string, r *Results) error {
-	ticks := plot.ConstantTicks{}
-	xmin, xmax := math.Inf(1), math.Inf(-1)
-	for _, c := range r.Setup.Concurrency {
-		ticks = append(ticks, plot.Tick{Value: float64(c), Label: strconv.Itoa(c)})
-		xmin, xmax = math.Min(xmin, float64(c)), math.Max(xmax, float64(c))
-	}
 	// Each plot's legend is drawn below it (see the end), where it covers
 	// neither the data nor the axes' ticks.
-	newPlot := func(title, yLabel string) (*plot.Plot, plot.Legend) {
+	newPlot := func(title, yLabel, xLabel string, xs []float64) (*plot.Plot, plot.Legend) {
 		p := plot.New()
-		p.Title.Text, p.Y.Label.Text = title, yLabel
-		p.X.Label.Text = "concurrency (clients)"
+		p.Title.Text, p.Y.Label.Text, p.X.Label.Text = title, yLabel, xLabel
 		p.X.Scale = plot.LogScale{}
+		ticks := plot.ConstantTicks{}
+		for _, x := range xs {
+			ticks = append(ticks, plot.Tick{Value: x, Label: strconv.FormatFloat(x, 'f', -1, 64)})
+		}
 		p.X.Tick.Marker = ticks
-		p.X.Min, p.X.Max = xmin/1.4, xmax*1.4
+		if len(xs) > 0 {
+			p.X.Min, p.X.Max = slices.Min(xs)/1.4, slices.Max(xs)*1.4
+		}
 		l := plot.NewLegend()
 		l.Top, l.Left = true, true
 		return p, l
 	}
-	thr, thrLegend := newPlot("Throughput", "per second")
+	var conc []float64
+	for _, c := range r.Setup.Concurrency {
+		conc = append(conc, float64(c))
+	}
+	thr, thrLegend := newPlot("Throughput", "per second", "concurrency (clients)", conc)
 	thr.Y.Min = 0
-	lat, latLegend := newPlot("Latency", "ms (log scale)")
-	lat.Y.Scale = plot.LogScale{}
-	lat.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	logY := func(p *plot.Plot) {
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	}
+	lat, latLegend := newPlot("Latency", "ms (log scale)", "concurrency (clients)", conc)
+	logY(lat)
+	var rates []float64
+	var own, pg, final series
+	for _, p := range r.Paced {
+		rates = append(rates, p.Rate)
+		own.addAt(p.Rate, p.Submit.Latency)
+		final.addAt(p.Rate, p.ToFinal)
+		if p.Pgbench != nil {
+			pg.addAt(p.Rate, p.Pgbench.Latency)
+		}
+	}
+	paced, pacedLegend := newPlot("Paced, open loop", "ms (log scale)", "creates (transactions) per second", rates)
+	logY(paced)
 
 	var ceil series
 	for _, c := range r.Ceiling {
@@ -60,6 +79,15 @@ func Chart(path string, r *Results) error {
 		}
 	}
 	acc, live := loadSeries(r.Accept), loadSeries(r.AcceptLive)
+	// The plots that have points: against concurrency, and against the rate.
+	var plots []*plot.Plot
+	var legends []*plot.Legend
+	if len(ceil.perSec)+len(acc.perSec)+len(live.perSec) > 0 {
+		plots, legends = []*plot.Plot{thr, lat}, []*plot.Legend{&thrLegend, &latLegend}
+	}
+	if len(r.Paced) > 0 {
+		plots, legends = append(plots, paced), append(legends, &pacedLegend)
+	}
 	var ymax float64
 	for _, xy := range slices.Concat(ceil.perSec, acc.perSec, live.perSec) {
 		ymax = math.Max(ymax, xy.Y)
@@ -81,6 +109,12 @@ func Chart(path string, r *Results) error {
 		{lat, &latLegend, acc.p99, "accept p99", colAccept, false},
 		{lat, &latLegend, live.p50, "accept, pipeline live, p50", colLive, true},
 		{lat, &latLegend, live.p99, "accept, pipeline live, p99", colLive, false},
+		{paced, &pacedLegend, pg.p50, "pgbench -R p50", colCeiling, true},
+		{paced, &pacedLegend, pg.p99, "pgbench -R p99", colCeiling, false},
+		{paced, &pacedLegend, own.p50, "202 p50", colLive, true},
+		{paced, &pacedLegend, own.p99, "202 p99", colLive, false},
+		{paced, &pacedLegend, final.p50, "202 → final p50", colE2E, true},
+		{paced, &pacedLegend, final.p99, "202 → final p99", colE2E, false},
 	} {
 		if err := addLine(l.p, l.legend, l.xys, l.name, l.col, l.dashed); err != nil {
 			return err
@@ -102,12 +136,14 @@ func Chart(path string, r *Results) error {
 		ymax = math.Max(ymax, e.CreatesPerSec)
 	}
 	thr.Y.Max = ymax * 1.25
-	thr.Add(plotter.NewGrid())
-	lat.Add(plotter.NewGrid())
+	for _, p := range plots {
+		p.Add(plotter.NewGrid())
+	}
 
-	// The figure: a title naming the run's date and machine, the two plots,
-	// and each plot's legend in a band below it.
-	const width, height, titleBand, legendBand = 960, 500, 34, 86
+	// The figure: a title naming the run's date and machine, the plots, and
+	// each plot's legend in a band below it.
+	const height, titleBand, legendBand = 500, 34, 86
+	width := 480 * float64(max(2, len(plots)))
 	img := vgimg.New(vg.Points(width), vg.Points(height))
 	dc := draw.New(img)
 	title := thr.Title.TextStyle
@@ -116,12 +152,10 @@ func Chart(path string, r *Results) error {
 	dc.FillText(title, vg.Point{X: vg.Points(width / 2), Y: vg.Points(height - titleBand/2)}, ChartTitle(r))
 
 	body := draw.Crop(dc, 0, 0, vg.Points(legendBand), -vg.Points(titleBand))
-	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Points(24), PadTop: vg.Points(4), PadBottom: vg.Points(8), PadLeft: vg.Points(8), PadRight: vg.Points(12)}
-	plots := [][]*plot.Plot{{thr, lat}}
-	canvases := plot.Align(plots, tiles, body)
-	thr.Draw(canvases[0][0])
-	lat.Draw(canvases[0][1])
-	for i, l := range []*plot.Legend{&thrLegend, &latLegend} {
+	tiles := draw.Tiles{Rows: 1, Cols: len(plots), PadX: vg.Points(24), PadTop: vg.Points(4), PadBottom: vg.Points(8), PadLeft: vg.Points(8), PadRight: vg.Points(12)}
+	canvases := plot.Align([][]*plot.Plot{plots}, tiles, body)
+	for i, l := range legends {
+		plots[i].Draw(canvases[0][i])
 		// Under its plot's data area, left-aligned with the plot's canvas.
 		c := canvases[0][i]
 		band := draw.Canvas{Canvas: dc.Canvas, Rectangle: vg.Rectangle{
@@ -157,8 +191,12 @@ func ChartTitle(r *Results) string {
 type series struct{ perSec, p50, p99 plotter.XYs }
 
 func (s *series) add(concurrency int, perSec float64, l Latency) {
-	x := float64(concurrency)
-	s.perSec = append(s.perSec, plotter.XY{X: x, Y: perSec})
+	s.perSec = append(s.perSec, plotter.XY{X: float64(concurrency), Y: perSec})
+	s.addAt(float64(concurrency), l)
+}
+
+// addAt adds a latency's p50 and p99 at x.
+func (s *series) addAt(x float64, l Latency) {
 	s.p50 = append(s.p50, plotter.XY{X: x, Y: positive(l.P50)})
 	s.p99 = append(s.p99, plotter.XY{X: x, Y: positive(l.P99)})
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"image"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -24,12 +25,31 @@ func TestChartOfSavedResults(t *testing.T) {
 	if p := os.Getenv("RENDER_CHART"); p != "" {
 		path = p
 	}
-	require.NoError(t, Chart(path, &r))
+	img := render(t, path, &r)
+	require.Equal(t, 1280, img.Bounds().Dx(), "960 points at 96 dpi")
+	require.InDelta(t, 667, img.Bounds().Dy(), 1)
+
+	// A run with paced phases gets a third plot, their latencies against the
+	// rate: the chart widens by a plot.
+	for _, rate := range []float64{400, 2000} {
+		r.Paced = append(r.Paced, PacedRun{Rate: rate, Through: Through{Submit: LoadRun{Latency: Latency{P50: 3, P99: 20}}, ToFinal: Latency{P50: 90, P99: 300}},
+			Pgbench: &PgbenchRun{Latency: Latency{P50: 2, P99: 9}}})
+	}
+	require.Equal(t, 1920, render(t, path, &r).Bounds().Dx(), "three plots of 480 points at 96 dpi")
+
+	// Paced phases alone: their plot, as wide as two.
+	r.Ceiling, r.Accept, r.AcceptLive = nil, nil, nil
+	require.Equal(t, 1280, render(t, path, &r).Bounds().Dx())
+}
+
+// render draws r's chart to path and decodes it.
+func render(t *testing.T, path string, r *Results) image.Image {
+	t.Helper()
+	require.NoError(t, Chart(path, r))
 	f, err := os.Open(path)
 	require.NoError(t, err)
 	defer f.Close()
 	img, err := png.Decode(f)
 	require.NoError(t, err)
-	require.Equal(t, 1280, img.Bounds().Dx(), "960 points at 96 dpi")
-	require.InDelta(t, 667, img.Bounds().Dy(), 1)
+	return img
 }

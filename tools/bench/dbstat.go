@@ -100,8 +100,10 @@ func waitName(state, typ, ev string) string {
 	return typ + ":" + ev
 }
 
-// finish stops the sampling and returns the deltas.
-func (w *dbWatch) finish(ctx context.Context) DB {
+// finish stops the sampling and returns the deltas. The commits leave out
+// the watch's own (its samples and its first mark) and own more of the
+// harness's transactions in the database meanwhile.
+func (w *dbWatch) finish(ctx context.Context, own int64) DB {
 	close(w.stop)
 	<-w.done
 	defer w.conn.Close(context.WithoutCancel(ctx))
@@ -110,7 +112,7 @@ func (w *dbWatch) finish(ctx context.Context) DB {
 		return DB{}
 	}
 	d := DB{
-		Commits:   end.commits - w.start.commits,
+		Commits:   max(0, end.commits-w.start.commits-int64(w.samples)-1-own),
 		Rollbacks: end.rollback - w.start.rollback,
 		WALBytes:  end.walLSN - w.start.walLSN,
 		WALSyncs:  end.walSyncs - w.start.walSyncs,

@@ -73,7 +73,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		Command:   cfg.Command,
 		Mode:      cfg.Mode,
 		Machine:   machine(),
-		Setup: Setup{Loads: cfg.Loads, DurationSeconds: cfg.Duration.Seconds(), WarmupSeconds: cfg.Warmup.Seconds(),
+		Setup: Setup{Loads: cfg.Loads, DurationSeconds: cfg.Duration.Seconds(), WarmupSeconds: cfg.Warmup.Seconds(), PacedSeconds: cfg.PacedDuration.Seconds(),
 			CeilingScript: ceilingScript, SelectScript: selectScript,
 			GOGC: serviceGOGC},
 	}
@@ -114,6 +114,9 @@ func (h *harness) phases(ctx context.Context) error {
 	if h.cfg.has(PhaseE2E) {
 		step(PhaseE2E, h.endToEnd)
 	}
+	if h.cfg.has(PhasePaced) {
+		step(PhasePaced, h.paced)
+	}
 	if h.cfg.has(PhaseReplay) {
 		step(PhaseReplay, h.replays)
 	}
@@ -138,7 +141,7 @@ func (h *harness) setup(ctx context.Context) error {
 	if err := os.Chmod(h.work, 0o755); err != nil {
 		return err
 	}
-	if h.pgbench, err = findPgbench(); err != nil && (h.cfg.has(PhaseCeiling)) {
+	if h.pgbench, err = findPgbench(); err != nil && (h.cfg.has(PhaseCeiling) || h.cfg.has(PhasePaced)) {
 		return err
 	}
 	h.res.Machine.Pgbench = pgbenchVersion(h.pgbench)

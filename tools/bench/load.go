@@ -84,8 +84,11 @@ type loadSpec struct {
 	// replay of a filled key: an order drawn uniformly from [ReplayFrom, ReplayFrom+ReplayN).
 	ReplayFrom, ReplayN int64
 	// Rate, when positive, paces the requests at that many per second
-	// (spread over the goroutines) instead of sending them back to back.
-	Rate float64
+	// (spread over the goroutines) instead of sending them back to back;
+	// Poisson draws the intervals at random (exponential, as pgbench -R
+	// does) instead of evenly.
+	Rate    float64
+	Poisson bool
 }
 
 // loadClient is the HTTP client of a load: keep-alive, one connection per
@@ -132,7 +135,11 @@ func runLoad(ctx context.Context, spec loadSpec) LoadRun {
 	var slots chan time.Time
 	if spec.Rate > 0 {
 		slots = make(chan time.Time, 4096)
-		go pace(ctx, slots, start, end, spec.Rate)
+		var rng *rand.Rand
+		if spec.Poisson {
+			rng = rand.New(rand.NewPCG(uint64(start.UnixNano()), 0))
+		}
+		go pace(ctx, slots, start, end, spec.Rate, rng)
 	}
 	stats := make([]*clientStats, spec.Concurrency)
 	var wg sync.WaitGroup
@@ -253,13 +260,20 @@ func (r *LoadRun) finish() {
 // sleeps on a thread of its own with the kernel's high-resolution timer
 // (preciseSleep), not time.Sleep, whose wake-ups came 0.6 ms late at the
 // median and 1.3 ms at p99 on the bench machine (2.5 ms intervals, idle),
-// against 0.13 and 1.9 ms (p99: the VM's own noise) with nanosleep.
-func pace(ctx context.Context, slots chan<- time.Time, start, end time.Time, rate float64) {
+// against 0.13 and 1.9 ms (p99: the VM's own noise) with nanosleep. With
+// rng the intervals are exponential (Poisson arrivals) of the same mean.
+func pace(ctx context.Context, slots chan<- time.Time, start, end time.Time, rate float64, rng *rand.Rand) {
 	defer close(slots)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	interval := time.Duration(float64(time.Second) / rate)
-	for next := start; next.Before(end) && ctx.Err() == nil; next = next.Add(interval) {
+	interval := float64(time.Second) / rate
+	step := func() time.Duration {
+		if rng != nil {
+			return time.Duration(rng.ExpFloat64() * interval)
+		}
+		return time.Duration(interval)
+	}
+	for next := start; next.Before(end) && ctx.Err() == nil; next = next.Add(step()) {
 		if d := time.Until(next); d > 0 {
 			preciseSleep(d)
 		}

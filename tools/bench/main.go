@@ -1,6 +1,7 @@
-// Command bench measures the label service on this machine in one run and
-// writes its figures next to the ceiling the database itself sets, held to
-// the bar (report.go):
+// Command bench measures the label service on this machine in one run,
+// saturated and paced, and writes its figures next to what the database does
+// with the accept's own transaction in the same run, held to the bar
+// (report.go):
 //
 //	go tool task bench                  (the full run)
 //	go tool task bench -- --quick       (a smoke run: short loads, small stores)
@@ -9,9 +10,10 @@
 // It runs the real binaries (internal/fleet) against a throwaway database on a
 // private PostgreSQL server (or --server), phase by phase as
 // docs/benchmarks.md describes, and writes DIR/<date>.json, .md and .png.
-// No threshold makes the command fail: benchmarks measure, tests check. Exit status: 0 when every
-// phase ran, 1 when a phase failed (the report is still written, naming it),
-// 2 on a bad flag, 130 when interrupted.
+// No figure makes the command fail (the report gives the bar's verdict):
+// benchmarks measure, tests check. Exit status: 0 when every phase ran, 1
+// when a phase failed (the report is still written, naming it), 2 on a bad
+// flag, 130 when interrupted.
 package main
 
 import (
@@ -64,6 +66,7 @@ const (
 	PhaseAccept  = "accept"
 	PhaseLive    = "live"
 	PhaseE2E     = "e2e"
+	PhasePaced   = "paced"
 	PhaseReplay  = "replay"
 	PhaseStore   = "store"
 )
@@ -75,20 +78,20 @@ const (
 // docs/decisions.md).
 const workerConcurrency = 1000
 
-var allPhases = []string{PhaseCeiling, PhaseAccept, PhaseLive, PhaseE2E, PhaseReplay, PhaseStore}
+var allPhases = []string{PhaseCeiling, PhaseAccept, PhaseLive, PhaseE2E, PhasePaced, PhaseReplay, PhaseStore}
 
 // Loads is the part of the configuration that the results repeat as it is
 // (their setup).
 type Loads struct {
-	Rounds            int      `json:"rounds"`
-	Concurrency       []int    `json:"concurrency"`
-	RepeatShare       float64  `json:"repeat_share"`
-	E2ECreates        int      `json:"e2e_creates"`
-	E2EConcurrency    int      `json:"e2e_concurrency"`
-	E2ERate           float64  `json:"e2e_rate,omitempty"`
-	ReplayConcurrency int      `json:"replay_concurrency"`
-	ReplayRate        float64  `json:"replay_rate"`
-	Phases            []string `json:"phases"`
+	Rounds            int       `json:"rounds"`
+	Concurrency       []int     `json:"concurrency"`
+	RepeatShare       float64   `json:"repeat_share"`
+	E2ECreates        int       `json:"e2e_creates"`
+	E2EConcurrency    int       `json:"e2e_concurrency"`
+	PacedRates        []float64 `json:"paced_rates"`
+	ReplayConcurrency int       `json:"replay_concurrency"`
+	ReplayRate        float64   `json:"replay_rate"`
+	Phases            []string  `json:"phases"`
 	// WorkerConcurrency is the worker's WORKER_CONCURRENCY (workerConcurrency).
 	WorkerConcurrency int `json:"worker_concurrency"`
 	// BurstReplays replays at BurstConcurrency, closed loop, follow each
@@ -100,16 +103,18 @@ type Loads struct {
 // Config is one run's configuration, read once in run.
 type Config struct {
 	Loads
-	Mode         string // full, quick or long
-	Out          string
-	ServerURL    string // empty: a private server
-	Duration     time.Duration
-	Warmup       time.Duration
-	SimLatencies []time.Duration
-	ReplaySizes  []int
-	PurgeMax     time.Duration
-	BinDir       string
-	Keep         bool
+	Mode      string // full, quick or long
+	Out       string
+	ServerURL string // empty: a private server
+	Duration  time.Duration
+	// PacedDuration is each paced phase's length (its creates' and pgbench's).
+	PacedDuration time.Duration
+	Warmup        time.Duration
+	SimLatencies  []time.Duration
+	ReplaySizes   []int
+	PurgeMax      time.Duration
+	BinDir        string
+	Keep          bool
 	// Command is what the report says was run.
 	Command string
 	// LogFunc receives progress lines.
@@ -129,13 +134,16 @@ func (c *Config) Validate() error {
 		{"duration", c.Duration.Seconds(), 0.5, 600}, {"rounds", float64(c.Rounds), 1, 20},
 		{"warmup", c.Warmup.Seconds(), 0, 60}, {"repeat-share", c.RepeatShare, 0, 0.999999},
 		{"e2e-creates", float64(c.E2ECreates), 1, 1_000_000}, {"e2e-concurrency", float64(c.E2EConcurrency), 1, 1000},
-		{"e2e-rate", c.E2ERate, 0, 100_000}, {"burst-replays", float64(c.BurstReplays), 1, 1_000_000},
+		{"paced-duration", c.PacedDuration.Seconds(), 1, 3600}, {"burst-replays", float64(c.BurstReplays), 1, 1_000_000},
 		{"burst-concurrency", float64(c.BurstConcurrency), 1, 1000},
 		{"replay-concurrency", float64(c.ReplayConcurrency), 1, 1000}, {"replay-rate", c.ReplayRate, 1e-9, 100_000},
 		{"purge-max", c.PurgeMax.Seconds(), 1e-9, math.Inf(1)},
 	}
 	for _, n := range c.Concurrency {
 		bounds = append(bounds, bound{"concurrency", float64(n), 1, 1000})
+	}
+	for _, r := range c.PacedRates {
+		bounds = append(bounds, bound{"paced-rates", r, 1, 100_000})
 	}
 	for _, n := range c.ReplaySizes {
 		bounds = append(bounds, bound{"replay-sizes", float64(n), 10, 100_000_000})
@@ -175,7 +183,7 @@ func progress(w io.Writer) func(format string, args ...any) {
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	cfg := Config{Mode: "full", Loads: Loads{WorkerConcurrency: workerConcurrency}, ReplaySizes: []int{10_000, 1_000_000}}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	quick := fs.Bool("quick", false, "a smoke run: 3 s loads, 1 k and 10 k keys, 300 creates end to end")
+	quick := fs.Bool("quick", false, "a smoke run: 3 s loads, 1 k and 10 k keys, 300 creates end to end, 10 s paced phases")
 	long := fs.Bool("long", false, "also replay with 10 M keys in the store")
 	fs.StringVar(&cfg.Out, "out", "", "DIR where the results go (default bench/results at the module root)")
 	fs.StringVar(&cfg.ServerURL, "server", "", "URL of a PostgreSQL server to use (a throwaway labels_bench_* database\n\tis created on it and dropped) instead of a private one")
@@ -186,7 +194,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.Float64Var(&cfg.RepeatShare, "repeat-share", 0.1, "share of accept requests that repeat an earlier key and body")
 	fs.IntVar(&cfg.E2ECreates, "e2e-creates", 16000, "creates sent end to end per simulator latency (--quick 300)")
 	fs.IntVar(&cfg.E2EConcurrency, "e2e-concurrency", 32, "clients of the end-to-end run")
-	fs.Float64Var(&cfg.E2ERate, "e2e-rate", 0, "pace the end-to-end creates at R per second (0: back to back); at a rate\n\tthe pipeline keeps up with, the CPU per label is the figure to compare builds by")
+	rates := fs.String("paced-rates", "400,2000", "create rates of the paced phases, each open loop through the whole pipeline\n\t(simulator at 50 ms) beside pgbench -R at the same rate")
+	fs.DurationVar(&cfg.PacedDuration, "paced-duration", time.Minute, "length of each paced phase (--quick 10s)")
 	lats := fs.String("sim-latencies", "0s,50ms", "simulator latencies end to end")
 	fs.IntVar(&cfg.BurstReplays, "burst-replays", 2000, "keys of each end-to-end burst replayed right after it is final, closed\n\tloop, then read by primary key by pgbench (--quick 300)")
 	fs.IntVar(&cfg.BurstConcurrency, "burst-concurrency", 16, "clients of the replays after each burst and of their primary-key read")
@@ -211,11 +220,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case *quick:
 		cfg.Mode = "quick"
 		for name, apply := range map[string]func(){
-			"duration":      func() { cfg.Duration = 3 * time.Second },
-			"rounds":        func() { cfg.Rounds = 1 },
-			"e2e-creates":   func() { cfg.E2ECreates = 300 },
-			"burst-replays": func() { cfg.BurstReplays = 300 },
-			"purge-max":     func() { cfg.PurgeMax = 5 * time.Second },
+			"duration":       func() { cfg.Duration = 3 * time.Second },
+			"rounds":         func() { cfg.Rounds = 1 },
+			"e2e-creates":    func() { cfg.E2ECreates = 300 },
+			"paced-duration": func() { cfg.PacedDuration = 10 * time.Second },
+			"burst-replays":  func() { cfg.BurstReplays = 300 },
+			"purge-max":      func() { cfg.PurgeMax = 5 * time.Second },
 		} {
 			if !set[name] {
 				apply()
@@ -226,12 +236,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cfg.Mode = "long"
 		cfg.ReplaySizes = []int{10_000, 1_000_000, 10_000_000}
 	}
-	var errs [3]error
+	var errs [4]error
 	cfg.Concurrency, errs[0] = list("concurrency", *conc, strconv.Atoi)
 	if *sizes != "" {
 		cfg.ReplaySizes, errs[1] = list("replay-sizes", *sizes, strconv.Atoi)
 	}
 	cfg.SimLatencies, errs[2] = list("sim-latencies", *lats, time.ParseDuration)
+	cfg.PacedRates, errs[3] = list("paced-rates", *rates, func(s string) (float64, error) { return strconv.ParseFloat(s, 64) })
 	cfg.Phases, _ = list("phases", *phases, func(p string) (string, error) { return p, nil })
 	if err := errors.Join(errs[:]...); err != nil {
 		fmt.Fprintf(stderr, "bench: %v\n", err)

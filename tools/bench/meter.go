@@ -178,23 +178,13 @@ func perLabel(a, b cpuReading, labels int64) CPUPerLabel {
 	return c
 }
 
-// ceilingCPUPerTx is the machine's CPU in microseconds per transaction of
-// pgbench runs together: their machine core-seconds over their
-// transactions; 0 when one of them has no transactions or no seconds.
-func ceilingCPUPerTx(runs ...*PgbenchRun) float64 {
-	var coreSeconds float64
-	var tx int64
-	for _, r := range runs {
-		if r == nil || r.Transactions <= 0 || r.Seconds <= 0 {
-			return 0
-		}
-		coreSeconds += r.CPU.Machine * r.Seconds
-		tx += r.Transactions
-	}
-	if tx == 0 {
+// cpuPerTx is the machine's CPU in microseconds per transaction of a
+// pgbench run: its machine core-seconds over its transactions (0 without).
+func cpuPerTx(r *PgbenchRun) float64 {
+	if r.Transactions <= 0 {
 		return 0
 	}
-	return math.Round(coreSeconds * 1e6 / float64(tx))
+	return math.Round(r.CPU.Machine * r.Seconds * 1e6 / float64(r.Transactions))
 }
 
 // machine describes this machine from /proc (a field it cannot read stays

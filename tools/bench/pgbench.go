@@ -89,7 +89,8 @@ type pgbenchSpec struct {
 	Script      string
 	Concurrency int
 	Duration    time.Duration
-	PerClient   int // when positive: -t PerClient instead of -T
+	PerClient   int     // when positive: -t PerClient instead of -T
+	Rate        float64 // when positive: -R Rate, latency from each scheduled start
 }
 
 // stalledRetries bounds the reruns of a timed pgbench run without a transaction.
@@ -132,6 +133,9 @@ func (h *harness) pgbenchOnce(ctx context.Context, spec pgbenchSpec) (r PgbenchR
 		length = []string{"-t", strconv.Itoa(spec.PerClient)}
 	}
 	args := append([]string{"-n", "-M", "prepared", "-c", strconv.Itoa(concurrency), "-j", strconv.Itoa(r.Threads)}, length...)
+	if spec.Rate > 0 {
+		args = append(args, "-R", strconv.FormatFloat(spec.Rate, 'f', -1, 64))
+	}
 	args = append(args, "-f", script, "-l", "--log-prefix", prefix, h.dbURL)
 	cmd := exec.CommandContext(ctx, h.pgbench, args...)
 	cmd.Dir = dir

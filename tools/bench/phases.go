@@ -20,7 +20,7 @@ func (h *harness) meter(ctx context.Context) func() (CPU, DB) {
 	watch, werr := watchDB(ctx, h.dbURL, h.dbName)
 	return func() (c CPU, d DB) {
 		if werr == nil {
-			d = watch.finish(ctx)
+			d = watch.finish(ctx, 0)
 		}
 		return since(before, h.cpu.read()), d
 	}
@@ -222,65 +222,20 @@ func (h *harness) endToEndAt(ctx context.Context, lat time.Duration) (E2ERun, er
 		r.Ceiling = c
 		h.logf("  sim %-5s  ceiling right before: %.0f tps at concurrency %d", lat, c.TPS, c.Concurrency)
 	}
-	if err := h.reset(ctx); err != nil {
-		return r, err
-	}
-	pl, err := h.startPipeline(ctx, lat)
+	t, lo, hi, pl, err := h.drive(ctx, lat, loadSpec{Name: "e2e submit", Concurrency: h.cfg.E2EConcurrency, Count: int64(h.cfg.E2ECreates)})
+	defer func() { _ = h.stopPipeline(pl) }()
+	r.Through = t
 	if err != nil {
 		return r, err
 	}
-	defer func() { _ = h.stopPipeline(pl) }()
-
-	lo := h.orders.Load() + 1
-	before := h.cpu.read()
-	watch, werr := watchDB(ctx, h.dbURL, h.dbName)
-	r.Submit = runLoad(ctx, loadSpec{
-		Name: "e2e submit", BaseURL: h.apiURL, Token: h.token, Concurrency: h.cfg.E2EConcurrency,
-		NextOrder: &h.orders, Count: int64(h.cfg.E2ECreates), Rate: h.cfg.E2ERate,
-	})
-	hi := h.orders.Load()
-	// Wait until every intent of the run is final, reading the database
-	// (cheaper than polling the API) through the small partial index of
-	// pending intents, so that the wait costs the machine little while the
-	// pipeline drains.
-	deadline := time.Now().Add(time.Minute + time.Duration(h.cfg.E2ECreates)*20*time.Millisecond)
-	for {
-		err := h.pool.QueryRow(ctx, `
-			SELECT count(*) FROM label_intents WHERE status = 'pending' AND order_id BETWEEN $1 AND $2`, lo, hi).Scan(&r.Pending)
-		if err != nil {
-			return r, err
-		}
-		if r.Pending == 0 || time.Now().After(deadline) || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	after := h.cpu.read()
-	r.CPU = since(before, after)
 	var replayErr error
 	if r.Pending == 0 && ctx.Err() == nil {
 		// Right after the burst is final, before anything else reads the
 		// database.
 		replayErr = h.burstReplays(ctx, &r, lo, hi)
 	}
-	var lats []int64
-	var first, last *time.Time
-	if err := h.pool.QueryRow(ctx, `
-		SELECT count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status = 'failed'),
-		       coalesce(array_agg((extract(epoch FROM completed_at - created_at) * 1e9)::bigint) FILTER (WHERE completed_at IS NOT NULL), '{}'),
-		       min(created_at) FILTER (WHERE completed_at IS NOT NULL), max(completed_at)
-		  FROM label_intents WHERE order_id BETWEEN $1 AND $2`, lo, hi).Scan(&r.Succeeded, &r.Failed, &lats, &first, &last); err != nil {
+	if err := h.settle(ctx, &r.Through, lo, hi); err != nil {
 		return r, err
-	}
-	r.CPUPerLabel = perLabel(before, after, r.Succeeded+r.Failed)
-	if werr == nil {
-		r.DB = watch.finish(ctx)
-	}
-	r.ToFinal = summarize(lats)
-	if first != nil && last != nil && last.After(*first) {
-		secs := last.Sub(*first).Seconds()
-		r.Seconds = round2(secs)
-		r.CreatesPerSec = round1(float64(len(lats)) / secs)
 	}
 	if r.Ceiling != nil {
 		// The pipeline has drained (every intent is final). The worker and
@@ -296,23 +251,51 @@ func (h *harness) endToEndAt(ctx context.Context, lat time.Duration) (E2ERun, er
 		r.CeilingAfter = c
 		r.CeilingConcurrency = r.Ceiling.Concurrency
 		r.CeilingTPS = round1((r.Ceiling.TPS + r.CeilingAfter.TPS) / 2)
-		r.CeilingCPUPerTx = ceilingCPUPerTx(r.Ceiling, r.CeilingAfter)
-		if r.CeilingCPUPerTx > 0 {
-			r.CPUPerLabelToCeiling = round3(r.CPUPerLabel.Machine / r.CeilingCPUPerTx)
-		}
 		if r.CeilingTPS > 0 {
 			r.RatioToCeiling = round3(r.CreatesPerSec / r.CeilingTPS)
 		}
 	}
-	switch {
-	case r.Submit.Errors > 0:
-		return r, fmt.Errorf("%d submissions failed, first: %s", r.Submit.Errors, r.Submit.FirstError)
-	case r.Pending > 0:
-		return r, fmt.Errorf("%d intents still pending at the deadline", r.Pending)
-	case r.Failed > 0:
-		return r, fmt.Errorf("%d intents failed", r.Failed)
+	return r, errors.Join(r.problem(), replayErr)
+}
+
+// drive empties the tables, starts the pipeline with the simulator at lat,
+// sends spec's creates, waits until every one is final and meters it all:
+// the CPU and the database's counters from the first create to the last
+// final. It leaves the pipeline running (pl) for the caller to stop; lo and
+// hi are the order ids of the creates.
+func (h *harness) drive(ctx context.Context, lat time.Duration, spec loadSpec) (t Through, lo, hi int64, pl *pipeline, err error) {
+	if err = h.reset(ctx); err != nil {
+		return
 	}
-	return r, replayErr
+	if pl, err = h.startPipeline(ctx, lat); err != nil {
+		return
+	}
+	lo = h.orders.Load() + 1
+	t.before = h.cpu.read()
+	var polls int64 // the harness's own transactions below, not counted as the pipeline's
+	if watch, werr := watchDB(ctx, h.dbURL, h.dbName); werr == nil {
+		defer func() { t.DB = watch.finish(ctx, polls) }()
+	}
+	spec.BaseURL, spec.Token, spec.NextOrder = h.apiURL, h.token, &h.orders
+	t.Submit = runLoad(ctx, spec)
+	hi = h.orders.Load()
+	// Wait until every intent of the run is final, reading the database
+	// (cheaper than polling the API) through the small partial index of
+	// pending intents, so that the wait costs the machine little while the
+	// pipeline drains.
+	deadline := time.Now().Add(time.Minute + time.Duration(hi-lo+1)*20*time.Millisecond)
+	for {
+		polls++
+		err = h.pool.QueryRow(ctx, `
+			SELECT count(*) FROM label_intents WHERE status = 'pending' AND order_id BETWEEN $1 AND $2`, lo, hi).Scan(&t.Pending)
+		if err != nil || t.Pending == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.after = h.cpu.read()
+	t.CPU = since(t.before, t.after)
+	return
 }
 
 // burstReplays replays random keys of the burst [lo, hi] right after it is

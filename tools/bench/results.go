@@ -20,6 +20,7 @@ type Results struct {
 	// simulator running and draining while the API accepts, as in production.
 	AcceptLive []LoadRun   `json:"accept_live"`
 	EndToEnd   []E2ERun    `json:"end_to_end"`
+	Paced      []PacedRun  `json:"paced"`
 	Replays    []ReplayRun `json:"replays"`
 	Store      *Store      `json:"store,omitempty"`
 
@@ -51,6 +52,7 @@ type Setup struct {
 	Loads
 	DurationSeconds float64 `json:"duration_seconds"`
 	WarmupSeconds   float64 `json:"warmup_seconds"`
+	PacedSeconds    float64 `json:"paced_seconds"`
 	CeilingScript   string  `json:"ceiling_script"`
 	// SelectScript is the primary-key read pgbench runs right after the
 	// replays that follow each burst (its range filled in with the burst's orders).
@@ -164,12 +166,10 @@ type LoadRun struct {
 	lat []int64 // nanoseconds, for merging rounds
 }
 
-// E2ERun is one end-to-end run: creates sent, then waited for until final.
-type E2ERun struct {
-	SimLatencyMs float64 `json:"sim_latency_ms"`
-	Creates      int     `json:"creates"`
-	Concurrency  int     `json:"concurrency"`
-	// Submit is the sending of the creates (202s), as fast as answered.
+// Through is a load sent through the whole pipeline (api, worker,
+// simulator), metered from its first create until every create is final.
+type Through struct {
+	// Submit is the sending of the creates (202s).
 	Submit LoadRun `json:"submit"`
 	// Succeeded and Failed count the intents final at the end; Pending the
 	// ones that were not final by the deadline.
@@ -184,7 +184,22 @@ type E2ERun struct {
 	CPU     CPU     `json:"cpu"`
 	// CPUPerLabel is the CPU µs per label from the first create to the last final.
 	CPUPerLabel CPUPerLabel `json:"cpu_us_per_label"`
-	DB          DB          `json:"db"`
+	// DB is the database's counters over the same time, and the commits
+	// and WAL flushes per label made final.
+	DB                 DB      `json:"db"`
+	CommitsPerLabel    float64 `json:"commits_per_label"`
+	WALFlushesPerLabel float64 `json:"wal_flushes_per_label"`
+
+	before, after cpuReading
+}
+
+// E2ERun is one end-to-end run: creates sent back to back, then waited for
+// until final.
+type E2ERun struct {
+	SimLatencyMs float64 `json:"sim_latency_ms"`
+	Creates      int     `json:"creates"`
+	Concurrency  int     `json:"concurrency"`
+	Through
 	// Ceiling is pgbench at the run's concurrency, run right before it, and
 	// CeilingAfter the same right after the pipeline drained.
 	Ceiling      *PgbenchRun `json:"ceiling,omitempty"`
@@ -194,10 +209,6 @@ type E2ERun struct {
 	CeilingTPS         float64 `json:"ceiling_tps,omitempty"`
 	RatioToCeiling     float64 `json:"ratio_to_ceiling,omitempty"`
 	CeilingConcurrency int     `json:"ceiling_concurrency,omitempty"`
-	// CeilingCPUPerTx is the machine's CPU µs per transaction of those two
-	// ceilings, CPUPerLabelToCeiling the run's machine CPU per label over it.
-	CeilingCPUPerTx      float64 `json:"ceiling_machine_us_per_tx,omitempty"`
-	CPUPerLabelToCeiling float64 `json:"machine_cpu_per_label_to_ceiling_tx,omitempty"`
 	// ReplaysAfter is the replays right after the burst became final,
 	// SelectAfter pgbench's primary-key read right after them; the ratios
 	// are the replays' p99 over their p50 and over the SELECT's p99.
@@ -206,6 +217,27 @@ type E2ERun struct {
 	ReplayP99OverP50       float64     `json:"replay_p99_over_p50,omitempty"`
 	ReplayP99OverSelectP99 float64     `json:"replay_p99_over_select_p99,omitempty"`
 	Error                  string      `json:"error,omitempty"`
+}
+
+// PacedRun is a paced phase: creates sent open loop at Rate a second for
+// the phase's seconds through the whole pipeline, and pgbench running the
+// ceiling's transaction paced at the same rate by as many clients for as long
+// (-R, latency from the scheduled start, as the creates').
+type PacedRun struct {
+	Rate         float64 `json:"rate"`
+	SimLatencyMs float64 `json:"sim_latency_ms"`
+	Clients      int     `json:"clients"`
+	// Scheduled is the creates the schedule held (rate × seconds);
+	// Submit.PerSec is the rate the creates were answered at, and
+	// ShareOfPeak that rate over peakRate. A generator that fell behind
+	// says so in Submit.StartLateness.
+	Scheduled   int     `json:"scheduled"`
+	ShareOfPeak float64 `json:"share_of_peak"`
+	Through
+	Pgbench *PgbenchRun `json:"pgbench,omitempty"`
+	// PgbenchCPUPerTx is the machine's CPU µs per pgbench transaction.
+	PgbenchCPUPerTx float64 `json:"pgbench_machine_us_per_tx,omitempty"`
+	Error           string  `json:"error,omitempty"`
 }
 
 // ReplayRun is replays with a store of a given size.
@@ -246,14 +278,11 @@ type Purge struct {
 	Error      string  `json:"error,omitempty"`
 }
 
-// Check is one line of the bar.
+// Check is one line of the bar: a ratio that must not exceed Bar.
 type Check struct {
 	Name     string  `json:"name"`
 	Measured float64 `json:"measured"`
 	Bar      float64 `json:"bar"`
-	Unit     string  `json:"unit"`
-	// AtMost is true when the measured value must not exceed the bar.
-	AtMost bool   `json:"at_most"`
-	Pass   bool   `json:"pass"`
-	Note   string `json:"note,omitempty"`
+	Pass     bool    `json:"pass"`
+	Note     string  `json:"note,omitempty"`
 }

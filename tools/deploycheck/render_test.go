@@ -44,33 +44,15 @@ type rendered struct {
 const kustomizeDir = "/deploy/kubernetes"
 
 // render copies deploy/kubernetes into an in-memory file system, makes the
-// operator's files (secrets.env, pgbouncer-userlist.txt, postgres-ca.crt)
-// from their committed .example as the instructions say, lets edit change
-// the copy (nil: none), and renders it as kubectl apply -k would.
+// operator's files (secrets.env, pgbouncer-userlist.txt, postgres-ca.crt,
+// components/cnpg/labels-db-app.env) from their committed .example as the
+// instructions say, lets edit change the copy (nil: none), and renders it as
+// kubectl apply -k would. The objects an operator makes from a rendered
+// custom resource are added to byID (not to objs): see operatorMade.
 func render(t *testing.T, edit func(fs filesys.FileSystem)) *rendered {
 	t.Helper()
-	src := manifestsDir
-	entries, err := os.ReadDir(src)
-	require.NoError(t, err)
 	fs := filesys.MakeFsInMemory()
-	require.NoError(t, fs.MkdirAll(kustomizeDir))
-	examples := 0
-	for _, e := range entries {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
-		require.NoError(t, err)
-		name := e.Name()
-		if base, ok := strings.CutSuffix(name, ".example"); ok {
-			name = base
-			examples++
-		} else if _, err := os.Stat(filepath.Join(src, name+".example")); err == nil {
-			continue // an operator's own file on this machine: the example stands in
-		}
-		require.NoError(t, fs.WriteFile(filepath.Join(kustomizeDir, name), b))
-	}
-	require.NotZero(t, examples)
+	require.NotZero(t, copyTree(t, fs, manifestsDir, kustomizeDir))
 	if edit != nil {
 		edit(fs)
 	}
@@ -85,7 +67,42 @@ func render(t *testing.T, edit func(fs filesys.FileSystem)) *rendered {
 		r.byID[o.id()] = o
 		r.objs = append(r.objs, o)
 	}
+	for _, o := range r.objs {
+		for _, made := range operatorMade(o) {
+			require.NotContains(t, r.byID, made.id(), "%s: the operator makes %s, which the kustomization makes too", o.id(), made.id())
+			r.byID[made.id()] = made
+		}
+	}
 	return r
+}
+
+// copyTree copies the directory src into fs at dst, subdirectories
+// included, and returns how many operator's files it made from an .example.
+func copyTree(t *testing.T, fs filesys.FileSystem, src, dst string) (examples int) {
+	t.Helper()
+	entries, err := os.ReadDir(src)
+	require.NoError(t, err)
+	require.NoError(t, fs.MkdirAll(dst))
+	for _, e := range entries {
+		if e.IsDir() {
+			examples += copyTree(t, fs, filepath.Join(src, e.Name()), filepath.Join(dst, e.Name()))
+			continue
+		}
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		require.NoError(t, err)
+		name := e.Name()
+		if base, ok := strings.CutSuffix(name, ".example"); ok {
+			name = base
+			examples++
+		} else if _, err := os.Stat(filepath.Join(src, name+".example")); err == nil {
+			continue // an operator's own file on this machine: the example stands in
+		}
+		require.NoError(t, fs.WriteFile(filepath.Join(dst, name), b))
+	}
+	return examples
 }
 
 // get walks m along path; nil where a step is missing.
