@@ -245,26 +245,48 @@ func Stop(ctx context.Context, dir string) error {
 // when this process is root), and returns an error carrying its output when
 // it fails.
 func RunServerCommand(ctx context.Context, bin, dir, name string, args ...string) error {
-	asUser, err := serverUser()
+	cmd, err := ServerCommand(ctx, dir, filepath.Join(bin, name), args...)
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(bin, name), args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		hint := ""
+		if cmd.SysProcAttr != nil && cmd.SysProcAttr.Credential != nil {
+			hint = fmt.Sprintf("\n(running as root, the private server runs as user postgres: every directory above %s must be traversable by it)", dir)
+		}
+		return fmt.Errorf("%s: %w\n%s%s", name, err, out, hint)
+	}
+	return nil
+}
+
+// ServerCommand returns the command that runs program path with args in dir
+// as the user a private server runs as (user postgres when this process is
+// root), with this process's environment and a UTF-8 locale. The caller may
+// add to its environment and SysProcAttr before starting it.
+func ServerCommand(ctx context.Context, dir, path string, args ...string) (*exec.Cmd, error) {
+	asUser, err := serverUser()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, path, args...)
 	if asUser != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: asUser}
 	}
 	// Run from dir: as user postgres the caller's working directory may be unreadable.
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "LC_ALL=C.UTF-8", "LANG=C.UTF-8")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		hint := ""
-		if asUser != nil {
-			hint = fmt.Sprintf("\n(running as root, the private server runs as user postgres: every directory above %s must be traversable by it)", dir)
-		}
-		return fmt.Errorf("%s: %w\n%s%s", name, err, out, hint)
+	return cmd, nil
+}
+
+// ChownServer gives path to the user a private server runs as, when that is
+// not this process's own (this process is root).
+func ChownServer(path string) error {
+	asUser, err := serverUser()
+	if err != nil || asUser == nil {
+		return err
 	}
-	return nil
+	return os.Chown(path, int(asUser.Uid), int(asUser.Gid))
 }
 
 // serverUser is who the private server runs as: nil for this process's own

@@ -13,6 +13,14 @@
 // an id never names two labels (reconcile would otherwise meet the ids of
 // older labels again, docs/reconcile.md).
 //
+// With --ha (go tool task fleet HA=1) the database is a replicated formation
+// instead of DATABASE_URL's server: a pg_auto_failover monitor and two
+// PostgreSQL nodes with a synchronous standby (internal/failover), kept in
+// .pgdata/ha (--ha-dir) and run again by the next --ha fleet, on
+// 127.0.0.1:15440 (the monitor), 15441 and 15442. The processes get both
+// nodes in one multi-host DATABASE_URL (target_session_attrs=read-write), and
+// the fleet stops the formation after them.
+//
 // Each process's JSON log lines are copied to stderr prefixed with its name
 // (--quiet turns that off). Ctrl-C stops the workers first (they finish their
 // carrier calls), then the API, then the simulator; a second Ctrl-C exits at
@@ -34,6 +42,7 @@ import (
 	"time"
 
 	"github.com/labelkit/labels/internal/cli"
+	"github.com/labelkit/labels/internal/failover"
 	"github.com/labelkit/labels/internal/fleet"
 	"github.com/labelkit/labels/internal/pgbouncer"
 	"github.com/labelkit/labels/internal/proc"
@@ -51,7 +60,7 @@ Flags:
 `
 
 const usageTail = `
-Environment: DATABASE_URL (required; go tool task fleet sets it),
+Environment: DATABASE_URL (required unless --ha; go tool task fleet sets it),
 ADMIN_PASSWORD (default: a random one, printed), and every other variable of
 docs/operations.md, passed on to the processes (CARRIER_TIMEOUT, SIM_*, ...).
 The API and the workers get WEBHOOK_ALLOW_UNSEALED=true: a development fleet
@@ -71,7 +80,16 @@ type Config struct {
 	Pooler        bool
 	PoolSize      int
 	CarrierState  string
+	HA            bool
+	HADir         string
 }
+
+// The formation of --ha: its directory and ports unless the flags say otherwise.
+const (
+	DefaultHADir    = ".pgdata/ha"
+	haMonitorPort   = 15440 // below Linux's ephemeral ports (32768-60999), which a client may hold
+	haFirstNodePort = 15441
+)
 
 // DefaultCarrierState is the simulator's state file when neither
 // --carrier-state nor SIM_STATE_FILE names one.
@@ -80,8 +98,10 @@ const DefaultCarrierState = ".task/fleet/carrier.jsonl"
 // Validate checks what parsing alone cannot.
 func (c *Config) Validate() error {
 	switch {
-	case c.DatabaseURL == "":
+	case c.DatabaseURL == "" && !c.HA:
 		return errors.New("DATABASE_URL is not set: run `go tool task fleet`, which finds or starts PostgreSQL")
+	case c.HA && c.Pooler:
+		return errors.New("--ha and --pooler together: PgBouncer would not follow the formation's primary")
 	case c.PoolSize < 1 || c.PoolSize > 1000:
 		return fmt.Errorf("--pool-size %d: want 1 to 1000", c.PoolSize)
 	case c.Workers < 1 || c.Workers > 50:
@@ -106,6 +126,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		AdminPassword: getenv("ADMIN_PASSWORD"),
 		PoolSize:      20,
 		CarrierState:  DefaultCarrierState,
+		HADir:         DefaultHADir,
 	}
 	if v := getenv("SIM_STATE_FILE"); v != "" {
 		cfg.CarrierState = v
@@ -124,6 +145,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.StringVar(&cfg.CarrierState, "carrier-state", cfg.CarrierState, "FILE: the simulator's state file (SIM_STATE_FILE): its labels and voids,\n\t"+
 		"kept across restarts so that its carrier label ids never repeat (default $SIM_STATE_FILE\n\t"+
 		"when set, else "+DefaultCarrierState+`; "" keeps them in memory only). Delete it when you drop the database`)
+	fs.BoolVar(&cfg.HA, "ha", cfg.HA, "run on a replicated formation instead of DATABASE_URL: a pg_auto_failover monitor\n\t"+
+		"and two PostgreSQL nodes, the standby synchronous, kept in --ha-dir (needs pg_autoctl:\n\t"+
+		"apt-get install pg-auto-failover-cli postgresql-15-auto-failover)")
+	fs.StringVar(&cfg.HADir, "ha-dir", cfg.HADir, "DIR of the --ha formation (created when missing, run again when it holds one)")
 	if code, ok := cli.ParseValid(fs, args[1:], cmdline.Usage(fs, usage, usageTail), cfg.Validate, stdout, stderr); !ok {
 		return code
 	}
@@ -165,6 +190,7 @@ type session struct {
 	stdout, stderr io.Writer
 	bins           *proc.Binaries
 	bouncer        *pgbouncer.Bouncer
+	formation      *failover.Formation
 	fleet          *fleet.Fleet
 
 	api, carrier *fleet.Proc
@@ -183,6 +209,11 @@ func (f *session) start(ctx context.Context) error {
 	var err error
 	if f.bins, err = fleet.Binaries(ctx, f.cfg.BinDir, "", f.logf, "./cmd/api", "./cmd/worker", "./cmd/carrier"); err != nil {
 		return err
+	}
+	if f.cfg.HA {
+		if err := f.startFormation(ctx); err != nil {
+			return err
+		}
 	}
 	// db is what the API and the workers get, oneShot what migrate and
 	// caller add get.
@@ -254,6 +285,9 @@ func (f *session) summary() {
 	} else {
 		fmt.Fprintf(w, "  carrier state in memory only: a restart numbers carrier labels from CL-1 again\n")
 	}
+	if f.formation != nil {
+		f.formationSummary(w)
+	}
 	if f.bouncer != nil {
 		fmt.Fprintf(w, "  PgBouncer    %s   (transaction mode, %d server connections; DATABASE_URL of the API and workers)\n", f.bouncer.URL(f.cfg.DatabaseURL), f.cfg.PoolSize)
 	}
@@ -280,8 +314,48 @@ func (f *session) stop() error {
 	if f.bouncer != nil {
 		f.bouncer.Stop()
 	}
+	if f.formation != nil {
+		f.logf("stopping the formation")
+		if ferr := f.formation.Stop(context.Background()); ferr != nil && err == nil {
+			err = ferr
+		}
+	}
 	if f.bins != nil {
 		_ = f.bins.Remove()
 	}
 	return err
+}
+
+// startFormation runs the --ha formation (creating it on the first run) and
+// points the fleet at the labels database on it.
+func (f *session) startFormation(ctx context.Context) error {
+	if err := failover.Available(); err != nil {
+		return fmt.Errorf("--ha: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(f.cfg.HADir), 0o755); err != nil {
+		return err
+	}
+	f.logf("starting the formation in %s (a monitor and two nodes; the first run creates them)", f.cfg.HADir)
+	var err error
+	f.formation, err = failover.Start(ctx, failover.Options{Root: f.cfg.HADir, MonitorPort: haMonitorPort,
+		Ports: [2]int{haFirstNodePort, haFirstNodePort + 1}, Log: f.logf})
+	if err != nil {
+		return err
+	}
+	f.cfg.DatabaseURL, err = f.formation.CreateDatabase(ctx, "labels")
+	return err
+}
+
+func (f *session) formationSummary(w io.Writer) {
+	fo := f.formation
+	p, _ := fo.Primary(context.Background())
+	standby := "synchronous"
+	if fo.Async() {
+		standby = "asynchronous"
+	}
+	fmt.Fprintf(w, "  PostgreSQL   %s   (pg_auto_failover: primary %s, %s standby; in %s)\n", f.cfg.DatabaseURL, p.Name, standby, fo.Root())
+	fmt.Fprintf(w, "  monitor      pg_autoctl show state --monitor '%s'\n", fo.MonitorURL())
+	fmt.Fprintf(w, "               (show events: what it did and why; a failover: kill -9 the primary's postmaster\n"+
+		"               and its pg_autoctl, or sudo -u postgres env XDG_CONFIG_HOME=%s/xdg XDG_DATA_HOME=%s/xdg\n"+
+		"               pg_autoctl perform switchover --pgdata %s)\n", fo.Root(), fo.Root(), fo.Monitor().Dir)
 }
