@@ -102,6 +102,13 @@ type Opts struct {
 	// [DefaultBatch]); a negative value (or 1) gives each accept a
 	// transaction of its own.
 	Batch int
+	// Linger bounds how long a shared transaction waits for more accepts
+	// when the last one held fewer than [LingerFew] (ACCEPT_LINGER; 0:
+	// [DefaultLinger]; negative: never waits). At a moderate rate it
+	// lets a few accepts share each commit instead of one or two, for at
+	// most this much more latency; at saturation the batches are full
+	// and nothing waits.
+	Linger time.Duration
 	// Timeout bounds one shared transaction (default [DefaultTimeout]); the
 	// HTTP API bounds each request's database work by it too.
 	Timeout time.Duration
@@ -121,12 +128,17 @@ type Accepter struct {
 // Defaults of [Opts].
 const (
 	DefaultClaimWait = 2 * time.Second
-	DefaultBatch     = 64 // ACCEPT_BATCH
+	DefaultBatch     = 64                   // ACCEPT_BATCH
+	DefaultLinger    = 2 * time.Millisecond // ACCEPT_LINGER
 	DefaultTimeout   = 5 * time.Second
 )
 
-// WithDefaults returns o with each zero field (a negative duration too) set
-// to its default.
+// LingerFew is the batch below which the next shared transaction lingers
+// (see [Opts.Linger]), and the batch that ends a linger.
+const LingerFew = 8
+
+// WithDefaults returns o with each zero field (a negative duration too,
+// but Linger's, which is "none") set to its default.
 func (o Opts) WithDefaults() Opts {
 	if o.KeyRetention <= 0 {
 		o.KeyRetention = idempotency.DefaultKeyRetention
@@ -136,6 +148,9 @@ func (o Opts) WithDefaults() Opts {
 	}
 	if o.Batch == 0 {
 		o.Batch = DefaultBatch
+	}
+	if o.Linger == 0 {
+		o.Linger = DefaultLinger
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
@@ -150,7 +165,8 @@ func New(opts Opts) *Accepter {
 	if opts.Batch > 1 && opts.BeforeCommitFunc == nil {
 		// One flusher: fewer, larger batches and fewer concurrent WAL
 		// flushes; a batch is one round trip (see docs/benchmarks.md).
-		a.shared = &group.Group[postgres.AcceptRow, rowResult]{Max: opts.Batch, Flushers: 1, Timeout: opts.Timeout, Run: a.acceptMany}
+		a.shared = &group.Group[postgres.AcceptRow, rowResult]{Max: opts.Batch, Flushers: 1, Timeout: opts.Timeout, Run: a.acceptMany,
+			Linger: max(opts.Linger, 0), LingerFew: LingerFew}
 	}
 	return a
 }

@@ -7,6 +7,8 @@
 // row to its test), and every time coming from the database's clock. Some
 // start the real binaries (internal/fleet, built by
 // internal/testutil/proctest); the others run the pipeline in process
-// (internal/testutil/stacktest). With -short, the tests that start binaries
+// (internal/testutil/stacktest). TestFill runs 60 simulated hours of
+// requests through the pipeline and the sweep, and checks that each table's
+// size levels off at docs/capacity.md's steady state. With -short, the tests that start binaries
 // or a server of their own are skipped. e2e/chaos holds the chaos run.
 package e2e

@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"context"
+	"flag"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/labelkit/labels/internal/testutil/dbtest"
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/metrics"
+	"github.com/labelkit/labels/postgres"
 )
 
 // intentSet is n intents request_id prefix-1…prefix-n in status ('failed',
@@ -26,14 +28,14 @@ type intentSet struct {
 }
 
 // insertIntents writes the sets of intents.
-func insertIntents(t *testing.T, ctx context.Context, db *pgxpool.Pool, sets []intentSet) {
+func insertIntents(t testing.TB, ctx context.Context, db *pgxpool.Pool, sets []intentSet) {
 	t.Helper()
 	for _, set := range sets {
 		insertIntentSet(t, ctx, db, set.prefix, set.status, set.ago, set.n)
 	}
 }
 
-func insertIntentSet(t *testing.T, ctx context.Context, db *pgxpool.Pool, prefix, status, ago string, n int) {
+func insertIntentSet(t testing.TB, ctx context.Context, db *pgxpool.Pool, prefix, status, ago string, n int) {
 	t.Helper()
 	_, err := db.Exec(ctx, `
 		INSERT INTO label_intents (request_id, caller_id, idem_key, request_hash, fingerprint_version, order_id, parcel_no, label_version,
@@ -164,4 +166,87 @@ func TestSweepDeletesLabelsOnlyWithALabelRetention(t *testing.T) {
 	require.Equal(t, []string{"hooked", "keyed", "young"}, prefixes("labels"))
 	require.Equal(t, []string{"hooked", "keyed", "young"}, prefixes("label_intents"), "each label went with its intent")
 	require.Equal(t, 3, dbtest.Scalar[int](t, pool, `SELECT count(*) FROM labels WHERE request_id LIKE 'young-%'`))
+}
+
+var sweepLabels = flag.Int("sweep-labels", 1_000_000, "BenchmarkSweepLabels: labels to fill and purge")
+
+// BenchmarkSweepLabels measures LABEL_RETENTION's purge, the cheap path to
+// drop old labels (docs/decisions.md, Labels: no partitions): a table of
+// -sweep-labels labels with their succeeded intents, every one past the
+// retention, purged by the sweep at the default SWEEP_BATCH. The baseline,
+// in the same run, is what a partition per month would cost instead: the
+// same rows copied into tables of their own (with the same indexes), then
+// dropped.
+//
+//	go test -run '^$' -bench BenchmarkSweepLabels -benchtime 1x ./jobs/ -args -sweep-labels 1000000
+func BenchmarkSweepLabels(b *testing.B) {
+	ctx := context.Background()
+	n := *sweepLabels
+	for range b.N {
+		b.StopTimer()
+		pool, _ := dbtest.New(b)
+		insertIntentSet(b, ctx, pool, "old", "succeeded", "200 days", n)
+		_, err := pool.Exec(ctx, `
+			CREATE TABLE labels_month (LIKE labels INCLUDING INDEXES);
+			CREATE TABLE label_intents_month (LIKE label_intents INCLUDING INDEXES);
+			INSERT INTO labels_month SELECT * FROM labels;
+			INSERT INTO label_intents_month SELECT * FROM label_intents`)
+		require.NoError(b, err)
+		_, err = pool.Exec(ctx, `VACUUM ANALYZE labels, label_intents, labels_month, label_intents_month`)
+		require.NoError(b, err)
+		size := dbtest.Scalar[int64](b, pool, `SELECT pg_total_relation_size('labels') + pg_total_relation_size('label_intents')`)
+		lsn := func() string { return dbtest.Scalar[string](b, pool, `SELECT pg_current_wal_lsn()::text`) }
+
+		start, l0 := time.Now(), lsn()
+		_, err = pool.Exec(ctx, `DROP TABLE labels_month, label_intents_month`)
+		require.NoError(b, err)
+		dropSecs, l1 := time.Since(start).Seconds(), lsn()
+		dropWAL := dbtest.Scalar[int64](b, pool, `SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::bigint`, l1, l0)
+
+		m := metrics.New(metrics.Worker)
+		w := &jobs.SweepKeysWorker{Pool: pool, Batch: 1000, Log: zerolog.Nop(), Metrics: m, LabelRetention: 150 * 24 * time.Hour}
+		b.StartTimer()
+		start, l0 = time.Now(), lsn()
+		require.NoError(b, w.Work(ctx, &river.Job[jobs.SweepKeysArgs]{JobRow: &rivertype.JobRow{ID: 1, Kind: "sweep_keys"}}))
+		secs, l1 := time.Since(start).Seconds(), lsn()
+		b.StopTimer()
+		require.Equal(b, float64(n), testutil.ToFloat64(m.SweeperDeletedRows.WithLabelValues("labels")))
+		wal := dbtest.Scalar[int64](b, pool, `SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::bigint`, l1, l0)
+		b.ReportMetric(float64(n)/secs, "labels/s")
+		b.ReportMetric(float64(wal)/float64(n), "WAL-B/label")
+		b.ReportMetric(float64(size)/float64(n), "table-B/label")
+		b.ReportMetric(dropSecs*1000, "drop-ms")
+		b.ReportMetric(float64(dropWAL), "drop-WAL-B")
+		b.ReportMetric(secs/dropSecs, "purge/drop")
+	}
+}
+
+// Under postgres.AsOf the sweep reads the time given for the database's
+// clock (the fill test's simulated hours): a key that expires in an hour is
+// kept now and purged as of a day later, its tombstone dated then, and the
+// tombstones' own retention counts from that time.
+func TestSweepAsOf(t *testing.T) {
+	t.Parallel()
+	pool, _ := dbtest.New(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `
+		INSERT INTO idempotency_keys (caller_id, idem_key, request_hash, fingerprint_version, request_id, state, response_status, response_body, created_at, expires_at)
+		VALUES ('c', 'k', decode(repeat('00', 32), 'hex'), 1, 'r', 'completed', 201, '{}', now(), now() + interval '1 hour')`)
+	require.NoError(t, err)
+	n, err := jobs.Sweep(ctx, pool, 100, nil)
+	require.NoError(t, err)
+	require.Zero(t, n, "not expired by the database's clock")
+
+	at := dbtest.Scalar[time.Time](t, pool, `SELECT now() + interval '1 day'`)
+	n, err = jobs.Sweep(postgres.AsOf(ctx, at), pool, 100, nil)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	require.True(t, at.Equal(dbtest.Scalar[time.Time](t, pool, `SELECT purged_at FROM idempotency_tombstones`)))
+
+	n, err = jobs.SweepTombstones(postgres.AsOf(ctx, at.Add(time.Hour)), pool, 2*time.Hour, 100)
+	require.NoError(t, err)
+	require.Zero(t, n, "an hour old as of then")
+	n, err = jobs.SweepTombstones(postgres.AsOf(ctx, at.Add(3*time.Hour)), pool, 2*time.Hour, 100)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
 }

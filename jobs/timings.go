@@ -22,3 +22,11 @@ func RiverTimings(lease time.Duration) (jobTimeout, rescueAfter time.Duration) {
 // a burst of labels. A poll is one fetch query
 // per worker process, a few a second when idle.
 const FetchPollInterval = 200 * time.Millisecond
+
+// QuietFetchPollInterval is how long River's producer of a quiet queue
+// (river.QueueDefault, QueueMaintenance, QueueVoids: periodic jobs and
+// operators' voids, whose inserts notify the producer anyway) waits for jobs
+// when no insert notification comes: River's own default. Each queue's
+// producer polls on its own, so at FetchPollInterval every quiet queue would
+// add five fetch queries a second to an idle worker.
+const QuietFetchPollInterval = time.Second

@@ -34,6 +34,16 @@ type RelayOpts struct {
 	PollInterval time.Duration
 	// Listener wakes the relay when an intent is accepted; nil means poll only.
 	Listener *notify.Listener
+	// Linger is how long a relay woken by a notification waits before it
+	// dispatches, so that the intents accepted meanwhile go in the same
+	// transaction (at a moderate rate a notification comes every few
+	// milliseconds, each with a few intents); 0: none. A wake by the poll
+	// or by room in River's backlog dispatches at once. The relay of
+	// webhook events ignores it.
+	Linger time.Duration
+	// Timer starts the linger's wait, for tests to give their own; nil: a
+	// real timer.
+	Timer func(d time.Duration) (c <-chan time.Time, stop func())
 	// OnDispatchFunc, when set, is told how many intents each batch dispatched.
 	OnDispatchFunc func(n int)
 }
@@ -122,7 +132,7 @@ func newEventRelay(pool *pgxpool.Pool, insert insertFunc, log zerolog.Logger, op
 		n, err := dispatchEvents(ctx, pool, batch, insert)
 		return dispatched{Taken: n, Room: batch, Left: n == batch}, err
 	}
-	r.opts.Backlog, r.channel, r.what = 0, notify.ChannelFinal, "webhook relay"
+	r.opts.Backlog, r.opts.Linger, r.channel, r.what = 0, 0, notify.ChannelFinal, "webhook relay"
 	return r
 }
 
@@ -178,10 +188,31 @@ func (r *Relay) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 		case <-intents:
+			r.linger(ctx)
 		case <-room:
 		case <-timer.C:
 		}
 		timer.Stop()
+	}
+}
+
+// linger waits opts.Linger (or until ctx ends) after a notification.
+func (r *Relay) linger(ctx context.Context) {
+	if r.opts.Linger <= 0 {
+		return
+	}
+	start := r.opts.Timer
+	if start == nil {
+		start = func(d time.Duration) (<-chan time.Time, func()) {
+			t := time.NewTimer(d)
+			return t.C, func() { t.Stop() }
+		}
+	}
+	expired, stop := start(r.opts.Linger)
+	defer stop()
+	select {
+	case <-ctx.Done():
+	case <-expired:
 	}
 }
 

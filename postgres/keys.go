@@ -87,35 +87,30 @@ func Release(ctx context.Context, pool *pgxpool.Pool, leases []Lease, lockTimeou
 // noticed), and returns how many it deleted. Callers loop until it returns
 // fewer than batch.
 func Purge(ctx context.Context, db DB, batch int) (int64, error) {
-	return purgeKeys(ctx, db, "now()", batch)
+	sql, args := PurgeSQL(ctx, `
+		WITH gone AS (
+			DELETE FROM idempotency_keys
+			 WHERE ctid IN (SELECT ctid FROM idempotency_keys
+			                 WHERE state = 'completed' AND expires_at < now()
+			                 ORDER BY expires_at
+			                 LIMIT $1
+			                   FOR UPDATE SKIP LOCKED)
+			RETURNING caller_id, idem_key)
+		INSERT INTO idempotency_tombstones (caller_id, key_hash, purged_at)
+		SELECT caller_id, sha256(convert_to(idem_key, 'UTF8')), now() FROM gone
+		ON CONFLICT (caller_id, key_hash) DO UPDATE SET purged_at = EXCLUDED.purged_at`, 2)
+	tag, err := db.Exec(ctx, sql, append([]any{batch}, args...)...)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
 }
 
 // PurgeAsOf is [Purge] as if the database's clock read at: for the key-store
 // benchmark (tools/bench, phase store), which purges a filled table part by
 // part. The services call [Purge].
 func PurgeAsOf(ctx context.Context, db DB, at time.Time, batch int) (int64, error) {
-	return purgeKeys(ctx, db, "$2::timestamptz", batch, at)
-}
-
-// purgeKeys is Purge with the time it compares with and writes (now(), or a
-// parameter), a constant of its callers.
-func purgeKeys(ctx context.Context, db DB, at string, batch int, args ...any) (int64, error) {
-	tag, err := db.Exec(ctx, `
-		WITH gone AS (
-			DELETE FROM idempotency_keys
-			 WHERE ctid IN (SELECT ctid FROM idempotency_keys
-			                 WHERE state = 'completed' AND expires_at < `+at+`
-			                 ORDER BY expires_at
-			                 LIMIT $1
-			                   FOR UPDATE SKIP LOCKED)
-			RETURNING caller_id, idem_key)
-		INSERT INTO idempotency_tombstones (caller_id, key_hash, purged_at)
-		SELECT caller_id, sha256(convert_to(idem_key, 'UTF8')), `+at+` FROM gone
-		ON CONFLICT (caller_id, key_hash) DO UPDATE SET purged_at = EXCLUDED.purged_at`, append([]any{batch}, args...)...)
-	if err != nil {
-		return 0, err
-	}
-	return tag.RowsAffected(), nil
+	return Purge(AsOf(ctx, at), db, batch)
 }
 
 // PurgeTombstones deletes up to batch tombstones purged more than retention
@@ -125,7 +120,7 @@ func PurgeTombstones(ctx context.Context, db DB, retention time.Duration, batch 
 }
 
 // sqlAgo is the database's time ($1 seconds ago) that purgeOldest's
-// conditions compare with.
+// conditions compare with (under [AsOf], that time $1 seconds ago).
 const sqlAgo = `now() - make_interval(secs => $1)`
 
 // purgeOldest deletes up to batch rows of table that match cond ($1 is the
@@ -133,13 +128,14 @@ const sqlAgo = `now() - make_interval(secs => $1)`
 // another sweeper holds, and returns how many it deleted. table, cond and
 // orderBy are the callers' constants, never input.
 func purgeOldest(ctx context.Context, db DB, table, cond, orderBy string, retention time.Duration, batch int) (int64, error) {
-	tag, err := db.Exec(ctx, `
+	sql, args := PurgeSQL(ctx, `
 		DELETE FROM `+table+`
 		 WHERE ctid IN (SELECT ctid FROM `+table+`
 		                 WHERE `+cond+`
 		                 ORDER BY `+orderBy+`
 		                 LIMIT $2
-		                   FOR UPDATE SKIP LOCKED)`, retention.Seconds(), batch)
+		                   FOR UPDATE SKIP LOCKED)`, 3)
+	tag, err := db.Exec(ctx, sql, append([]any{retention.Seconds(), batch}, args...)...)
 	if err != nil {
 		return 0, err
 	}

@@ -66,7 +66,7 @@ func GetLabelByParcel(ctx context.Context, db DB, callerID string, orderID int64
 // unprotected: a retry of it buys a new label.
 func PurgeLabels(ctx context.Context, db DB, retention time.Duration, batch int) (int64, error) {
 	var n int64
-	err := db.QueryRow(ctx, `
+	sql, args := PurgeSQL(ctx, `
 		WITH gone AS (
 			DELETE FROM labels
 			 WHERE ctid IN (SELECT ctid FROM labels l
@@ -81,6 +81,7 @@ func PurgeLabels(ctx context.Context, db DB, retention time.Duration, batch int)
 			                   FOR UPDATE SKIP LOCKED)
 			RETURNING request_id),
 		     intents AS (DELETE FROM label_intents i USING gone WHERE i.request_id = gone.request_id)
-		SELECT count(*) FROM gone`, retention.Seconds(), batch).Scan(&n)
+		SELECT count(*) FROM gone`, 3)
+	err := db.QueryRow(ctx, sql, append([]any{retention.Seconds(), batch}, args...)...).Scan(&n)
 	return n, err
 }

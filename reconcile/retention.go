@@ -37,14 +37,15 @@ func PurgeRun(ctx context.Context, pool *pgxpool.Pool, retention time.Duration) 
 		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, int64(advisoryLockKey)).Scan(&locked); err != nil || !locked {
 			return err
 		}
-		err := tx.QueryRow(ctx, `
+		sql, args := postgres.PurgeSQL(ctx, `
 			SELECT run_id FROM reconcile_runs r
 			 WHERE started_at < now() - make_interval(secs => $1)
 			   AND NOT EXISTS (SELECT 1 FROM reconcile_void_items vi JOIN reconcile_voids v USING (carrier_label_id)
 			                    WHERE vi.run_id = r.run_id AND v.outcome IS NULL)
 			 ORDER BY started_at
 			 LIMIT 1
-			   FOR UPDATE SKIP LOCKED`, retention.Seconds()).Scan(&runID)
+			   FOR UPDATE SKIP LOCKED`, 2)
+		err := tx.QueryRow(ctx, sql, append([]any{retention.Seconds()}, args...)...).Scan(&runID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		} else if err != nil {
@@ -72,7 +73,7 @@ func PurgeRun(ctx context.Context, pool *pgxpool.Pool, retention time.Duration) 
 // void refers to (the charge voided, and the void credits, which a run finds
 // whichever invoice carried them) are kept with the voids.
 func PurgeInvoiceLines(ctx context.Context, db postgres.DB, retention time.Duration, batch int) (int64, error) {
-	tag, err := db.Exec(ctx, `
+	sql, args := postgres.PurgeSQL(ctx, `
 		DELETE FROM invoice_lines
 		 WHERE ctid IN (SELECT ctid FROM invoice_lines l
 		                 WHERE billed_at < now() - make_interval(secs => $1)
@@ -80,7 +81,8 @@ func PurgeInvoiceLines(ctx context.Context, db postgres.DB, retention time.Durat
 		                   AND NOT EXISTS (SELECT 1 FROM reconcile_voids v WHERE v.invoice_no = l.invoice_no AND v.line_no = l.line_no)
 		                   AND NOT EXISTS (SELECT 1 FROM reconcile_void_items vi WHERE vi.invoice_no = l.invoice_no AND vi.line_no = l.line_no)
 		                 LIMIT $2
-		                   FOR UPDATE SKIP LOCKED)`, (retention + LineRetentionMargin).Seconds(), batch)
+		                   FOR UPDATE SKIP LOCKED)`, 3)
+	tag, err := db.Exec(ctx, sql, append([]any{(retention + LineRetentionMargin).Seconds(), batch}, args...)...)
 	if err != nil {
 		return 0, err
 	}

@@ -69,6 +69,10 @@ type Config struct {
 	// (outbox.RelayOpts.Backlog). 0: [RelayBacklogPerSlot] × Concurrency;
 	// negative: no bound.
 	RelayBacklog int
+	// RelayLinger is how long the relay of intents, woken by an accept's
+	// notification, waits for more before it dispatches
+	// (outbox.RelayOpts.Linger). 0: [DefaultRelayLinger]; negative: none.
+	RelayLinger time.Duration
 	// Batch bounds the jobs that share a lease or completion statement
 	// (jobs.BuyLabelConfig.BatchMax): a negative value one statement per job.
 	Batch       int
@@ -107,14 +111,17 @@ type Config struct {
 	AddWorkersFunc func(*river.Workers) error
 
 	// For tests: how often River and the relay poll (defaults: River's
-	// FetchPollInterval of jobs, 1s), River's fetch cooldown, River's
+	// FetchPollInterval of jobs, 1s; the quiet queues at
+	// QuietFetchPollInterval, jobs.QuietFetchPollInterval, or at
+	// FetchPollInterval when that is set below its default), River's fetch cooldown, River's
 	// TestOnly mode, and a hook between the carrier's answer and the
 	// completion (see jobs.BuyLabelConfig).
-	FetchPollInterval time.Duration
-	FetchCooldown     time.Duration
-	RelayPollInterval time.Duration
-	TestOnly          bool
-	AfterCarrierFunc  func(ctx context.Context, requestID string) error
+	FetchPollInterval      time.Duration
+	QuietFetchPollInterval time.Duration
+	FetchCooldown          time.Duration
+	RelayPollInterval      time.Duration
+	TestOnly               bool
+	AfterCarrierFunc       func(ctx context.Context, requestID string) error
 	// AfterVoidFunc is jobs.VoidLabelWorker's AfterCarrierFunc, for tests.
 	AfterVoidFunc func(ctx context.Context, carrierLabelID string) error
 
@@ -132,6 +139,11 @@ type Config struct {
 // must have refilled it, and a new caller's intent waits behind no more than
 // that.
 const RelayBacklogPerSlot = 2
+
+// DefaultRelayLinger is RelayLinger's default (RELAY_LINGER's): at a
+// moderate rate the API notifies every few milliseconds, and the relay then
+// takes the intents of several notifications in one transaction.
+const DefaultRelayLinger = 20 * time.Millisecond
 
 // WithDefaults returns c with each zero field set to its default; applied
 // twice it changes nothing more.
@@ -151,11 +163,16 @@ func (c Config) WithDefaults() Config {
 	or(&c.WebhookEventRetention, DefaultWebhookEventRetention)
 	or(&c.IntentRetention, DefaultIntentRetention)
 	or(&c.ReconcileRetention, DefaultReconcileRetention)
+	if c.QuietFetchPollInterval == 0 && c.FetchPollInterval != 0 && c.FetchPollInterval < jobs.FetchPollInterval {
+		c.QuietFetchPollInterval = c.FetchPollInterval // a test's fast poll, on every queue
+	}
 	or(&c.FetchPollInterval, jobs.FetchPollInterval)
+	or(&c.QuietFetchPollInterval, max(jobs.QuietFetchPollInterval, c.FetchPollInterval))
 	or(&c.Webhooks.Timeout, jobs.DefaultWebhookTimeout)
 	if c.Concurrency <= 0 {
 		c.Concurrency = DefaultConcurrency
 	}
+	or(&c.RelayLinger, DefaultRelayLinger)
 	if c.RelayBacklog == 0 {
 		c.RelayBacklog = RelayBacklogPerSlot * c.Concurrency
 	}
@@ -214,17 +231,20 @@ func New(cfg Config) (*Worker, error) {
 		WebhookEventRetention: cfg.WebhookEventRetention, IntentRetention: cfg.IntentRetention, ReconcileRetention: cfg.ReconcileRetention,
 		LabelRetention: cfg.LabelRetention,
 		Metrics:        cfg.Metrics, Log: cfg.Log})
+	// The quiet queues poll less often than the busy ones: see
+	// jobs.QuietFetchPollInterval.
+	quiet := cfg.QuietFetchPollInterval
 	queues := map[string]river.QueueConfig{
 		jobs.QueueLabels:   {MaxWorkers: cfg.Concurrency},
 		jobs.QueueWebhooks: {MaxWorkers: cfg.WebhookConcurrency},
-		river.QueueDefault: {MaxWorkers: 2},
+		river.QueueDefault: {MaxWorkers: 2, FetchPollInterval: quiet},
 		// sweep_keys, apart, so that River UI shows purchases apart from it.
-		jobs.QueueMaintenance: {MaxWorkers: 1},
+		jobs.QueueMaintenance: {MaxWorkers: 1, FetchPollInterval: quiet},
 	}
 	// Every worker with a carrier that voids (carrier.Client does) runs the
 	// voids of `reconcile void`; one without takes none of them.
 	if voider, ok := cfg.Carrier.(jobs.Voider); ok {
-		queues[jobs.QueueVoids] = river.QueueConfig{MaxWorkers: 4}
+		queues[jobs.QueueVoids] = river.QueueConfig{MaxWorkers: 4, FetchPollInterval: quiet}
 		river.AddWorker(workers, &jobs.VoidLabelWorker{Pool: cfg.Pool, Carrier: voider, CarrierTimeout: cfg.CarrierTimeout,
 			MaxAttempts: cfg.MaxAttempts, Metrics: cfg.Metrics, Log: cfg.Log, AfterCarrierFunc: cfg.AfterVoidFunc})
 	}
@@ -280,6 +300,7 @@ func New(cfg Config) (*Worker, error) {
 		Backlog:        max(cfg.RelayBacklog, 0), // negative: no bound, outbox's 0
 		Listener:       cfg.Listener,
 		PollInterval:   cfg.RelayPollInterval,
+		Linger:         max(cfg.RelayLinger, 0),
 		OnDispatchFunc: func(n int) { cfg.Metrics.RelayDispatched.Add(float64(n)) },
 	})
 	started.relay.Store(relay)

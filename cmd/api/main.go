@@ -57,7 +57,9 @@ Environment: DATABASE_URL, DATABASE_DIRECT_URL (a direct connection when
 DATABASE_URL is a pooler: LISTEN and migrations), DATABASE_POOLED (default:
 true when DATABASE_DIRECT_URL is set), API_ADDR, API_METRICS_ADDR (unset:
 /metrics on API_ADDR; set: /metrics only on this listener), KEY_RETENTION (%s), ACCEPT_BATCH (%d:
-accepts per shared transaction; 0 = one transaction per accept),
+accepts per shared transaction; 0 = one transaction per accept), ACCEPT_LINGER
+(%s: the longest a shared transaction waits for more accepts after one of
+few; 0 = never),
 RATE_LIMIT (%d: off; creates a second per caller in this process, past which
 429 rate_limited), RATE_LIMIT_BURST (0: RATE_LIMIT), PREFER_WAIT_MAX (%d:
 Prefer: wait requests held at once; past it answered at once), CARRIER_URL
@@ -69,7 +71,7 @@ WEBHOOK_ROTATION_OVERLAP (%s), WEBHOOK_SECRET_KEY (base64 of 32 bytes:
 secrets stored encrypted; unset: set and rotate refuse), WEBHOOK_SECRET_KEY_OLD
 (unset; the previous key, for reseal), WEBHOOK_ALLOW_UNSEALED (false; true:
 secrets stored raw without a key, development only).
-`, DefaultAddr, cli.Dur(idempotency.DefaultKeyRetention), accept.DefaultBatch, httpapi.DefaultRateLimit,
+`, DefaultAddr, cli.Dur(idempotency.DefaultKeyRetention), accept.DefaultBatch, cli.Dur(accept.DefaultLinger), httpapi.DefaultRateLimit,
 	httpapi.DefaultMaxWaiters, carrier.DefaultBaseURL, cli.Dur(carrier.DefaultTimeout), cli.DefaultLogLevel, cli.Dur(webhook.DefaultRotationOverlap))
 
 // DefaultAddr is API_ADDR's default: the API's listen address.
@@ -81,10 +83,11 @@ type Config struct {
 	Addr         string
 	MetricsAddr  string // API_METRICS_ADDR; empty: /metrics on Addr
 	KeyRetention time.Duration
-	AcceptBatch  int // ACCEPT_BATCH; 0: off
-	RateLimit    int // RATE_LIMIT: creates a second per caller; 0: off
-	RateBurst    int // RATE_LIMIT_BURST; 0: RATE_LIMIT
-	MaxWaiters   int // PREFER_WAIT_MAX; 0: Prefer: wait is never held
+	AcceptBatch  int           // ACCEPT_BATCH; 0: off
+	AcceptLinger time.Duration // ACCEPT_LINGER; 0: off
+	RateLimit    int           // RATE_LIMIT: creates a second per caller; 0: off
+	RateBurst    int           // RATE_LIMIT_BURST; 0: RATE_LIMIT
+	MaxWaiters   int           // PREFER_WAIT_MAX; 0: Prefer: wait is never held
 
 	// The carrier the label documents are fetched from.
 	CarrierURL     string        // CARRIER_URL
@@ -105,6 +108,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AcceptBatch < 0 || c.AcceptBatch > 1000 {
 		return fmt.Errorf("ACCEPT_BATCH=%d: want 0 to 1000", c.AcceptBatch)
+	}
+	if c.AcceptLinger < 0 || c.AcceptLinger > time.Second {
+		return fmt.Errorf("ACCEPT_LINGER=%s: want 0 (off) to 1s", c.AcceptLinger)
 	}
 	if c.RateLimit < 0 || c.RateLimit > 1_000_000 {
 		return fmt.Errorf("RATE_LIMIT=%d: want 0 (off) to 1000000 creates a second per caller", c.RateLimit)
@@ -140,6 +146,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		MetricsAddr:  env.String("API_METRICS_ADDR", ""),
 		KeyRetention: env.Duration("KEY_RETENTION", idempotency.DefaultKeyRetention),
 		AcceptBatch:  env.Int("ACCEPT_BATCH", accept.DefaultBatch),
+		AcceptLinger: env.Duration("ACCEPT_LINGER", accept.DefaultLinger),
 		RateLimit:    env.Int("RATE_LIMIT", httpapi.DefaultRateLimit),
 		RateBurst:    env.Int("RATE_LIMIT_BURST", 0),
 		MaxWaiters:   env.Int("PREFER_WAIT_MAX", httpapi.DefaultMaxWaiters),
@@ -197,7 +204,8 @@ func serve(ctx context.Context, cfg Config, db postgres.Endpoints, log zerolog.L
 		maxWaiters = -1 // httpapi.Deps: none held
 	}
 	svc, err := apiserve.Start(ctx, db, apiserve.Options{KeyRetention: cfg.KeyRetention, AcceptBatch: cli.Batch(cfg.AcceptBatch),
-		RateLimit: httpapi.RateLimit{PerSecond: float64(cfg.RateLimit), Burst: cfg.RateBurst}, MaxWaiters: maxWaiters,
+		AcceptLinger: cli.Linger(cfg.AcceptLinger),
+		RateLimit:    httpapi.RateLimit{PerSecond: float64(cfg.RateLimit), Burst: cfg.RateBurst}, MaxWaiters: maxWaiters,
 		Carrier: carrier.NewClient(cfg.CarrierURL, &carrier.ClientOpts{Token: cfg.CarrierToken}), CarrierTimeout: cfg.CarrierTimeout,
 		MetricsElsewhere: cfg.MetricsAddr != ""}, log)
 	if err != nil {

@@ -50,7 +50,8 @@ connection for LISTEN when DATABASE_URL is a pooler; without it the relay
 and River poll), DATABASE_POOLED (true when DATABASE_DIRECT_URL is set), CARRIER_URL (%s),
 CARRIER_TOKEN, CARRIER_TIMEOUT (%s), LEASE_DURATION (%s), WORKER_CONCURRENCY
 (%d), RELAY_BACKLOG (0: %d x WORKER_CONCURRENCY purchases waiting in River;
--1: no bound), MAX_ATTEMPTS (%d), RETRY_BASE (%s), RETRY_MAX (%s), KEY_RETENTION (%s),
+-1: no bound), RELAY_LINGER (%s: the relay's wait after a notification, for
+more intents in its transaction; 0 = none), MAX_ATTEMPTS (%d), RETRY_BASE (%s), RETRY_MAX (%s), KEY_RETENTION (%s),
 SWEEP_INTERVAL (%s), SWEEP_BATCH (%d), TOMBSTONE_RETENTION (%s), WEBHOOK_EVENT_RETENTION
 (%s), INTENT_RETENTION (%s: failed intents), RECONCILE_RETENTION (%s), LABEL_RETENTION
 (0: labels are kept), METRICS_ADDR (%s),
@@ -65,7 +66,7 @@ WEBHOOK_ALLOW_INSECURE (false), WEBHOOK_ALLOW_PRIVATE (false), WEBHOOK_SECRET_KE
 signed), WEBHOOK_SECRET_KEY_OLD (unset; the previous key during a rotation),
 WEBHOOK_ALLOW_UNSEALED (false; true: raw secrets are used, development only).
 `, carrier.DefaultBaseURL, cli.Dur(worker.DefaultCarrierTimeout), cli.Dur(worker.DefaultLeaseDuration),
-	worker.DefaultConcurrency, worker.RelayBacklogPerSlot, worker.DefaultMaxAttempts, cli.Dur(worker.DefaultRetryBase),
+	worker.DefaultConcurrency, worker.RelayBacklogPerSlot, cli.Dur(worker.DefaultRelayLinger), worker.DefaultMaxAttempts, cli.Dur(worker.DefaultRetryBase),
 	cli.Dur(worker.DefaultRetryMax), cli.Dur(idempotency.DefaultKeyRetention), cli.Dur(worker.DefaultSweepInterval),
 	worker.DefaultSweepBatch, cli.Dur(worker.DefaultTombstoneRetention), cli.Dur(worker.DefaultWebhookEventRetention),
 	cli.Dur(worker.DefaultIntentRetention), cli.Dur(worker.DefaultReconcileRetention), DefaultMetricsAddr, jobs.DefaultBatch,
@@ -85,8 +86,9 @@ type Config struct {
 	CarrierTimeout     time.Duration
 	LeaseDuration      time.Duration
 	Concurrency        int
-	RelayBacklog       int // RELAY_BACKLOG; 0: worker.RelayBacklogPerSlot × Concurrency, -1: no bound
-	Batch              int // WORKER_BATCH
+	RelayBacklog       int           // RELAY_BACKLOG; 0: worker.RelayBacklogPerSlot × Concurrency, -1: no bound
+	RelayLinger        time.Duration // RELAY_LINGER; 0: none
+	Batch              int           // WORKER_BATCH
 	MaxAttempts        int
 	RetryBase          time.Duration
 	RetryMax           time.Duration
@@ -134,6 +136,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("WORKER_CONCURRENCY=%d: want 1 to 10000", c.Concurrency)
 	case c.RelayBacklog < -1 || c.RelayBacklog > 1_000_000:
 		return fmt.Errorf("RELAY_BACKLOG=%d: want -1 (no bound), 0 (%d x WORKER_CONCURRENCY) or up to 1000000", c.RelayBacklog, worker.RelayBacklogPerSlot)
+	case c.RelayLinger < 0 || c.RelayLinger > time.Second:
+		return fmt.Errorf("RELAY_LINGER=%s: want 0 (none) to 1s", c.RelayLinger)
 	case c.Batch < 0 || c.Batch > 1000:
 		return fmt.Errorf("WORKER_BATCH=%d: want 0 to 1000", c.Batch)
 	case c.MaxAttempts < 1 || c.MaxAttempts > 1000:
@@ -191,6 +195,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		LeaseDuration:         env.Duration("LEASE_DURATION", worker.DefaultLeaseDuration),
 		Concurrency:           env.Int("WORKER_CONCURRENCY", worker.DefaultConcurrency),
 		RelayBacklog:          env.Int("RELAY_BACKLOG", 0),
+		RelayLinger:           env.Duration("RELAY_LINGER", worker.DefaultRelayLinger),
 		Batch:                 env.Int("WORKER_BATCH", jobs.DefaultBatch),
 		MaxAttempts:           env.Int("MAX_ATTEMPTS", worker.DefaultMaxAttempts),
 		RetryBase:             env.Duration("RETRY_BASE", worker.DefaultRetryBase),
@@ -294,6 +299,7 @@ func work(ctx context.Context, cfg Config, db postgres.Endpoints, periodic []*ri
 		KeyRetention:          cfg.KeyRetention,
 		Concurrency:           cfg.Concurrency,
 		RelayBacklog:          cfg.RelayBacklog,
+		RelayLinger:           cli.Linger(cfg.RelayLinger),
 		Batch:                 cli.Batch(cfg.Batch),
 		MaxAttempts:           cfg.MaxAttempts,
 		RetryBase:             cfg.RetryBase,

@@ -96,6 +96,7 @@ func (a *API) Close() {
 type Options struct {
 	KeyRetention time.Duration // KEY_RETENTION
 	AcceptBatch  int           // accept.Opts.Batch: ACCEPT_BATCH, as cli.Batch returns it
+	AcceptLinger time.Duration // accept.Opts.Linger: ACCEPT_LINGER, as cli.Linger returns it
 	RateLimit    httpapi.RateLimit
 	MaxWaiters   int // httpapi.Deps.MaxWaiters: 0 its default, negative none held (PREFER_WAIT_MAX=0)
 	// Carrier and CarrierTimeout serve the label documents (CARRIER_URL,
@@ -125,7 +126,7 @@ func Start(ctx context.Context, db postgres.Endpoints, o Options, log zerolog.Lo
 	m.Registry.MustRegister(metrics.NewPoolCollector(pool))
 	a := New(ctx, Config{Listen: db.Listen(), Deps: httpapi.Deps{
 		Ready:            gate.Ready,
-		Opts:             accept.Opts{Pool: pool, KeyRetention: o.KeyRetention, Batch: o.AcceptBatch},
+		Opts:             accept.Opts{Pool: pool, KeyRetention: o.KeyRetention, Batch: o.AcceptBatch, Linger: o.AcceptLinger},
 		Metrics:          m,
 		MetricsElsewhere: o.MetricsElsewhere,
 		Log:              log,

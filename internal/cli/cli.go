@@ -207,6 +207,16 @@ func Batch(n int) int {
 	return n
 }
 
+// Linger maps an ACCEPT_LINGER or RELAY_LINGER setting, where 0 turns the
+// linger off, to accept.Opts.Linger and worker.Config.RelayLinger, where 0
+// is their default and a negative value turns it off.
+func Linger(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
 // Database is what the environment says about reaching PostgreSQL.
 type Database struct {
 	URL       string // DATABASE_URL (see [Env.DatabaseURL])

@@ -168,8 +168,19 @@ func Available() error {
 	if _, err := os.Stat(control); err != nil {
 		return fmt.Errorf("the pgautofailover extension is not installed for %s (apt-get install postgresql-15-auto-failover): %w", bin, err)
 	}
+	// pg_autoctl starts the servers with Debian's socket directory; root
+	// makes it when missing (prepareDirs), another user must be able to
+	// write there.
+	if os.Geteuid() != 0 {
+		if err := syscall.Access(socketDir, 2 /* W_OK */); err != nil {
+			return fmt.Errorf("%s is not writable by this user: PostgreSQL could not put its socket there (run as root, or join group postgres): %w", socketDir, err)
+		}
+	}
 	return nil
 }
+
+// socketDir is where the servers of a formation put their Unix sockets.
+const socketDir = "/var/run/postgresql"
 
 // serverBin is the directory of the PostgreSQL installation whose server
 // binaries devdb uses (pg_ctl on PATH may be a link into it).
@@ -245,7 +256,7 @@ func (f *Formation) prepareDirs() error {
 	} else if err != nil {
 		return err
 	}
-	for _, d := range []string{"/var/run/postgresql", filepath.Join(f.root, "xdg")} {
+	for _, d := range []string{socketDir, filepath.Join(f.root, "xdg")} {
 		if _, err := os.Stat(d); err == nil {
 			continue
 		}

@@ -12,11 +12,15 @@ import (
 // goroutines make at about the same time: group commit in the application.
 //
 // Each of a few flushers takes the first waiting call, adds whatever else is
-// already waiting (up to max), and runs them together. Nothing waits for a
-// batch to fill: under light load a call runs alone at once, and under heavy
-// load the calls that arrive while the flushers are busy form the next
-// batches. The flushers start on the first call and then idle on a channel for
-// the life of the process.
+// already waiting (up to max), and runs them together. Under heavy load the
+// calls that arrive while the flushers are busy form the next batches. At a
+// moderate rate few calls arrive during one run, and each batch holds one or
+// two: with Linger set, a flusher whose last batch held fewer than LingerFew
+// calls waits for more before it runs the next, until that batch holds
+// LingerFew or Linger has passed since it took the first (a bounded wait,
+// spent only when sharing was poor; a batch of LingerFew or more runs at
+// once, and the next runs without waiting). The flushers start on the first
+// call and then idle on a channel for the life of the process.
 //
 // A call is bounded by its own context: when it ends, [Group.Do] returns at
 // once, whether the call is still queued (it is then never run) or in a
@@ -37,6 +41,14 @@ type Group[In, Out any] struct {
 	Flushers int
 	Timeout  time.Duration
 	Run      func(ctx context.Context, ins []In) ([]Out, error)
+	// Linger is the longest a flusher waits for more calls after a batch
+	// of fewer than LingerFew (at most Max); 0 never waits.
+	Linger    time.Duration
+	LingerFew int
+
+	// Timer starts the linger's bound, for tests to give their own; nil: a
+	// real timer. stop releases it.
+	Timer func(d time.Duration) (c <-chan time.Time, stop func())
 
 	once  sync.Once
 	calls chan *groupCall[In, Out]
@@ -80,6 +92,8 @@ func (g *Group[In, Out]) Do(ctx context.Context, in In) (Out, error) {
 func (g *Group[In, Out]) flush() {
 	batch := make([]*groupCall[In, Out], 0, g.Max)
 	ins := make([]In, 0, g.Max)
+	few := min(g.LingerFew, g.Max)
+	last := 0 // calls in the last batch
 	for c := range g.calls {
 		batch = append(batch[:0], c)
 	more:
@@ -91,6 +105,10 @@ func (g *Group[In, Out]) flush() {
 				break more
 			}
 		}
+		if g.Linger > 0 && last < few && len(batch) < few {
+			batch = g.linger(batch, few)
+		}
+		last = len(batch)
 		// Calls whose callers have left are not run.
 		live := batch[:0]
 		deadline, bounded := time.Time{}, true
@@ -132,4 +150,32 @@ func (g *Group[In, Out]) flush() {
 			close(c.done)
 		}
 	}
+}
+
+// linger adds calls to batch as they arrive until it holds few, or until
+// Linger has passed.
+func (g *Group[In, Out]) linger(batch []*groupCall[In, Out], few int) []*groupCall[In, Out] {
+	start := g.Timer
+	if start == nil {
+		start = realTimer
+	}
+	expired, stop := start(g.Linger)
+	defer stop()
+	for len(batch) < few {
+		select {
+		case c, ok := <-g.calls:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, c)
+		case <-expired:
+			return batch
+		}
+	}
+	return batch
+}
+
+func realTimer(d time.Duration) (<-chan time.Time, func()) {
+	t := time.NewTimer(d)
+	return t.C, func() { t.Stop() }
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/labelkit/labels/internal/testutil/clocktest"
 )
 
 // A group runs each call once, hands each caller its own result, and fails
@@ -92,4 +94,84 @@ func TestCallLeavesWithItsContext(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, []int{1, 3}, ran, "the call left in the queue was never run")
+}
+
+// lingering is a group whose batches are recorded, lingering for up to two
+// calls on the fake timer.
+func lingering(ft *clocktest.Timer) (*Group[int, int], func() [][]int) {
+	var mu sync.Mutex
+	var batches [][]int
+	g := &Group[int, int]{Max: 8, Flushers: 1, Timeout: time.Minute, Linger: time.Millisecond, LingerFew: 2, Timer: ft.Start,
+		Run: func(_ context.Context, ins []int) ([]int, error) {
+			mu.Lock()
+			batches = append(batches, append([]int(nil), ins...))
+			mu.Unlock()
+			return ins, nil
+		}}
+	return g, func() [][]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([][]int(nil), batches...)
+	}
+}
+
+func do(g *Group[int, int], v int) <-chan int {
+	out := make(chan int, 1)
+	go func() {
+		r, err := g.Do(context.Background(), v)
+		if err != nil {
+			r = -1
+		}
+		out <- r
+	}()
+	return out
+}
+
+// After a batch of fewer than LingerFew calls, a flusher waits for more: two
+// calls arriving within the linger share one run, which starts as soon as
+// the batch holds LingerFew, and the next call after that full batch runs at
+// once, without waiting.
+func TestLingerShares(t *testing.T) {
+	t.Parallel()
+	ft := clocktest.NewTimer()
+	g, batches := lingering(ft)
+	first := do(g, 1)
+	select {
+	case d := <-ft.Started:
+		require.Equal(t, time.Millisecond, d, "the linger is bounded by Linger")
+	case <-first:
+		t.Fatal("the first call ran alone: the flusher did not linger")
+	}
+	second := do(g, 2)
+	require.Equal(t, 1, <-first)
+	require.Equal(t, 2, <-second)
+	require.Equal(t, [][]int{{1, 2}}, batches(), "the two calls shared one run")
+
+	third := do(g, 3)
+	select {
+	case <-ft.Started:
+		t.Fatal("the flusher lingered after a batch of LingerFew")
+	case v := <-third:
+		require.Equal(t, 3, v)
+	}
+	require.Equal(t, [][]int{{1, 2}, {3}}, batches())
+}
+
+// The linger is bounded: when its time passes with no other call, the call
+// in hand runs alone.
+func TestLingerIsBounded(t *testing.T) {
+	t.Parallel()
+	ft := clocktest.NewTimer()
+	g, batches := lingering(ft)
+	first := do(g, 1)
+	<-ft.Started
+	ft.Expire()
+	require.Equal(t, 1, <-first)
+	require.Equal(t, [][]int{{1}}, batches())
+	// A batch of one is few again: the next call lingers too.
+	second := do(g, 2)
+	<-ft.Started
+	ft.Expire()
+	require.Equal(t, 2, <-second)
+	require.Equal(t, [][]int{{1}, {2}}, batches())
 }

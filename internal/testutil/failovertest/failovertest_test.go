@@ -140,6 +140,8 @@ func TestCommitWaitsForTheStandby(t *testing.T) {
 	require.NoError(t, syscall.Kill(receiver, syscall.SIGCONT))
 	resumed = true
 	require.NoError(t, <-done)
+	// The standby has flushed the commit; it shows once replayed.
+	f.WaitReplayed(ctx)
 	require.Equal(t, 1, scalar[int](t, connect(t, standby.URL("ha")), `SELECT count(*) FROM acked`))
 }
 
