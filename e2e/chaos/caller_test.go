@@ -32,6 +32,7 @@ type intent struct {
 	requestID string
 	created   [][]byte // every 201 body answered to a POST of this intent
 	outcome   string   // how the first acceptance ended when it did not: "unexpected", "gave up"
+	unsent    bool     // dropped before its time: an HA run's steps were over
 }
 
 // plan is how an intent's requests are sent, drawn from the seed up front.
@@ -41,6 +42,11 @@ type plan struct {
 	later      time.Duration // a repeat this long after the first requests; 0 for none
 	after      bool          // a repeat once the outcome is final
 	rng        *rand.Rand    // renderings and key forms of this intent's requests
+	// gate, when set, sends the first requests at after it closes, instead
+	// of after the start of the window.
+	gate <-chan struct{}
+	// until, when set, drops the intent unsent if it closes first.
+	until <-chan struct{}
 }
 
 func (in *intent) noteAccepted(requestID string, created []byte) {
@@ -71,19 +77,51 @@ func (in *intent) rendering(first bool) (body []byte, key string) {
 	return body, key
 }
 
-// recorder counts every answer the callers saw.
+// recorder counts every answer the callers saw, and keeps every 202.
 type recorder struct {
-	mu         sync.Mutex
-	posts      int
-	gets       int
-	answers    map[int]int
-	netErrors  int
-	unexpected []string
+	mu            sync.Mutex
+	posts         int
+	postsInFlight int
+	gets          int
+	answers       map[int]int
+	netErrors     int
+	noRetryAfter  int // 503s without Retry-After
+	unexpected    []string
+	acks          []ack
+}
+
+// ack is one 202 a caller got: the intent's key and request id, when its
+// request was sent and when the answer came.
+type ack struct {
+	caller, key, requestID string
+	sent, at               time.Time
+}
+
+func (r *recorder) ack(a ack) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.acks = append(r.acks, a)
+}
+
+// inFlight is the number of POSTs sent that have not been answered yet.
+func (r *recorder) inFlight() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.postsInFlight
+}
+
+func (r *recorder) sending(method string, delta int) {
+	if method != http.MethodPost {
+		return
+	}
+	r.mu.Lock()
+	r.postsInFlight += delta
+	r.mu.Unlock()
 }
 
 func newRecorder() *recorder { return &recorder{answers: map[int]int{}} }
 
-func (r *recorder) record(method string, status int, err error) {
+func (r *recorder) record(method string, status int, header http.Header, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if method == http.MethodPost {
@@ -96,6 +134,9 @@ func (r *recorder) record(method string, status int, err error) {
 		return
 	}
 	r.answers[status]++
+	if status == http.StatusServiceUnavailable && header.Get("Retry-After") == "" {
+		r.noRetryAfter++
+	}
 }
 
 func (r *recorder) unexpectedAnswer(format string, args ...any) {
@@ -106,10 +147,11 @@ func (r *recorder) unexpectedAnswer(format string, args ...any) {
 
 // answer is one HTTP answer, read whole.
 type answer struct {
-	status int
-	header http.Header
-	body   []byte
-	err    error
+	status   int
+	header   http.Header
+	body     []byte
+	err      error
+	sent, at time.Time // when the request was sent, and the answer read
 }
 
 // api sends the callers' requests.
@@ -140,19 +182,22 @@ func (a *api) do(ctx context.Context, method, path, token string, body []byte, h
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
+	a.rec.sending(method, 1)
+	defer a.rec.sending(method, -1)
+	sent := time.Now()
 	resp, err := a.http.Do(req)
 	if err != nil {
-		a.rec.record(method, 0, err)
-		return answer{err: err}
+		a.rec.record(method, 0, nil, err)
+		return answer{err: err, sent: sent}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		a.rec.record(method, 0, err)
-		return answer{err: err}
+		a.rec.record(method, 0, nil, err)
+		return answer{err: err, sent: sent}
 	}
-	a.rec.record(method, resp.StatusCode, nil)
-	return answer{status: resp.StatusCode, header: resp.Header, body: b}
+	a.rec.record(method, resp.StatusCode, resp.Header, nil)
+	return answer{status: resp.StatusCode, header: resp.Header, body: b, sent: sent, at: time.Now()}
 }
 
 // transient reports an answer after which a caller retries with the same key:
@@ -231,6 +276,7 @@ func (a *api) post(ctx context.Context, in *intent, first bool, wait bool) {
 			if err := json.Unmarshal(ans.body, &lr); err != nil || lr.ID == "" {
 				a.rec.unexpectedAnswer("intent %d: 202 without a label request id: %s", in.n, ans.body)
 			}
+			a.rec.ack(ack{caller: in.caller.name, key: in.key, requestID: lr.ID, sent: ans.sent, at: ans.at})
 			in.noteAccepted(lr.ID, nil)
 			return
 		case ans.err == nil && ans.status == http.StatusCreated:
@@ -318,7 +364,22 @@ func (a *api) awaitFinal(ctx context.Context, in *intent) bool {
 // once the first requests have ended (accepted or not).
 func (a *api) runIntent(ctx context.Context, in *intent, start time.Time, accepted *sync.WaitGroup, repeats *sync.WaitGroup) {
 	defer accepted.Done()
-	if !sleep(ctx, time.Until(start.Add(in.plan.at))) {
+	if in.plan.gate != nil {
+		select {
+		case <-in.plan.gate:
+			start = time.Now()
+		case <-ctx.Done():
+			return
+		}
+	}
+	select {
+	case <-time.After(time.Until(start.Add(in.plan.at))):
+	case <-in.plan.until:
+		in.mu.Lock()
+		in.unsent = true
+		in.mu.Unlock()
+		return
+	case <-ctx.Done():
 		return
 	}
 	in.mu.Lock()

@@ -15,6 +15,7 @@ import (
 	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/idempotency"
 	"github.com/labelkit/labels/internal/pgbouncer"
+	"github.com/labelkit/labels/internal/testutil/failovertest"
 )
 
 // The short run of CI: about 100 intents, a worker killed every 4 s for 25 s,
@@ -35,15 +36,7 @@ func TestShortRun(t *testing.T) {
 // lost, workers and the API killed and PostgreSQL restarted on the way.
 func shortRun(t *testing.T, cfg Config) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	cfg.Progress = testWriter{t}
-	fig, err := Run(ctx, cfg)
-	require.NoError(t, err)
-	var out strings.Builder
-	fig.Print(&out)
-	t.Log("\n" + out.String())
-	require.Empty(t, fig.Violations)
+	fig := runLogged(t, cfg)
 	require.Equal(t, cfg.Intents, fig.Succeeded)
 	require.Equal(t, cfg.Intents, fig.CarrierPurchases)
 	require.Equal(t, cfg.Intents, fig.ReplaysChecked)
@@ -71,6 +64,22 @@ func TestShortRunThroughPgBouncer(t *testing.T) {
 		t.Skipf("%v; `go tool task test` installs it as root", err)
 	}
 	shortRun(t, Config{Intents: 60, Duration: 20 * time.Second, KillEvery: 4 * time.Second, Seed: 2, PoolerSize: 4})
+}
+
+// runLogged runs cfg, its progress and figures in the test log, and
+// requires that it could be carried out and no check failed.
+func runLogged(t *testing.T, cfg Config) *Figures {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	cfg.Progress = testWriter{t}
+	fig, err := Run(ctx, cfg)
+	require.NoError(t, err)
+	var out strings.Builder
+	fig.Print(&out)
+	t.Log("\n" + out.String())
+	require.Empty(t, fig.Violations)
+	return fig
 }
 
 // Every rendering of an intent is the same request: it decodes to the same
@@ -135,14 +144,26 @@ func isASCII(b []byte) bool {
 func TestValidate(t *testing.T) {
 	t.Parallel()
 	require.NoError(t, Config{}.Validate())
+	f := &failovertest.Formation{} // only named: Validate starts nothing
 	for _, c := range []Config{
 		{Intents: 1},
 		{Duration: time.Second},
 		{Workers: 30},
 		{KillEvery: 100 * time.Millisecond},
 		{BinDir: "/nonexistent"},
+		{APIs: 9},
+		{HA: &HA{Steps: []Step{KillWhilePurchasing}}}, // no formation
+		{HA: &HA{Formation: f}},                       // no step
+		{HA: &HA{Formation: f, Steps: []Step{Rejoin}}},
+		{HA: &HA{Formation: f, Steps: []Step{KillWhilePurchasing, Switchover}}},
+		{HA: &HA{Formation: f, Steps: []Step{KillWhilePurchasing, KillWhileAccepting}}},
+		{HA: &HA{Formation: f, Steps: []Step{KillWhileAccepting, Rejoin, KillWhileAccepting}, Burst: 150}, Intents: 300},
+		{HA: &HA{Formation: f, Steps: []Step{Switchover}}, PoolerSize: 4},
 	} {
 		require.Error(t, c.Validate(), "%+v", c)
+	}
+	for _, steps := range [][]Step{{Switchover}, {KillWhileAccepting}, {KillWhilePurchasing, Rejoin, KillWhileAccepting, Rejoin, Switchover}} {
+		require.NoError(t, Config{HA: &HA{Formation: f, Steps: steps, Burst: 20, Tail: 20}}.Validate(), "%v", steps)
 	}
 }
 

@@ -188,11 +188,15 @@ func (r *run) verify(ctx context.Context) {
 			f.Other5xx += n
 		}
 	}
+	f.NoRetryAfter = r.rec.noRetryAfter
 	f.Unexpected = len(r.rec.unexpected)
 	unexpected := append([]string(nil), r.rec.unexpected...)
 	r.rec.mu.Unlock()
 	if f.Other5xx > 0 {
 		f.violate("%d answers were a 5xx other than 503: %v", f.Other5xx, f.Answers)
+	}
+	if f.NoRetryAfter > 0 {
+		f.violate("%d answers 503 came without Retry-After", f.NoRetryAfter)
 	}
 	for _, u := range unexpected {
 		f.violate("unexpected answer: %s", u)

@@ -23,6 +23,9 @@ type Config struct {
 	Duration time.Duration
 	// Workers is the number of worker processes (default 3).
 	Workers int
+	// APIs is the number of API processes (default 1); the callers send
+	// their requests to each in turn.
+	APIs int
 	// KillEvery is the pause between two worker SIGKILLs (default 5s); a
 	// negative value kills no worker.
 	KillEvery time.Duration
@@ -46,6 +49,10 @@ type Config struct {
 	// DATABASE_DIRECT_URL for LISTEN, the others poll (River's poll-only
 	// mode). Needs the pgbouncer binary.
 	PoolerSize int
+	// HA, when set, runs the fleet on a failover formation (a primary and
+	// its standby under a monitor) instead of a private server, and disturbs
+	// the formation instead of the fleet: see [HA].
+	HA *HA
 }
 
 // Defaults of [Config].
@@ -94,6 +101,7 @@ func (c Config) withDefaults() Config {
 	c.Intents = cmp.Or(c.Intents, DefaultIntents)
 	c.Duration = cmp.Or(c.Duration, DefaultDuration)
 	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
+	c.APIs = cmp.Or(c.APIs, 1)
 	c.KillEvery = cmp.Or(c.KillEvery, DefaultKillEvery)
 	c.Seed = cmp.Or(c.Seed, DefaultSeed)
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, DefaultDrainTimeout)
@@ -113,6 +121,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("duration %s: want 5s to 1h", c.Duration)
 	case c.Workers < 1 || c.Workers > 20:
 		return fmt.Errorf("workers %d: want 1 to 20", c.Workers)
+	case c.APIs < 1 || c.APIs > 8:
+		return fmt.Errorf("apis %d: want 1 to 8", c.APIs)
+	case c.HA != nil && (c.HA.Formation == nil || len(c.HA.Steps) == 0):
+		return errors.New("ha: want a formation and at least one step")
+	case c.HA != nil && (c.HA.Burst < 0 || c.HA.Tail < 0 || c.HA.bursts()*c.HA.Burst+c.HA.Tail >= c.Intents):
+		return fmt.Errorf("ha burst %d (%d of them), tail %d: want 0 or more, together fewer than the intents", c.HA.Burst, c.HA.bursts(), c.HA.Tail)
+	case c.HA != nil && !rejoinsFollowKills(c.HA.Steps):
+		return errors.New("ha: a Rejoin step must follow a kill, one rejoin per kill")
+	case c.HA != nil && c.PoolerSize > 0:
+		return errors.New("ha: no pooler (the binaries follow the primary on the multi-host URL themselves)")
 	case c.KillEvery > 0 && c.KillEvery < time.Second:
 		return fmt.Errorf("kill-every %s: want at least 1s (or negative for no kills)", c.KillEvery)
 	case c.PoolerSize < 0 || c.PoolerSize > 1000:
@@ -139,4 +157,29 @@ func CheckPrerequisites() error {
 		return ErrNoPostgres
 	}
 	return nil
+}
+
+// rejoinsFollowKills reports whether each Rejoin step follows a kill not
+// rejoined yet.
+func rejoinsFollowKills(steps []Step) bool {
+	down := false
+	for _, s := range steps {
+		switch s {
+		case KillWhilePurchasing, KillWhileAccepting:
+			if down {
+				return false // the formation has one node left
+			}
+			down = true
+		case Switchover:
+			if down {
+				return false
+			}
+		case Rejoin:
+			if !down {
+				return false
+			}
+			down = false
+		}
+	}
+	return true
 }

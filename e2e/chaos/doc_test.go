@@ -53,7 +53,28 @@
 // receiver saw exactly one distinct webhook-id per final intent (a
 // redelivery of the same id is allowed: delivery is at least once).
 //
-// It is a test: chaos_test.go holds two short runs, part of go test ./...;
-// TestFullRun (main_test.go) the full one, which go tool task chaos runs
-// with its flags.
+// # Failover
+//
+// With [Config.HA] the run takes a pg_auto_failover formation
+// (internal/testutil/failovertest: a monitor, a primary and a standby,
+// synchronous unless asked otherwise) instead of a private server: two APIs
+// and two workers get its multi-host DATABASE_URL, the simulator only takes
+// 0.2 to 0.5 s per purchase, and nothing of the fleet is killed. From a
+// quarter into the window the formation is disturbed, step after step
+// ([Step]): the primary killed with SIGKILL (its postmaster and its keeper)
+// while purchases are in flight, or right after a burst of creates is sent;
+// the killed node rejoining as a standby; a planned switchover. A tail of
+// creates follows the last step. Every check above holds, and more: every
+// 202 the callers got names an intent and a key the primary holds at the
+// end, every 503 carries Retry-After, the workers are the processes started
+// first, each connected to the final primary. With an asynchronous standby
+// the acknowledged creates missing at the end are counted instead: what
+// asynchronous replication loses. Each step's figures: until the formation
+// was ready, until the first 202 to a create sent after it, until the last
+// intent accepted before it was final.
+//
+// It is a test: chaos_test.go holds two short runs, failover_test.go a short
+// failover run, all part of go test ./...; TestFullRun (main_test.go) the
+// full one, which go tool task chaos runs with its flags, and with HA=1 the
+// full failover runs.
 package chaos

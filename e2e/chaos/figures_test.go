@@ -58,6 +58,17 @@ type Figures struct {
 	FinalIntents, WebhookIDs, WebhookRequests, WebhookRefused int
 	WebhookRedelivered, WebhooksLost, WebhookUnverified       int
 
+	// NoRetryAfter counts the 503 answers without Retry-After.
+	NoRetryAfter int
+
+	// An HA run: each step's figures; Acknowledged distinct intents got a
+	// 202, Lost of them are missing on the primary at the end; the workers'
+	// pids, and how many purchases each completed after the last step.
+	HA                   []StepFigures
+	Acknowledged, Lost   int
+	WorkerPIDs           []int
+	WorkerPurchasesAfter []int
+
 	// Drain is the time from the end of the window until the last accepted
 	// intent became final; Elapsed the whole run, the build included.
 	Drain, Elapsed time.Duration
@@ -109,8 +120,12 @@ func (f *Figures) Print(w io.Writer) {
 	p := func(name, format string, args ...any) {
 		fmt.Fprintf(w, "  %-40s %s\n", name, fmt.Sprintf(format, args...))
 	}
-	fmt.Fprintf(w, "Chaos run: seed %d, %d intents, %s window, %d workers, a worker SIGKILLed every %s\n",
-		c.Seed, c.Intents, c.Duration, c.Workers, killEvery(c.KillEvery))
+	if c.HA != nil {
+		fmt.Fprintf(w, "Failover run: seed %d, %d intents, %s window, %d APIs, %d workers\n", c.Seed, c.Intents, c.Duration, c.APIs, c.Workers)
+	} else {
+		fmt.Fprintf(w, "Chaos run: seed %d, %d intents, %s window, %d workers, a worker SIGKILLed every %s\n",
+			c.Seed, c.Intents, c.Duration, c.Workers, killEvery(c.KillEvery))
+	}
 	if c.PoolerSize > 0 {
 		p("pooler", "PgBouncer, transaction mode, %d server connections", c.PoolerSize)
 	}
@@ -127,6 +142,7 @@ func (f *Figures) Print(w io.Writer) {
 	p("replays byte-identical", "%d of %d completed intents (2 replays + GET /v1/labels/{id} + every 201 seen)", f.ReplaysChecked-f.ReplayMismatches, f.ReplaysChecked)
 	p("webhooks", "%d distinct webhook-ids for %d final intents; %d lost; %d requests (%d answered 503 on purpose, %d redeliveries, %d not verified)",
 		f.WebhookIDs, f.FinalIntents, f.WebhooksLost, f.WebhookRequests, f.WebhookRefused, f.WebhookRedelivered, f.WebhookUnverified)
+	f.printHA(p)
 	p("5xx answers other than 503", "%d", f.Other5xx)
 	p("unexpected answers", "%d", f.Unexpected)
 	p("time to drain", "%.1fs after the window", f.Drain.Seconds())

@@ -87,7 +87,7 @@ func (db *database) shutdown() {
 type cluster struct {
 	cfg Config
 	f   *fleet.Fleet
-	db  *database
+	url string // the run's database
 	say func(format string, args ...any)
 
 	carrierURL string
@@ -95,13 +95,14 @@ type cluster struct {
 	pooledURL string
 
 	mu      sync.Mutex
-	api     *fleet.Proc
+	apis    []*fleet.Proc
+	next    int // the API the next request goes to
 	workers []*fleet.Proc
 	logs    map[string]*os.File // by slot: api, worker-2 (every incarnation)
 }
 
-func newCluster(cfg Config, bins *proc.Binaries, db *database, say func(string, ...any)) *cluster {
-	c := &cluster{cfg: cfg, db: db, say: say, logs: map[string]*os.File{}}
+func newCluster(cfg Config, bins *proc.Binaries, url string, say func(string, ...any)) *cluster {
+	c := &cluster{cfg: cfg, url: url, say: say, logs: map[string]*os.File{}}
 	// What every binary of the run gets; proc passes nothing else of this
 	// process's environment that could configure them. The webhook receiver
 	// is this process's plain-HTTP loopback server; the webhook secrets are
@@ -134,7 +135,7 @@ func randomBytes(n int) []byte {
 // dbEnv is how a process reaches the database; through the pooler, listen
 // says whether it also gets the direct URL for LISTEN.
 func (c *cluster) dbEnv(listen bool) map[string]string {
-	return fleet.DatabaseEnv(c.db.URL, c.pooledURL, listen)
+	return fleet.DatabaseEnv(c.url, c.pooledURL, listen)
 }
 
 // logStart opens slot's log file (with --log-dir) and marks a start in it.
@@ -178,14 +179,21 @@ func (c *cluster) startServer(ctx context.Context, slot, bin string, env map[str
 
 func (c *cluster) start(ctx context.Context) error {
 	env := map[string]string{"SIM_SEED": fmt.Sprint(c.cfg.Seed)}
-	maps.Copy(env, simEnv)
+	if c.cfg.HA != nil {
+		maps.Copy(env, haSimEnv)
+	} else {
+		maps.Copy(env, simEnv)
+	}
 	p, err := c.startServer(ctx, "carrier", "carrier", env)
 	if err != nil {
 		return err
 	}
 	c.carrierURL = p.URL()
-	if err := c.startAPI(ctx, "127.0.0.1:0"); err != nil {
-		return err
+	c.apis = make([]*fleet.Proc, c.cfg.APIs)
+	for i := range c.apis {
+		if err := c.startAPI(ctx, i, "127.0.0.1:0"); err != nil {
+			return err
+		}
 	}
 	c.workers = make([]*fleet.Proc, c.cfg.Workers)
 	for i := range c.workers {
@@ -196,15 +204,20 @@ func (c *cluster) start(ctx context.Context) error {
 	return nil
 }
 
-func (c *cluster) startAPI(ctx context.Context, addr string) error {
+// startAPI starts API i (slot api, api-2, ...) on addr.
+func (c *cluster) startAPI(ctx context.Context, i int, addr string) error {
 	env := c.dbEnv(true)
 	env["API_ADDR"] = addr
-	p, err := c.startServer(ctx, "api", "api", env)
+	slot := "api"
+	if i > 0 {
+		slot = fmt.Sprintf("api-%d", i+1)
+	}
+	p, err := c.startServer(ctx, slot, "api", env)
 	if err != nil {
 		return err
 	}
 	c.mu.Lock()
-	c.api = p
+	c.apis[i] = p
 	c.mu.Unlock()
 	return nil
 }
@@ -222,12 +235,13 @@ func (c *cluster) startWorker(ctx context.Context, i int) error {
 	return nil
 }
 
-// apiURL is the API's base URL; it changes only if a restarted API could not
-// listen on its old port.
+// apiURL is the base URL of the API the next request goes to, each in turn;
+// an API's changes only if a restarted one could not listen on its old port.
 func (c *cluster) apiURL() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.api.URL()
+	c.next = (c.next + 1) % len(c.apis)
+	return c.apis[c.next].URL()
 }
 
 // killWorker sends SIGKILL to worker i and starts a new one in its place.
@@ -241,18 +255,19 @@ func (c *cluster) killWorker(ctx context.Context, i int) error {
 	return c.startWorker(ctx, i)
 }
 
-// killAPI sends SIGKILL to the API and starts a new one on the same address
-// (any free one if that is taken meanwhile). Requests in flight get no answer.
+// killAPI sends SIGKILL to the first API and starts a new one on the same
+// address (any free one if that is taken meanwhile). Requests in flight get
+// no answer.
 func (c *cluster) killAPI(ctx context.Context) error {
 	c.mu.Lock()
-	p := c.api
+	p := c.apis[0]
 	c.mu.Unlock()
 	if err := c.f.Kill(p); err != nil {
 		return err
 	}
-	if err := c.startAPI(ctx, p.Addr); err != nil {
+	if err := c.startAPI(ctx, 0, p.Addr); err != nil {
 		c.say("the API could not listen on %s again (%v); starting it on a free port", p.Addr, err)
-		return c.startAPI(ctx, "127.0.0.1:0")
+		return c.startAPI(ctx, 0, "127.0.0.1:0")
 	}
 	return nil
 }

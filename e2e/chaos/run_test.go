@@ -20,6 +20,7 @@ import (
 	"github.com/labelkit/labels/internal/fleet"
 	"github.com/labelkit/labels/internal/pgbouncer"
 	"github.com/labelkit/labels/internal/proc"
+	"github.com/labelkit/labels/internal/testutil/failovertest"
 )
 
 // run is one chaos run in progress.
@@ -39,6 +40,13 @@ type run struct {
 	hooks   *hooks
 	fig     *Figures
 	repeats *sync.WaitGroup // repeats after the first requests, which may outlive the window
+	// bursts[i], closed by the i-th KillWhileAccepting step (accepting
+	// counts them), sends its HA.Burst intents; tail, closed after the last
+	// step, those of HA.Tail.
+	bursts    []chan struct{}
+	accepting int
+	tail      chan struct{}
+	killed    failovertest.Node // the node an HA run killed last
 }
 
 // Run starts a fleet on a throwaway PostgreSQL server (the API, cfg.Workers
@@ -58,7 +66,12 @@ func Run(ctx context.Context, cfg Config) (*Figures, error) {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	r := &run{cfg: cfg, began: time.Now(), rec: newRecorder(), fig: &Figures{Config: cfg, Answers: map[int]int{}}}
+	r := &run{cfg: cfg, began: time.Now(), rec: newRecorder(), fig: &Figures{Config: cfg, Answers: map[int]int{}}, tail: make(chan struct{})}
+	if cfg.HA != nil {
+		for range cfg.HA.bursts() {
+			r.bursts = append(r.bursts, make(chan struct{}))
+		}
+	}
 	defer r.cleanup()
 	if err := r.setup(ctx); err != nil {
 		return nil, err
@@ -75,6 +88,9 @@ func Run(ctx context.Context, cfg Config) (*Figures, error) {
 	vctx, vcancel := context.WithTimeout(ctx, verifyTimeout)
 	r.verify(vctx)
 	r.verifyHooks(vctx)
+	if r.cfg.HA != nil {
+		r.verifyHA(vctx)
+	}
 	vcancel()
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
@@ -133,22 +149,28 @@ func (r *run) setup(ctx context.Context) error {
 		return err
 	}
 
-	r.say("starting a private PostgreSQL server")
-	db, err := startDatabase(ctx, dir)
-	if err != nil {
-		return err
-	}
-	r.db = db
-	r.say("PostgreSQL on 127.0.0.1:%d (data in %s)", db.port, db.dir)
-	if r.pool, err = pgxpool.New(ctx, db.URL); err != nil {
-		return err
-	}
-	r.fleet = newCluster(r.cfg, r.bins, db, r.say)
-	if r.cfg.PoolerSize > 0 {
-		if r.bouncer, err = pgbouncer.Start(ctx, pgbouncer.Options{Server: db.URL, PoolSize: r.cfg.PoolerSize}); err != nil {
+	var url string
+	if r.cfg.HA != nil {
+		url = r.cfg.HA.Formation.CreateDatabase("labels_chaos")
+		r.say("the formation's database: %s", url)
+	} else {
+		r.say("starting a private PostgreSQL server")
+		db, err := startDatabase(ctx, dir)
+		if err != nil {
 			return err
 		}
-		r.fleet.pooledURL = r.bouncer.URL(db.URL)
+		r.db, url = db, db.URL
+		r.say("PostgreSQL on 127.0.0.1:%d (data in %s)", db.port, db.dir)
+	}
+	if r.pool, err = pgxpool.New(ctx, url); err != nil {
+		return err
+	}
+	r.fleet = newCluster(r.cfg, r.bins, url, r.say)
+	if r.cfg.PoolerSize > 0 {
+		if r.bouncer, err = pgbouncer.Start(ctx, pgbouncer.Options{Server: url, PoolSize: r.cfg.PoolerSize}); err != nil {
+			return err
+		}
+		r.fleet.pooledURL = r.bouncer.URL(url)
 		r.say("PgBouncer on %s in transaction mode, %d server connections", r.bouncer.Addr, r.cfg.PoolerSize)
 	}
 	if _, err := r.fleet.command(ctx, "api", "migrate"); err != nil {
@@ -165,7 +187,7 @@ func (r *run) setup(ctx context.Context) error {
 	if err := r.hooks.setup(ctx, r); err != nil {
 		return err
 	}
-	r.say("starting the simulator, the API and %d workers", r.cfg.Workers)
+	r.say("starting the simulator, %d API and %d workers", r.cfg.APIs, r.cfg.Workers)
 	if err := r.fleet.start(ctx); err != nil {
 		return err
 	}
@@ -230,6 +252,17 @@ func (r *run) plan() {
 			p.later = 200*time.Millisecond + time.Duration(rng.Int64N(int64(4*time.Second)))
 		}
 		p.after = rng.IntN(100) < 35
+		if ha := r.cfg.HA; ha != nil {
+			bursts := r.cfg.Intents - ha.bursts()*ha.Burst
+			switch tail := bursts - ha.Tail; {
+			case i >= bursts:
+				p.gate, p.at = r.bursts[(i-bursts)/ha.Burst], 0
+			case i >= tail:
+				p.gate, p.at = r.tail, time.Duration(i-tail)*150*time.Millisecond
+			default:
+				p.until = r.tail
+			}
+		}
 		in.plan = p
 		r.intents = append(r.intents, in)
 	}
@@ -276,7 +309,10 @@ func (r *run) exercise(ctx context.Context) (windowEnd time.Time, err error) {
 	d := r.cfg.Duration
 	rng := rand.New(rand.NewPCG(uint64(r.cfg.Seed), 0x6b1))
 	var events []event
-	if r.cfg.KillEvery > 0 {
+	if r.cfg.HA != nil {
+		events = r.haEvents()
+	}
+	if r.cfg.KillEvery > 0 && r.cfg.HA == nil {
 		for at := r.cfg.KillEvery; at < d; at += r.cfg.KillEvery {
 			i := rng.IntN(r.cfg.Workers)
 			events = append(events, event{at: at, name: fmt.Sprintf("SIGKILL worker-%d, start a new one", i+1), do: func(ctx context.Context) error {
@@ -286,20 +322,9 @@ func (r *run) exercise(ctx context.Context) (windowEnd time.Time, err error) {
 			}})
 		}
 	}
-	events = append(events,
-		event{at: d * 3 / 10, name: "SIGKILL the API, start a new one on its address", do: func(ctx context.Context) error {
-			r.fig.APIKills++
-			return r.fleet.killAPI(ctx)
-		}},
-		event{at: d * 11 / 20, name: "restart PostgreSQL (fast shutdown, 2 s down)", do: func(ctx context.Context) error {
-			r.fig.DBRestarts++
-			if err := r.db.stop(ctx); err != nil {
-				return err
-			}
-			sleep(ctx, 2*time.Second)
-			return r.db.start(ctx)
-		}},
-	)
+	if r.cfg.HA == nil {
+		events = append(events, r.fleetEvents()...)
+	}
 	sort.SliceStable(events, func(i, j int) bool { return events[i].at < events[j].at })
 
 	start := time.Now()
@@ -319,9 +344,35 @@ func (r *run) exercise(ctx context.Context) (windowEnd time.Time, err error) {
 			return time.Now(), fmt.Errorf("%s: %w", ev.name, err)
 		}
 	}
-	sleep(ctx, time.Until(start.Add(d)))
+	if r.cfg.HA == nil {
+		sleep(ctx, time.Until(start.Add(d))) // an HA run's window ends with its steps
+	}
 	windowEnd = time.Now()
-	r.say("window over: %d worker kills, %d API kill, %d PostgreSQL restart; waiting for the first requests to end", r.fig.WorkerKills, r.fig.APIKills, r.fig.DBRestarts)
+	r.say("window over: %d worker kills, %d API kill, %d PostgreSQL restart, %d formation steps; waiting for the first requests to end",
+		r.fig.WorkerKills, r.fig.APIKills, r.fig.DBRestarts, len(r.fig.HA))
 	first.Wait()
+	if r.cfg.HA != nil {
+		r.dropUnsent()
+	}
 	return windowEnd, ctx.Err()
+}
+
+// fleetEvents are the disturbances of the run on a private server besides
+// the worker kills: the API killed once, PostgreSQL restarted once.
+func (r *run) fleetEvents() []event {
+	d := r.cfg.Duration
+	return []event{
+		{at: d * 3 / 10, name: "SIGKILL the API, start a new one on its address", do: func(ctx context.Context) error {
+			r.fig.APIKills++
+			return r.fleet.killAPI(ctx)
+		}},
+		{at: d * 11 / 20, name: "restart PostgreSQL (fast shutdown, 2 s down)", do: func(ctx context.Context) error {
+			r.fig.DBRestarts++
+			if err := r.db.stop(ctx); err != nil {
+				return err
+			}
+			sleep(ctx, 2*time.Second)
+			return r.db.start(ctx)
+		}},
+	}
 }
