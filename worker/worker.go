@@ -93,9 +93,9 @@ type Config struct {
 
 	Metrics *metrics.Metrics // nil: a fresh set
 	Log     zerolog.Logger
-	// Notifier wakes Prefer: wait after a completion; Listener wakes the
-	// relay after an accept. Nil: both poll.
-	Notifier *notify.Notifier
+	// Listener wakes the relay after an accept, and the relay of webhook
+	// events after a completion that wrote one (the completion's own
+	// transaction notifies). Nil: both poll.
 	Listener *notify.Listener
 	// RiverListen, when set, is the pool River's listener takes its one
 	// LISTEN connection from: a direct connection while Pool goes through a
@@ -221,7 +221,6 @@ func New(cfg Config) (*Worker, error) {
 		BatchMax:         cfg.Batch,
 		Metrics:          cfg.Metrics,
 		Log:              cfg.Log,
-		Notifier:         cfg.Notifier,
 		AfterCarrierFunc: cfg.AfterCarrierFunc,
 	}))
 	hooks := cfg.Webhooks
