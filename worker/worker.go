@@ -141,8 +141,9 @@ type Config struct {
 const RelayBacklogPerSlot = 2
 
 // DefaultRelayLinger is RelayLinger's default (RELAY_LINGER's): at a
-// moderate rate the API notifies every few milliseconds, and the relay then
-// takes the intents of several notifications in one transaction.
+// moderate rate each API process notifies up to every 20 ms
+// (notify.DefaultInterval), the processes of a fleet more often, and the
+// relay then takes the intents of several accepts in one transaction.
 const DefaultRelayLinger = 20 * time.Millisecond
 
 // WithDefaults returns c with each zero field set to its default; applied
