@@ -29,8 +29,8 @@ type dbWatch struct {
 	samples int
 }
 
-// watchDB starts watching; the returned watch's finish ends it.
-func watchDB(ctx context.Context, url, dbName string) (*dbWatch, error) {
+// watchDB starts watching, sampling every interval; its finish ends it.
+func watchDB(ctx context.Context, url, dbName string, every time.Duration) (*dbWatch, error) {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return nil, err
@@ -40,7 +40,7 @@ func watchDB(ctx context.Context, url, dbName string) (*dbWatch, error) {
 		conn.Close(ctx)
 		return nil, err
 	}
-	go w.sample(ctx)
+	go w.sample(ctx, every)
 	return w, nil
 }
 
@@ -56,10 +56,10 @@ func (w *dbWatch) mark(ctx context.Context) (dbMark, error) {
 	return m, err
 }
 
-// sample counts the states of the database's busy backends every 20 ms.
-func (w *dbWatch) sample(ctx context.Context) {
+// sample counts the states of the database's busy backends every interval.
+func (w *dbWatch) sample(ctx context.Context, every time.Duration) {
 	defer close(w.done)
-	t := time.NewTicker(20 * time.Millisecond)
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
