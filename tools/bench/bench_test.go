@@ -568,3 +568,17 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// The pacer's sleep lasts at least what it was asked, again and again on one
+// timer (a sleep that returned early would start a create before its
+// scheduled time).
+func TestPreciseSleeper(t *testing.T) {
+	t.Parallel()
+	sleep, done := preciseSleeper()
+	defer done()
+	for _, d := range []time.Duration{time.Millisecond, 3 * time.Millisecond, 0, 500 * time.Microsecond} {
+		began := time.Now()
+		sleep(d)
+		require.GreaterOrEqual(t, time.Since(began), d)
+	}
+}

@@ -9,24 +9,20 @@ import (
 
 // dbMark is the database's counters at one moment.
 type dbMark struct {
-	at       time.Time
-	commits  int64
-	rollback int64
-	walLSN   int64 // bytes since 0/0
-	walSyncs int64
+	at                                  time.Time
+	commits, rollback, walLSN, walSyncs int64 // walLSN: bytes since 0/0
 }
 
 // dbWatch reads the counters of one database and samples what its busy
 // backends wait on, over one load. Only the sampling goroutine writes counts
 // and samples; finish reads them after it has ended (done).
 type dbWatch struct {
-	dbName  string
-	conn    *pgx.Conn
-	start   dbMark
-	stop    chan struct{}
-	done    chan struct{}
-	counts  map[string]float64
-	samples int
+	dbName     string
+	conn       *pgx.Conn
+	start      dbMark
+	stop, done chan struct{}
+	counts     map[string]float64
+	samples    int
 }
 
 // watchDB starts watching, sampling every interval; its finish ends it.

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -101,12 +100,11 @@ type conn struct {
 
 // clientStats is one goroutine's record.
 type clientStats struct {
-	lat        []int64 // nanoseconds
-	late       []int64 // paced: from the scheduled start to the client's, ns
-	newN, repN int
-	statuses   map[int]int
-	errors     int
-	firstErr   string
+	lat, late []int64      // ns; late (paced): from the scheduled start to the client's
+	n         map[bool]int // requests answered: repeats (true) and new ones
+	statuses  map[int]int
+	errors    int
+	firstErr  string
 }
 
 // runLoad runs spec and returns what it measured. Requests that end during
@@ -135,7 +133,7 @@ func runLoad(ctx context.Context, spec loadSpec) LoadRun {
 	stats := make([]*clientStats, spec.Concurrency)
 	var wg sync.WaitGroup
 	for g := range spec.Concurrency {
-		st := &clientStats{statuses: map[int]int{}}
+		st := &clientStats{statuses: map[int]int{}, n: map[bool]int{}}
 		stats[g] = st
 		wg.Go(func() {
 			c := &conn{addr: strings.TrimPrefix(spec.BaseURL, "http://")}
@@ -196,11 +194,7 @@ func runLoad(ctx context.Context, spec loadSpec) LoadRun {
 					}
 					continue
 				}
-				if repeat {
-					st.repN++
-				} else {
-					st.newN++
-				}
+				st.n[repeat]++
 				st.lat = append(st.lat, int64(took))
 				if slots != nil {
 					st.late = append(st.late, int64(late))
@@ -214,7 +208,7 @@ func runLoad(ctx context.Context, spec loadSpec) LoadRun {
 	r := LoadRun{Name: spec.Name, Concurrency: spec.Concurrency, Rate: spec.Rate, Seconds: round2(elapsed.Seconds()), Statuses: map[string]int{}}
 	var late []int64
 	for _, st := range stats {
-		r.add(LoadRun{New: st.newN, Repeats: st.repN, Errors: st.errors, FirstError: st.firstErr, lat: st.lat})
+		r.add(LoadRun{New: st.n[false], Repeats: st.n[true], Errors: st.errors, FirstError: st.firstErr, lat: st.lat})
 		for k, v := range st.statuses {
 			r.Statuses[strconv.Itoa(k)] += v
 		}
@@ -250,22 +244,19 @@ func (r *LoadRun) finish() {
 // pace hands out the start times of a load at rate per second from start
 // until end, each when it comes, and closes slots. Latency is measured from
 // these times, so the pacer's own lateness would count as the service's: it
-// sleeps on a thread of its own with the kernel's high-resolution timer
-// (preciseSleep), not time.Sleep, whose wake-ups came 0.6 ms late at the
-// median and 1.3 ms at p99 on the bench machine (2.5 ms intervals, idle),
-// against 0.13 and 1.9 ms (p99: the VM's own noise) with nanosleep. With
-// rng the intervals are exponential (Poisson arrivals) of the same mean.
+// sleeps with a high-resolution timer (preciseSleeper). With rng the
+// intervals are exponential (Poisson arrivals) of the same mean.
 func pace(ctx context.Context, slots chan<- time.Time, start, end time.Time, rate float64, rng *rand.Rand) {
 	defer close(slots)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	sleep, done := preciseSleeper()
+	defer done()
 	interval, draw := float64(time.Second)/rate, func() float64 { return 1 }
 	if rng != nil {
 		draw = rng.ExpFloat64
 	}
 	for next := start; next.Before(end) && ctx.Err() == nil; next = next.Add(time.Duration(draw() * interval)) {
 		if d := time.Until(next); d > 0 {
-			preciseSleep(d)
+			sleep(d)
 		}
 		select {
 		case slots <- next:

@@ -274,8 +274,7 @@ func (h *harness) drive(ctx context.Context, lat time.Duration, spec loadSpec) (
 	t.before = h.cpu.read()
 	var polls int64 // the harness's own transactions below, not counted as the pipeline's
 	// A paced phase's waits are in no figure: its sampler reads once a second.
-	every := map[bool]time.Duration{false: 20 * time.Millisecond, true: time.Second}[spec.Rate > 0]
-	if watch, werr := watchDB(ctx, h.dbURL, h.dbName, every); werr == nil {
+	if watch, werr := watchDB(ctx, h.dbURL, h.dbName, map[bool]time.Duration{false: 20 * time.Millisecond, true: time.Second}[spec.Rate > 0]); werr == nil {
 		defer func() { t.DB = watch.finish(ctx, polls) }()
 	}
 	spec.BaseURL, spec.Token, spec.NextOrder = h.apiURL, h.token, &h.orders
