@@ -19,7 +19,6 @@ import (
 	"github.com/labelkit/labels/internal/group"
 	"github.com/labelkit/labels/internal/tracing"
 	"github.com/labelkit/labels/metrics"
-	"github.com/labelkit/labels/notify"
 	"github.com/labelkit/labels/postgres"
 )
 
@@ -55,8 +54,6 @@ type BuyLabelConfig struct {
 	MaxAttempts    int           // carrier calls before the saved 502 carrier_unavailable
 	Metrics        *metrics.Metrics
 	Log            zerolog.Logger
-	// Notifier wakes Prefer: wait after a completion; nil means waiters poll.
-	Notifier *notify.Notifier
 
 	// BatchMax bounds how many jobs share one lease statement and one
 	// completion statement (WORKER_BATCH); 0 means [DefaultBatch], and a
@@ -246,7 +243,6 @@ func (w *BuyLabelWorker) work(ctx context.Context, job *river.Job[BuyLabelArgs],
 	case result != postgres.Completed:
 		return "error", fmt.Errorf("completion not saved (outcome %d)", result)
 	}
-	cfg.Notifier.Notify(notify.ChannelFinal, in.RequestID)
 	if out.label != nil {
 		return "succeeded", nil
 	}

@@ -31,8 +31,13 @@ import (
 const (
 	// ChannelIntents carries nothing useful in its payload: an intent was accepted.
 	ChannelIntents = "label_intents"
-	// ChannelFinal carries the request id of an intent that became final.
+	// ChannelFinal carries the request ids of intents that became final
+	// (joined by commas), sent by the completion's own transaction.
 	ChannelFinal = "label_request_final"
+	// ChannelWebhookEvents carries nothing useful in its payload: a
+	// completion wrote a webhook event. A completion that wrote none does
+	// not send it.
+	ChannelWebhookEvents = "label_webhook_events"
 )
 
 // Listener holds one connection that listens on a fixed set of channels.

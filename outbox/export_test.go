@@ -13,6 +13,8 @@ var (
 	InsertWebhooks  = insertWebhooks
 	// NewRelayInserting is NewRelay with the insert of the jobs given.
 	NewRelayInserting = newRelay
+	// NewEventRelayInserting is NewEventRelay with the insert of the jobs given.
+	NewEventRelayInserting = newEventRelay
 )
 
 const SQLDispatch = sqlDispatch

@@ -36,8 +36,8 @@ type RelayOpts struct {
 	Listener *notify.Listener
 	// Linger is how long a relay woken by a notification waits before it
 	// dispatches, so that the intents accepted meanwhile go in the same
-	// transaction (at a moderate rate a notification comes every few
-	// milliseconds, each with a few intents); 0: none. A wake by the poll
+	// transaction (at a moderate rate each API process notifies up to every
+	// 20 ms, each notification for a few intents); 0: none. A wake by the poll
 	// or by room in River's backlog dispatches at once. The relay of
 	// webhook events ignores it.
 	Linger time.Duration
@@ -117,9 +117,9 @@ func newRelay(pool *pgxpool.Pool, insert insertFunc, log zerolog.Logger, opts *R
 
 // NewEventRelay returns the relay of webhook events (table webhook_events,
 // written by the completion): the same loop over undispatched events, woken
-// by the notification of a final intent, inserting their deliver_webhook
-// jobs through client. opts.Listener must listen on notify.ChannelFinal to
-// wake it.
+// by the notification of a completion that wrote an event, inserting their
+// deliver_webhook jobs through client. opts.Listener must listen on
+// notify.ChannelWebhookEvents to wake it.
 func NewEventRelay(pool *pgxpool.Pool, client *river.Client[pgx.Tx], log zerolog.Logger, opts *RelayOpts) *Relay {
 	return newEventRelay(pool, insertWebhooks(client), log, opts)
 }
@@ -132,7 +132,7 @@ func newEventRelay(pool *pgxpool.Pool, insert insertFunc, log zerolog.Logger, op
 		n, err := dispatchEvents(ctx, pool, batch, insert)
 		return dispatched{Taken: n, Room: batch, Left: n == batch}, err
 	}
-	r.opts.Backlog, r.opts.Linger, r.channel, r.what = 0, 0, notify.ChannelFinal, "webhook relay"
+	r.opts.Backlog, r.opts.Linger, r.channel, r.what = 0, 0, notify.ChannelWebhookEvents, "webhook relay"
 	return r
 }
 

@@ -8,16 +8,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/labelkit/labels"
 	"github.com/labelkit/labels/internal/testutil/clocktest"
 	"github.com/labelkit/labels/internal/testutil/stacktest"
 	"github.com/labelkit/labels/notify"
 	"github.com/labelkit/labels/outbox"
+	"github.com/labelkit/labels/postgres"
 )
 
 // Two relays draining the same outbox at once dispatch every intent exactly
@@ -133,4 +136,54 @@ func TestRelayLingersAfterANotification(t *testing.T) {
 	cancel()
 	<-done
 	require.Equal(t, []int{1, 2}, inserts)
+}
+
+// The relay of webhook events is woken by the notification of a completion
+// that wrote an event: its poll here is an hour away.
+func TestEventRelayIsWokenByACompletionThatWroteAnEvent(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Opts{NoWorker: true})
+	tok := s.Token("hooked")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	complete := func(key string, order int64) {
+		r := s.Accept(tok, key, stacktest.ParcelBody(order, 1, 100))
+		var caller string
+		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT caller_id FROM label_intents WHERE request_id = $1`, r.ID).Scan(&caller))
+		lease := uuid.New()
+		leased, err := postgres.TakeLeases(ctx, s.Pool, []postgres.LeaseRow{{RequestID: r.ID, Token: lease}}, time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, postgres.Leased, leased[0].Result)
+		p := labels.NewProblem(labels.CodeCarrierRejected, "rejected")
+		done, err := postgres.Complete(ctx, s.Pool, []postgres.Completion{{RequestID: r.ID, CallerID: caller, Key: key,
+			Token: lease, Status: p.Status, Body: p.Body()}}, time.Hour)
+		require.NoError(t, err)
+		require.Equal(t, []postgres.CompleteResult{postgres.Completed}, done)
+		_, err = s.Pool.Exec(ctx, `INSERT INTO webhook_endpoints (caller_id, url) VALUES ($1, 'https://hooks.example/')
+		                           ON CONFLICT DO NOTHING`, caller)
+		require.NoError(t, err)
+	}
+	complete("k-0", 2000) // before the endpoint: no event
+	complete("k-1", 2001) // an event
+
+	l := notify.NewListener(s.Pool.Config().ConnConfig.Copy(), zerolog.Nop(), notify.ChannelWebhookEvents)
+	connected, unsubscribe := l.Subscribe(notify.ChannelWebhookEvents, "")
+	defer unsubscribe()
+	go l.Run(ctx)
+	<-connected
+	dispatched := make(chan int, 10)
+	relay := outbox.NewEventRelayInserting(s.Pool, func(context.Context, pgx.Tx, []string, [][]byte) error { return nil },
+		zerolog.Nop(), &outbox.RelayOpts{Listener: l, PollInterval: time.Hour, OnDispatchFunc: func(n int) { dispatched <- n }})
+	done := make(chan struct{})
+	go func() { relay.Run(ctx); close(done) }()
+	require.Equal(t, 1, <-dispatched, "the first dispatch runs at once")
+	complete("k-2", 2002)
+	select {
+	case n := <-dispatched:
+		require.Equal(t, 1, n)
+	case <-ctx.Done():
+		t.Fatal("the relay of webhook events was not woken by the completion's notification")
+	}
+	cancel()
+	<-done
 }

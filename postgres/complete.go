@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/labelkit/labels/notify"
 )
 
 // Completion is one attempt's final outcome: the response saved under the
@@ -56,6 +58,11 @@ const (
 // event (the outbox of deliveries), in the same statement: a completion
 // without its event, or an event without its completion, cannot commit, and
 // only the row that makes the intent final writes one.
+// The same transaction notifies the request ids it made final on
+// ChannelFinal (Prefer: wait), joined by commas, 100 to a notification,
+// and, only when it wrote a webhook event, ChannelWebhookEvents (the relay of
+// webhook events): PostgreSQL sends them at the commit, and no transaction of
+// its own is needed for them.
 // Every time it writes is the transaction's now(): the label's created_at
 // (in its row and in the saved body, where it takes the place of the zero
 // time the body was rendered with), the key's expires_at, the intent's
@@ -119,7 +126,16 @@ WITH inp AS (
               g.traceparent
          FROM good g
         WHERE EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.caller_id = g.caller_id)
-       ON CONFLICT DO NOTHING)
+       ON CONFLICT DO NOTHING
+       RETURNING 1),
+     notified AS MATERIALIZED (
+       SELECT count(pg_notify('` + notify.ChannelFinal + `', ids)) AS n
+         FROM (SELECT string_agg(request_id, ',') AS ids
+                 FROM (SELECT request_id, (row_number() OVER ()) / 100 AS part FROM intents) p
+                GROUP BY part) c),
+     evented AS MATERIALIZED (
+       SELECT count(pg_notify('` + notify.ChannelWebhookEvents + `', '')) AS n
+         FROM (SELECT 1 FROM events LIMIT 1) e)
 SELECT inp.request_id,
        CASE WHEN inp.request_id IN (SELECT request_id FROM keys INTERSECT SELECT request_id FROM intents) THEN ` + sqlOutcome(Completed) + `
             WHEN inp.request_id IN (SELECT request_id FROM ok) THEN ` + sqlOutcome(CompleteParcelLabelled) + `
@@ -127,7 +143,7 @@ SELECT inp.request_id,
                           WHERE k.caller_id = inp.caller_id AND k.idem_key = inp.idem_key
                             AND k.state = 'started' AND k.lease_token = inp.token) THEN ` + sqlOutcome(CompleteBusy) + `
             ELSE ` + sqlOutcome(CompleteFenced) + ` END
-  FROM inp`
+  FROM inp, notified, evented`
 
 // labelCreatedAtZero is the created_at member of a label rendered with the
 // zero time, which sqlComplete replaces with the transaction's time. A JSON

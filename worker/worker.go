@@ -93,9 +93,9 @@ type Config struct {
 
 	Metrics *metrics.Metrics // nil: a fresh set
 	Log     zerolog.Logger
-	// Notifier wakes Prefer: wait after a completion; Listener wakes the
-	// relay after an accept. Nil: both poll.
-	Notifier *notify.Notifier
+	// Listener wakes the relay after an accept, and the relay of webhook
+	// events after a completion that wrote one (the completion's own
+	// transaction notifies). Nil: both poll.
 	Listener *notify.Listener
 	// RiverListen, when set, is the pool River's listener takes its one
 	// LISTEN connection from: a direct connection while Pool goes through a
@@ -141,8 +141,9 @@ type Config struct {
 const RelayBacklogPerSlot = 2
 
 // DefaultRelayLinger is RelayLinger's default (RELAY_LINGER's): at a
-// moderate rate the API notifies every few milliseconds, and the relay then
-// takes the intents of several notifications in one transaction.
+// moderate rate each API process notifies up to every 20 ms
+// (notify.DefaultInterval), the processes of a fleet more often, and the
+// relay then takes the intents of several accepts in one transaction.
 const DefaultRelayLinger = 20 * time.Millisecond
 
 // WithDefaults returns c with each zero field set to its default; applied
@@ -221,7 +222,6 @@ func New(cfg Config) (*Worker, error) {
 		BatchMax:         cfg.Batch,
 		Metrics:          cfg.Metrics,
 		Log:              cfg.Log,
-		Notifier:         cfg.Notifier,
 		AfterCarrierFunc: cfg.AfterCarrierFunc,
 	}))
 	hooks := cfg.Webhooks

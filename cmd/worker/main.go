@@ -273,14 +273,14 @@ func work(ctx context.Context, cfg Config, db postgres.Endpoints, periodic []*ri
 	defer pool.Close()
 	m := metrics.New(metrics.Worker)
 
-	notifier := notify.NewNotifier(pool, 0, log)
-	// Intents wake the relay; final intents wake the webhook event relay.
+	// Intents wake the relay; completions that wrote a webhook event wake
+	// the webhook event relay.
 	// LISTEN needs a session of its own: through a pooler it goes to the
 	// direct connection, and without one the relay and River poll.
 	var listener *notify.Listener
 	var riverListen *pgxpool.Pool
 	if lc := db.Listen(); lc != nil {
-		listener = notify.NewListener(lc, log, notify.ChannelIntents, notify.ChannelFinal)
+		listener = notify.NewListener(lc, log, notify.ChannelIntents, notify.ChannelWebhookEvents)
 	}
 	if db.Pooled && db.Direct != nil {
 		lcfg := db.Direct.Copy()
@@ -313,7 +313,6 @@ func work(ctx context.Context, cfg Config, db postgres.Endpoints, periodic []*ri
 		LabelRetention:        cfg.LabelRetention,
 		Metrics:               m,
 		Log:                   log,
-		Notifier:              notifier,
 		Listener:              listener,
 		RiverListen:           riverListen,
 		PollOnly:              db.Pooled && db.Direct == nil,
@@ -348,12 +347,6 @@ func work(ctx context.Context, cfg Config, db postgres.Endpoints, periodic []*ri
 	if listener != nil {
 		wg.Go(func() { listener.Run(bg) })
 	}
-	// The notifier outlives the relay and River: completions during shutdown still wake their waiters.
-	nctx, stopNotifier := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopNotifier()
-	notifierDone := make(chan struct{})
-	go func() { notifier.Run(nctx); close(notifierDone) }()
-	defer func() { stopNotifier(); <-notifierDone }()
 
 	schema := migrations.NewGate(pool)
 	metricsSrv, err := serveMetrics(cfg.MetricsAddr, pool, schema, m, log)

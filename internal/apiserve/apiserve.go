@@ -33,7 +33,8 @@ type Config struct {
 	// a pooler without a direct URL), and Prefer: wait has only its sweep.
 	Listen *pgx.ConnConfig
 	// Channels are heard besides notify.ChannelFinal: a test stack's
-	// in-process worker shares the listener (notify.ChannelIntents).
+	// in-process worker shares the listener (notify.ChannelIntents,
+	// notify.ChannelWebhookEvents).
 	Channels []string
 	// Deps are the handler's (httpapi.NewServer); Deps.Pool is the API's
 	// pool, and the API fills in Deps.Listener and Deps.Notifier.

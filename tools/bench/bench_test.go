@@ -6,12 +6,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/png"
+	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -521,4 +524,61 @@ echo "tps = 1.0 (without initial connection time)"
 	calls, err = os.ReadFile(fake + ".calls")
 	require.NoError(t, err)
 	require.Equal(t, 1, strings.Count(string(calls), "\n"))
+}
+
+// A load's client keeps one connection per goroutine and sends each create
+// whole (key, token, body); a server that closes the connection after an
+// answer gets the next create on a new one.
+func TestLoadClientKeepsItsConnection(t *testing.T) {
+	t.Parallel()
+	for _, closing := range []bool{false, true} {
+		var conns atomic.Int64
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, err := io.ReadAll(r.Body)
+			if err != nil || r.Header.Get("Authorization") != "Bearer t" || r.Header.Get("Idempotency-Key") == "" ||
+				!bytes.Equal(body, bodyFor(must(strconv.ParseInt(strings.Split(r.Header.Get("Idempotency-Key"), ":")[1], 10, 64)))) {
+				w.WriteHeader(http.StatusBadRequest)
+				return
+			}
+			if closing {
+				w.Header().Set("Connection", "close")
+			}
+			w.WriteHeader(http.StatusAccepted)
+			_, _ = w.Write([]byte(`{"id":"lr_1"}`))
+		}))
+		srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				conns.Add(1)
+			}
+		}
+		srv.Start()
+		spec := loadSpec{Name: "count", BaseURL: srv.URL, Token: "t", Concurrency: 1, NextOrder: new(atomic.Int64), Count: 5}
+		r := runLoad(context.Background(), spec)
+		srv.Close()
+		require.Zero(t, r.Errors, r.FirstError)
+		require.Equal(t, 5, r.New)
+		want := map[bool]int64{false: 1, true: 5}[closing]
+		require.Equal(t, want, conns.Load(), "connections, the server closing each: %v", closing)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// The pacer's sleep lasts at least what it was asked, again and again on one
+// timer (a sleep that returned early would start a create before its
+// scheduled time).
+func TestPreciseSleeper(t *testing.T) {
+	t.Parallel()
+	sleep, done := preciseSleeper()
+	defer done()
+	for _, d := range []time.Duration{time.Millisecond, 3 * time.Millisecond, 0, 500 * time.Microsecond} {
+		began := time.Now()
+		sleep(d)
+		require.GreaterOrEqual(t, time.Since(began), d)
+	}
 }

@@ -9,28 +9,24 @@ import (
 
 // dbMark is the database's counters at one moment.
 type dbMark struct {
-	at       time.Time
-	commits  int64
-	rollback int64
-	walLSN   int64 // bytes since 0/0
-	walSyncs int64
+	at                                  time.Time
+	commits, rollback, walLSN, walSyncs int64 // walLSN: bytes since 0/0
 }
 
 // dbWatch reads the counters of one database and samples what its busy
 // backends wait on, over one load. Only the sampling goroutine writes counts
 // and samples; finish reads them after it has ended (done).
 type dbWatch struct {
-	dbName  string
-	conn    *pgx.Conn
-	start   dbMark
-	stop    chan struct{}
-	done    chan struct{}
-	counts  map[string]float64
-	samples int
+	dbName     string
+	conn       *pgx.Conn
+	start      dbMark
+	stop, done chan struct{}
+	counts     map[string]float64
+	samples    int
 }
 
-// watchDB starts watching; the returned watch's finish ends it.
-func watchDB(ctx context.Context, url, dbName string) (*dbWatch, error) {
+// watchDB starts watching, sampling every interval; its finish ends it.
+func watchDB(ctx context.Context, url, dbName string, every time.Duration) (*dbWatch, error) {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return nil, err
@@ -40,7 +36,7 @@ func watchDB(ctx context.Context, url, dbName string) (*dbWatch, error) {
 		conn.Close(ctx)
 		return nil, err
 	}
-	go w.sample(ctx)
+	go w.sample(ctx, every)
 	return w, nil
 }
 
@@ -56,10 +52,10 @@ func (w *dbWatch) mark(ctx context.Context) (dbMark, error) {
 	return m, err
 }
 
-// sample counts the states of the database's busy backends every 20 ms.
-func (w *dbWatch) sample(ctx context.Context) {
+// sample counts the states of the database's busy backends every interval.
+func (w *dbWatch) sample(ctx context.Context, every time.Duration) {
 	defer close(w.done)
-	t := time.NewTicker(20 * time.Millisecond)
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {

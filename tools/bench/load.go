@@ -1,19 +1,17 @@
 package main
 
 import (
-	"bytes"
+	"bufio"
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,36 +89,27 @@ type loadSpec struct {
 	Poisson bool
 }
 
-// loadClient is the HTTP client of a load: keep-alive, one connection per
-// goroutine, no compression.
-func loadClient(concurrency int) *http.Client {
-	return &http.Client{
-		Timeout: 30 * time.Second,
-		Transport: &http.Transport{
-			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConns:        concurrency * 2,
-			MaxIdleConnsPerHost: concurrency * 2,
-			IdleConnTimeout:     time.Minute,
-			DisableCompression:  true,
-		},
-	}
+// conn is one client goroutine's keep-alive connection, on which it writes
+// each request and reads the answer itself: net/http's transport hands each
+// request to two goroutines and back, each hand-off a thread's wake-up.
+type conn struct {
+	addr string
+	nc   net.Conn // nil: dialled on the next request
+	r    *bufio.Reader
 }
 
 // clientStats is one goroutine's record.
 type clientStats struct {
-	lat        []int64 // nanoseconds
-	late       []int64 // paced: from the scheduled start to the client's, ns
-	newN, repN int
-	statuses   map[int]int
-	errors     int
-	firstErr   string
+	lat, late []int64      // ns; late (paced): from the scheduled start to the client's
+	n         map[bool]int // requests answered: repeats (true) and new ones
+	statuses  map[int]int
+	errors    int
+	firstErr  string
 }
 
 // runLoad runs spec and returns what it measured. Requests that end during
 // the warm-up are not counted; neither are requests started after the end.
 func runLoad(ctx context.Context, spec loadSpec) LoadRun {
-	client := loadClient(spec.Concurrency)
-	defer client.CloseIdleConnections()
 	start := time.Now()
 	measureFrom := start.Add(spec.Warmup)
 	end := measureFrom.Add(spec.Duration)
@@ -144,9 +133,11 @@ func runLoad(ctx context.Context, spec loadSpec) LoadRun {
 	stats := make([]*clientStats, spec.Concurrency)
 	var wg sync.WaitGroup
 	for g := range spec.Concurrency {
-		st := &clientStats{statuses: map[int]int{}}
+		st := &clientStats{statuses: map[int]int{}, n: map[bool]int{}}
 		stats[g] = st
 		wg.Go(func() {
+			c := &conn{addr: strings.TrimPrefix(spec.BaseURL, "http://")}
+			defer c.close()
 			rng := rand.New(rand.NewPCG(uint64(start.UnixNano()), uint64(g)))
 			var mine []int64 // accepted orders of this goroutine, for repeats
 			for ctx.Err() == nil {
@@ -175,7 +166,7 @@ func runLoad(ctx context.Context, spec loadSpec) LoadRun {
 				default:
 					order = spec.NextOrder.Add(1)
 				}
-				status, err := post(ctx, client, spec.BaseURL, spec.Token, keyFor(order), bodyFor(order))
+				status, err := c.post(ctx, spec.Token, keyFor(order), bodyFor(order))
 				took := time.Since(began)
 				counted := !began.Before(measureFrom)
 				ok := err == nil && (status == http.StatusAccepted || (repeat && status == http.StatusCreated))
@@ -203,11 +194,7 @@ func runLoad(ctx context.Context, spec loadSpec) LoadRun {
 					}
 					continue
 				}
-				if repeat {
-					st.repN++
-				} else {
-					st.newN++
-				}
+				st.n[repeat]++
 				st.lat = append(st.lat, int64(took))
 				if slots != nil {
 					st.late = append(st.late, int64(late))
@@ -221,7 +208,7 @@ func runLoad(ctx context.Context, spec loadSpec) LoadRun {
 	r := LoadRun{Name: spec.Name, Concurrency: spec.Concurrency, Rate: spec.Rate, Seconds: round2(elapsed.Seconds()), Statuses: map[string]int{}}
 	var late []int64
 	for _, st := range stats {
-		r.add(LoadRun{New: st.newN, Repeats: st.repN, Errors: st.errors, FirstError: st.firstErr, lat: st.lat})
+		r.add(LoadRun{New: st.n[false], Repeats: st.n[true], Errors: st.errors, FirstError: st.firstErr, lat: st.lat})
 		for k, v := range st.statuses {
 			r.Statuses[strconv.Itoa(k)] += v
 		}
@@ -257,25 +244,19 @@ func (r *LoadRun) finish() {
 // pace hands out the start times of a load at rate per second from start
 // until end, each when it comes, and closes slots. Latency is measured from
 // these times, so the pacer's own lateness would count as the service's: it
-// sleeps on a thread of its own with the kernel's high-resolution timer
-// (preciseSleep), not time.Sleep, whose wake-ups came 0.6 ms late at the
-// median and 1.3 ms at p99 on the bench machine (2.5 ms intervals, idle),
-// against 0.13 and 1.9 ms (p99: the VM's own noise) with nanosleep. With
-// rng the intervals are exponential (Poisson arrivals) of the same mean.
+// sleeps with a high-resolution timer (preciseSleeper). With rng the
+// intervals are exponential (Poisson arrivals) of the same mean.
 func pace(ctx context.Context, slots chan<- time.Time, start, end time.Time, rate float64, rng *rand.Rand) {
 	defer close(slots)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	interval := float64(time.Second) / rate
-	step := func() time.Duration {
-		if rng != nil {
-			return time.Duration(rng.ExpFloat64() * interval)
-		}
-		return time.Duration(interval)
+	sleep, done := preciseSleeper()
+	defer done()
+	interval, draw := float64(time.Second)/rate, func() float64 { return 1 }
+	if rng != nil {
+		draw = rng.ExpFloat64
 	}
-	for next := start; next.Before(end) && ctx.Err() == nil; next = next.Add(step()) {
+	for next := start; next.Before(end) && ctx.Err() == nil; next = next.Add(time.Duration(draw() * interval)) {
 		if d := time.Until(next); d > 0 {
-			preciseSleep(d)
+			sleep(d)
 		}
 		select {
 		case slots <- next:
@@ -285,25 +266,35 @@ func pace(ctx context.Context, slots chan<- time.Time, start, end time.Time, rat
 	}
 }
 
-// post sends one create and reads the whole answer.
-func post(ctx context.Context, client *http.Client, baseURL, token, key string, body []byte) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+"/v1/labels", bytes.NewReader(body))
-	if err != nil {
-		return 0, err
+// post sends one create and reads the whole answer. (The API keeps an idle
+// connection for 2 minutes: a load's clients are never idle that long.)
+func (c *conn) post(ctx context.Context, token, key string, body []byte) (status int, err error) {
+	if c.nc == nil {
+		if c.nc, err = (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", c.addr); err != nil {
+			return 0, err
+		}
+		c.r = bufio.NewReader(c.nc)
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Idempotency-Key", key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, err
+	var resp *http.Response
+	_ = c.nc.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err = c.nc.Write(fmt.Appendf(nil, "POST /v1/labels HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nIdempotency-Key: %s\r\n"+
+		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", c.addr, token, key, len(body), body)); err == nil {
+		if resp, err = http.ReadResponse(c.r, nil); err == nil {
+			status, err = resp.StatusCode, resp.Body.Close() // Close reads the rest of the body
+		}
 	}
-	_, err = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return 0, errors.Join(errors.New("reading the answer"), err)
+	if err != nil || resp.Close {
+		c.close()
 	}
-	return resp.StatusCode, nil
+	return status, err
+}
+
+// close closes the connection; the next request dials a new one.
+func (c *conn) close() {
+	if c.nc != nil {
+		c.nc.Close()
+		c.nc = nil
+	}
 }
 
 // summarize sorts ns (nanoseconds) and summarises it in milliseconds.

@@ -20,9 +20,7 @@ func mergePgbench(parts []PgbenchRun) PgbenchRun {
 	var cpus []weighted[CPU]
 	var dbs []weighted[DB]
 	for _, p := range parts {
-		if p.Error != "" && r.Error == "" {
-			r.Error = p.Error
-		}
+		r.Error = cmp.Or(r.Error, p.Error)
 		r.Seconds += p.Seconds
 		r.Transactions += p.Transactions
 		r.Failed += p.Failed

@@ -17,7 +17,7 @@ import (
 // returns stops and gives what was used meanwhile.
 func (h *harness) meter(ctx context.Context) func() (CPU, DB) {
 	before := h.cpu.read()
-	watch, werr := watchDB(ctx, h.dbURL, h.dbName)
+	watch, werr := watchDB(ctx, h.dbURL, h.dbName, 20*time.Millisecond)
 	return func() (c CPU, d DB) {
 		if werr == nil {
 			d = watch.finish(ctx, 0)
@@ -273,7 +273,8 @@ func (h *harness) drive(ctx context.Context, lat time.Duration, spec loadSpec) (
 	lo = h.orders.Load() + 1
 	t.before = h.cpu.read()
 	var polls int64 // the harness's own transactions below, not counted as the pipeline's
-	if watch, werr := watchDB(ctx, h.dbURL, h.dbName); werr == nil {
+	// A paced phase's waits are in no figure: its sampler reads once a second.
+	if watch, werr := watchDB(ctx, h.dbURL, h.dbName, map[bool]time.Duration{false: 20 * time.Millisecond, true: time.Second}[spec.Rate > 0]); werr == nil {
 		defer func() { t.DB = watch.finish(ctx, polls) }()
 	}
 	spec.BaseURL, spec.Token, spec.NextOrder = h.apiURL, h.token, &h.orders

@@ -4,5 +4,5 @@ package main
 
 import "time"
 
-// preciseSleep is time.Sleep where nanosleep(2) is not at hand.
-func preciseSleep(d time.Duration) { time.Sleep(d) }
+// preciseSleeper is time.Sleep where timerfd(2) is not at hand.
+func preciseSleeper() (sleep func(time.Duration), done func()) { return time.Sleep, func() {} }

@@ -92,10 +92,10 @@ func NewSim(t testing.TB, o SimOpts) *SimStack {
 	simHTTP := httptest.NewServer(carrierSim)
 
 	// The API's listener also wakes the worker's relay.
-	svc := apiserve.New(ctx, apiserve.Config{Listen: pool.Config().ConnConfig.Copy(), Channels: []string{notify.ChannelIntents},
+	svc := apiserve.New(ctx, apiserve.Config{Listen: pool.Config().ConnConfig.Copy(), Channels: []string{notify.ChannelIntents, notify.ChannelWebhookEvents},
 		Deps: httpapi.Deps{Opts: accept.Opts{Pool: pool}, Metrics: m, Log: log, OpenAPI: o.OpenAPI,
 			Carrier: carrier.NewClient(simHTTP.URL, nil), CarrierTimeout: o.CarrierTimeout}})
-	listener, notifier := svc.Listener, svc.Notifier
+	listener := svc.Listener
 
 	s := &SimStack{T: t, Pool: pool, Sim: carrierSim, CarrierURL: simHTTP.URL, Metrics: m, downtime: o.Downtime, simHTTP: simHTTP}
 	s.newAPI = svc.NewHandler
@@ -110,7 +110,7 @@ func NewSim(t testing.TB, o SimOpts) *SimStack {
 		s.worker = startWorker(t, ctx, worker.Config{
 			Pool: pool, Carrier: carrier.NewClient(simHTTP.URL, nil), CarrierTimeout: o.CarrierTimeout,
 			LeaseDuration: o.LeaseDuration, MaxAttempts: o.MaxAttempts, RetryBase: o.RetryBase,
-			Metrics: m, Log: log, Notifier: notifier, Listener: listener, AfterVoidFunc: o.AfterVoidFunc,
+			Metrics: m, Log: log, Listener: listener, AfterVoidFunc: o.AfterVoidFunc,
 			Webhooks: o.Webhooks,
 		})
 	}

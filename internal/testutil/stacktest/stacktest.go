@@ -86,10 +86,10 @@ func New(t testing.TB, o Opts) *Stack {
 	s := &Stack{T: t, Pool: pool, Carrier: NewFakeCarrier(), Metrics: m}
 
 	// The API's listener also wakes the worker's relay.
-	svc := apiserve.New(ctx, apiserve.Config{Listen: pool.Config().ConnConfig.Copy(), Channels: []string{notify.ChannelIntents},
+	svc := apiserve.New(ctx, apiserve.Config{Listen: pool.Config().ConnConfig.Copy(), Channels: []string{notify.ChannelIntents, notify.ChannelWebhookEvents},
 		Deps: httpapi.Deps{Opts: accept.Opts{Pool: pool, BeforeCommitFunc: o.AfterKeyInsert, ClaimWait: o.ClaimWait, Batch: o.AcceptBatch},
 			Metrics: m, Log: log}})
-	listener, notifier := svc.Listener, svc.Notifier
+	listener := svc.Listener
 	api := httptest.NewServer(svc.Handler)
 	s.URL = api.URL
 
@@ -97,7 +97,7 @@ func New(t testing.TB, o Opts) *Stack {
 		w := startWorker(t, ctx, worker.Config{
 			Pool: pool, Carrier: s.Carrier, CarrierTimeout: o.CarrierTimeout, LeaseDuration: o.LeaseDuration,
 			MaxAttempts: o.MaxAttempts, Batch: o.BatchMax, RetryBase: o.RetryBase,
-			Metrics: m, Log: log, Notifier: notifier, Listener: listener, AfterCarrierFunc: o.AfterCarrierFunc,
+			Metrics: m, Log: log, Listener: listener, AfterCarrierFunc: o.AfterCarrierFunc,
 			Webhooks: o.Webhooks,
 		})
 		s.River, s.Relay, s.worker = w.River, w.Relay, w
