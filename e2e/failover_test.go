@@ -50,8 +50,9 @@ func TestFailoverToPromotedStandby(t *testing.T) {
 	inFlight := s.Accept(tok, "in-flight", stacktest.ParcelBody(101, 1, 100))
 	waitUntil(t, "the purchase to reach the carrier", begun)
 	pair.WaitReplayed()
-	// What listens: the API's listener (which also wakes the relay) and River's.
-	listens := []string{`LISTEN "label_intents"`, `LISTEN "%river%"`}
+	// What listens: the API's listener (which also wakes both relays; its
+	// session's last statement is the LISTEN of its last channel) and River's.
+	listens := []string{`LISTEN "label_%"`, `LISTEN "%river%"`}
 	old, err := pgx.Connect(ctx, pair.Primary.URL("labels"))
 	require.NoError(t, err)
 	for _, pattern := range listens {
