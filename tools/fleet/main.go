@@ -46,7 +46,6 @@ import (
 	"github.com/labelkit/labels/internal/fleet"
 	"github.com/labelkit/labels/internal/pgbouncer"
 	"github.com/labelkit/labels/internal/proc"
-	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
 func main() { cli.Main("fleet", run) }
@@ -146,7 +145,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		"and two PostgreSQL nodes, the standby synchronous, kept in --ha-dir (needs pg_autoctl:\n\t"+
 		"apt-get install pg-auto-failover-cli postgresql-15-auto-failover)")
 	fs.StringVar(&cfg.HADir, "ha-dir", cfg.HADir, "DIR of the --ha formation (created when missing, run again when it holds one)")
-	if code, ok := cli.ParseValid(fs, args[1:], cmdline.Usage(fs, usage, usageTail), cfg.Validate, stdout, stderr); !ok {
+	if code, ok := cli.ParseValid(fs, args[1:], cli.Usage(fs, usage, usageTail), cfg.Validate, stdout, stderr); !ok {
 		return code
 	}
 	if cfg.AdminPassword == "" {
@@ -155,7 +154,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cfg.AdminPassword = hex.EncodeToString(b)
 	}
 
-	f := &session{cfg: cfg, stdout: stdout, stderr: &cmdline.LockedWriter{W: stderr}}
+	f := &session{cfg: cfg, stdout: stdout, stderr: &cli.LockedWriter{W: stderr}}
 	err := f.start(ctx)
 	if err == nil {
 		f.summary()

@@ -63,7 +63,6 @@ import (
 
 	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/internal/proc"
-	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
 // commands are the cmd/ directories built into /usr/local/bin; devCommands
@@ -91,7 +90,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	arch := fs.String("arch", "amd64", "GOARCH of the binaries and the image (linux)")
 	source := fs.String("source", defaultSource, "the source repository's URL (label org.opencontainers.image.source)")
 	dev := fs.Bool("dev", false, "add the carrier simulator (a development image)")
-	if code, ok := cli.Parse(fs, args[1:], cmdline.Usage(fs, "Usage: image [flags]\n\nFlags:\n", ""), stdout, stderr); !ok {
+	if code, ok := cli.Parse(fs, args[1:], cli.Usage(fs, "Usage: image [flags]\n\nFlags:\n", ""), stdout, stderr); !ok {
 		return code
 	}
 	tag, err := name.NewTag(*ref)
