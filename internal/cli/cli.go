@@ -1,7 +1,9 @@
 // Package cli holds what every binary's run function shares: reading typed
 // configuration from the environment (so that nothing below run calls
-// os.Getenv), the logger, flag parsing (flags.go), and signal handling with
-// a second-signal exit.
+// os.Getenv), the logger, flag parsing and usage texts (flags.go), signal
+// handling with a second-signal exit, and for the commands under tools/ a
+// writer several goroutines share and URLs with their password hidden
+// (writer.go).
 package cli
 
 import (

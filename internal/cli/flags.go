@@ -5,7 +5,23 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 )
+
+// Usage is a command's --help: head, then every flag of fs with its usage
+// and, unless the usage names one, its default, then tail.
+func Usage(fs *flag.FlagSet, head, tail string) string {
+	var b strings.Builder
+	b.WriteString(head)
+	fs.VisitAll(func(f *flag.Flag) {
+		def := ""
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && !strings.Contains(f.Usage, "(default") {
+			def = " (default " + f.DefValue + ")"
+		}
+		fmt.Fprintf(&b, "  --%s\n\t%s%s\n", f.Name, f.Usage, def)
+	})
+	return b.String() + tail
+}
 
 // ParseFlags parses args (without the command's name) with fs, whose own
 // output it discards; what follows the flags stays in fs.Args(). It returns

@@ -98,11 +98,10 @@ func Ensure(ctx context.Context, o Options) (string, error) {
 	logf("devdb: no server answers at %s (%v); starting a private one", first, lastErr)
 	dir := o.Dir
 	if dir == "" {
-		root, err := ModuleRoot()
-		if err != nil {
+		var err error
+		if dir, err = PrivateDir(); err != nil {
 			return "", err
 		}
-		dir = filepath.Join(root, ".pgdata")
 	}
 	if err := startPrivate(ctx, dir, port, logf); err != nil {
 		return "", err
@@ -116,6 +115,30 @@ func Ensure(ctx context.Context, o Options) (string, error) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// EnsureURL is [Ensure] and [EnsureDatabase] together: it makes sure the
+// server of o.URL answers (see [Ensure]) and holds the database o.URL names,
+// or name when it names none, and returns that database's URL.
+func EnsureURL(ctx context.Context, o Options, name string) (string, error) {
+	if o.URL != "" {
+		scheme, rest, _ := strings.Cut(o.URL, "://")
+		if scheme != "postgres" && scheme != "postgresql" {
+			return "", errors.New("the server's URL (DATABASE_URL) must be a postgres:// URL")
+		}
+		rest, _, _ = strings.Cut(rest, "?")
+		if _, db, _ := strings.Cut(rest, "/"); db != "" {
+			var err error
+			if name, err = url.PathUnescape(db); err != nil {
+				return "", fmt.Errorf("the database of DATABASE_URL: %w", err)
+			}
+		}
+	}
+	server, err := Ensure(ctx, o)
+	if err != nil {
+		return "", err
+	}
+	return EnsureDatabase(ctx, server, name)
 }
 
 // EnsureDatabase creates database name on the server of serverURL if it is
@@ -229,6 +252,25 @@ func startPrivate(ctx context.Context, dir string, port int, logf func(string, .
 	}
 	opts := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -k %s -c max_connections=300 -c fsync=on", port, sockDir)
 	return run("pg_ctl", "-D", data, "-o", opts, "-l", filepath.Join(dir, "server.log"), "-w", "-t", "60", "start")
+}
+
+// PrivateDir is the private server's directory unless [Options.Dir] names
+// another: .pgdata at the module's root ([ModuleRoot]).
+func PrivateDir() (string, error) {
+	root, err := ModuleRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, ".pgdata"), nil
+}
+
+// StopIfRunning stops the private server in dir when one runs there (its
+// postmaster.pid exists), and reports whether it did.
+func StopIfRunning(ctx context.Context, dir string) (bool, error) {
+	if _, err := os.Stat(filepath.Join(dir, "data", "postmaster.pid")); errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	return true, Stop(ctx, dir)
 }
 
 // Stop stops the private server in dir if it runs.

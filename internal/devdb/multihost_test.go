@@ -46,3 +46,38 @@ func TestEnsureMultiHost(t *testing.T) {
 	defer conn.Close(ctx)
 	require.Equal(t, "postgres", dbtest.Scalar[string](t, conn, `SELECT current_database()`))
 }
+
+// EnsureURL creates the database its URL names (the default name when it
+// names none) and refuses a URL that is not postgres://.
+func TestEnsureURL(t *testing.T) {
+	t.Parallel()
+	admin := dbtest.AdminURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, named := range []bool{true, false} {
+		name, u := devdb.ScratchName("labels_ensureurl_"), devdb.WithDatabase(admin, "")
+		if named {
+			u = devdb.WithDatabase(admin, name)
+		}
+		got, err := devdb.EnsureURL(ctx, devdb.Options{URL: u, Port: 1, Dir: t.TempDir()}, name)
+		require.NoError(t, err)
+		require.Equal(t, devdb.WithDatabase(admin, name), devdb.WithDatabase(got, name))
+		conn, err := pgx.Connect(ctx, got)
+		require.NoError(t, err)
+		var db string
+		require.NoError(t, conn.QueryRow(ctx, `SELECT current_database()`).Scan(&db))
+		require.Equal(t, name, db)
+		require.NoError(t, conn.Close(ctx))
+		require.NoError(t, devdb.DropScratch(ctx, admin, name, "labels_ensureurl_"))
+	}
+	_, err := devdb.EnsureURL(ctx, devdb.Options{URL: "mysql://h/db"}, "labels")
+	require.ErrorContains(t, err, "must be a postgres:// URL")
+}
+
+// StopIfRunning leaves a directory where no server runs alone.
+func TestStopIfRunningWithoutServer(t *testing.T) {
+	t.Parallel()
+	stopped, err := devdb.StopIfRunning(context.Background(), t.TempDir())
+	require.NoError(t, err)
+	require.False(t, stopped)
+}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/labelkit/labels/internal/devdb"
 )
 
 // nodeState is a node as the monitor sees it.
@@ -186,21 +188,7 @@ func (f *Formation) Events(ctx context.Context, count int) (string, error) {
 // CreateDatabase creates database name on the primary (the standby gets it
 // by replication) unless it exists, and returns its multi-host URL.
 func (f *Formation) CreateDatabase(ctx context.Context, name string) (string, error) {
-	conn, err := pgx.Connect(ctx, f.URL("postgres"))
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	var exists bool
-	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
-		return "", err
-	}
-	if !exists {
-		if _, err := conn.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{name}.Sanitize()); err != nil {
-			return "", err
-		}
-	}
-	return f.URL(name), nil
+	return devdb.EnsureDatabase(ctx, f.URL("postgres"), name)
 }
 
 // waitFor polls cond every 100ms until it holds or ctx ends, which returns

@@ -26,6 +26,9 @@ type BuildOpts struct {
 	Race bool
 	// Flags are passed to go build before the packages (e.g. -cover).
 	Flags []string
+	// Env is added to this process's environment for go build (GOOS=linux,
+	// CGO_ENABLED=0...).
+	Env []string
 }
 
 // Binaries is a directory of built executables.
@@ -72,6 +75,9 @@ func Build(ctx context.Context, o *BuildOpts) (*Binaries, error) {
 	args = append(args, pkgs...)
 	cmd := exec.CommandContext(ctx, goCommand(), args...)
 	cmd.Dir = modDir
+	if len(o.Env) > 0 {
+		cmd.Env = append(os.Environ(), o.Env...)
+	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

@@ -15,11 +15,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/internal/devdb"
 	"github.com/labelkit/labels/internal/fleet"
 	"github.com/labelkit/labels/internal/proc"
-	"github.com/labelkit/labels/tools/internal/cmdline"
-	"github.com/labelkit/labels/tools/internal/scratch"
 )
 
 // Order ids: new requests count up from firstOrder; filled keys start at
@@ -30,7 +29,7 @@ const (
 )
 
 // scratchPrefix starts the name of every database the bench creates;
-// scratch.Drop drops no other.
+// devdb.DropScratch drops no other.
 const scratchPrefix = "labels_bench_"
 
 // callerName is the caller every request is sent as.
@@ -151,7 +150,7 @@ func (h *harness) setup(ctx context.Context) error {
 	if err := h.server(ctx); err != nil {
 		return err
 	}
-	h.dbName = scratch.Name(scratchPrefix)
+	h.dbName = devdb.ScratchName(scratchPrefix)
 	h.logf("database %s", h.dbName)
 	if h.dbURL, err = devdb.EnsureDatabase(ctx, h.serverURL, h.dbName); err != nil {
 		return fmt.Errorf("creating %s: %w", h.dbName, err)
@@ -227,11 +226,11 @@ func (h *harness) server(ctx context.Context) error {
 		u.Path = "/postgres"
 		conn, err := pgx.Connect(ctx, u.String())
 		if err != nil {
-			return fmt.Errorf("--server %s: %w", cmdline.Redact(h.cfg.ServerURL), err)
+			return fmt.Errorf("--server %s: %w", cli.Redact(h.cfg.ServerURL), err)
 		}
 		conn.Close(ctx)
 		h.serverURL = u.String()
-		h.res.Machine.Server = cmdline.Redact(h.serverURL) + " (shared: other work may use it; PostgreSQL's CPU is not measured)"
+		h.res.Machine.Server = cli.Redact(h.serverURL) + " (shared: other work may use it; PostgreSQL's CPU is not measured)"
 		return nil
 	}
 	h.privateDir = filepath.Join(h.work, "pg")
@@ -316,7 +315,7 @@ func (h *harness) teardown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if h.dbName != "" && !h.cfg.Keep {
-		if err := scratch.Drop(ctx, h.serverURL, h.dbName, scratchPrefix); err != nil {
+		if err := devdb.DropScratch(ctx, h.serverURL, h.dbName, scratchPrefix); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -327,7 +326,7 @@ func (h *harness) teardown() error {
 	}
 	if h.work != "" {
 		if h.cfg.Keep {
-			h.logf("kept %s (database %s on %s)", h.work, h.dbName, cmdline.Redact(h.serverURL))
+			h.logf("kept %s (database %s on %s)", h.work, h.dbName, cli.Redact(h.serverURL))
 		} else {
 			_ = os.RemoveAll(h.work)
 		}

@@ -35,7 +35,6 @@ import (
 	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/internal/fleet"
 	"github.com/labelkit/labels/internal/proc"
-	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
 func main() {
@@ -206,7 +205,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run (live is the accept with the pipeline live)")
 	fs.StringVar(&cfg.BinDir, "bin", "", "DIR of prebuilt binaries (api, worker, carrier) instead of building them")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the database (and the private server's directory)")
-	if code, ok := cli.Parse(fs, args[1:], cmdline.Usage(fs, usageHead, usageTail), stdout, stderr); !ok {
+	if code, ok := cli.Parse(fs, args[1:], cli.Usage(fs, usageHead, usageTail), stdout, stderr); !ok {
 		return code
 	}
 	set := map[string]bool{}

@@ -14,11 +14,10 @@ import (
 	"time"
 
 	"github.com/labelkit/labels"
+	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/internal/devdb"
 	"github.com/labelkit/labels/internal/fleet"
 	"github.com/labelkit/labels/internal/proc"
-	"github.com/labelkit/labels/tools/internal/cmdline"
-	"github.com/labelkit/labels/tools/internal/scratch"
 )
 
 // The seed's example: a label for parcel 1 of order 918273.
@@ -137,13 +136,13 @@ func (d *demo) database(ctx context.Context) error {
 		return fmt.Errorf("PostgreSQL: %w", err)
 	}
 	// Dropped with whatever is still connected to it (a demo interrupted earlier).
-	if err := scratch.Drop(ctx, server, d.cfg.Database, "labels_demo"); err != nil {
+	if err := devdb.DropScratch(ctx, server, d.cfg.Database, "labels_demo"); err != nil {
 		return fmt.Errorf("dropping database %s: %w", d.cfg.Database, err)
 	}
 	if d.dbURL, err = devdb.EnsureDatabase(ctx, server, d.cfg.Database); err != nil {
 		return fmt.Errorf("creating database %s: %w", d.cfg.Database, err)
 	}
-	d.say.Say("server    %s", cmdline.Redact(server))
+	d.say.Say("server    %s", cli.Redact(server))
 	d.say.Say("database  %s (dropped and created afresh, so the run starts clean)", d.cfg.Database)
 	d.say.Say("$ api migrate")
 	res, err := d.command(ctx, "api", "migrate")

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/labelkit/labels/internal/devdb"
-	"github.com/labelkit/labels/tools/internal/scratch"
 )
 
 // TestDemo runs the whole demo, as `go tool task demo` does, against a
@@ -104,7 +103,7 @@ func dropTestDatabase(t *testing.T, name string) {
 		t.Logf("dropping %s: %v", name, err)
 		return
 	}
-	if err := scratch.Drop(ctx, server, name, "labels_demo"); err != nil {
+	if err := devdb.DropScratch(ctx, server, name, "labels_demo"); err != nil {
 		t.Logf("dropping %s: %v", name, err)
 	}
 }

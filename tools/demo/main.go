@@ -24,7 +24,6 @@ import (
 
 	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/internal/fleet"
-	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
 func main() { cli.Exit(run) }
@@ -75,12 +74,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.StringVar(&cfg.Database, "database", cfg.Database, "NAME of the database to drop and create afresh on the server of\n\tDATABASE_URL (it must start with labels_demo)")
 	fs.StringVar(&cfg.BinDir, "bin", cfg.BinDir, "DIR of prebuilt binaries (api, worker, carrier, reconcile) instead of\n\tbuilding ./cmd/... into a temporary directory")
 	fs.BoolVar(&cfg.Verbose, "verbose", cfg.Verbose, "copy every process's log lines to stderr")
-	if code, ok := cli.ParseValid(fs, args[1:], cmdline.Usage(fs, usage, usageTail), cfg.Validate, stdout, stderr); !ok {
+	if code, ok := cli.ParseValid(fs, args[1:], cli.Usage(fs, usage, usageTail), cfg.Validate, stdout, stderr); !ok {
 		return code
 	}
 
 	// The processes' log lines arrive on their own goroutines.
-	stderr = &cmdline.LockedWriter{W: stderr}
+	stderr = &cli.LockedWriter{W: stderr}
 	// The first SIGINT or SIGTERM stops what the demo started; a second
 	// cancels hurry, and it kills what it is still stopping gracefully.
 	hurry, cancelHurry := context.WithCancel(context.WithoutCancel(ctx))

@@ -12,12 +12,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
-	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -73,36 +69,22 @@ func logf(format string, args ...any) {
 }
 
 func databaseURL(ctx context.Context) (string, error) {
-	name := defaultDatabase
-	if env := os.Getenv("DATABASE_URL"); env != "" {
-		u, err := url.Parse(env)
-		if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-			return "", errors.New("DATABASE_URL must be a postgres:// URL")
-		}
-		if db := strings.TrimPrefix(u.Path, "/"); db != "" {
-			name = db
-		}
-	}
-	srv, err := devdb.Ensure(ctx, devdb.Options{URL: os.Getenv("DATABASE_URL"), Log: logf})
-	if err != nil {
-		return "", err
-	}
-	return devdb.EnsureDatabase(ctx, srv, name)
+	return devdb.EnsureURL(ctx, devdb.Options{URL: os.Getenv("DATABASE_URL"), Log: logf}, defaultDatabase)
 }
 
 func stop(ctx context.Context) error {
-	root, err := devdb.ModuleRoot()
+	dir, err := devdb.PrivateDir()
 	if err != nil {
 		return err
 	}
-	dir := filepath.Join(root, ".pgdata")
-	if _, err := os.Stat(filepath.Join(dir, "data", "postmaster.pid")); errors.Is(err, fs.ErrNotExist) {
-		logf("devdb: no private server runs in %s", dir)
-		return nil
-	}
-	if err := devdb.Stop(ctx, dir); err != nil {
+	stopped, err := devdb.StopIfRunning(ctx, dir)
+	switch {
+	case err != nil:
 		return err
+	case stopped:
+		logf("devdb: stopped the private server in %s", dir)
+	default:
+		logf("devdb: no private server runs in %s", dir)
 	}
-	logf("devdb: stopped the private server in %s", dir)
 	return nil
 }

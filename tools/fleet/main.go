@@ -46,7 +46,6 @@ import (
 	"github.com/labelkit/labels/internal/fleet"
 	"github.com/labelkit/labels/internal/pgbouncer"
 	"github.com/labelkit/labels/internal/proc"
-	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
 func main() { cli.Main("fleet", run) }
@@ -84,12 +83,9 @@ type Config struct {
 	HADir         string
 }
 
-// The formation of --ha: its directory and ports unless the flags say otherwise.
-const (
-	DefaultHADir    = ".pgdata/ha"
-	haMonitorPort   = 15440 // below Linux's ephemeral ports (32768-60999), which a client may hold
-	haFirstNodePort = 15441
-)
+// DefaultHADir is the --ha formation's directory unless --ha-dir names
+// one; it listens on failover.DevMonitorPort and failover.DevNodePorts.
+const DefaultHADir = ".pgdata/ha"
 
 // DefaultCarrierState is the simulator's state file when neither
 // --carrier-state nor SIM_STATE_FILE names one.
@@ -149,7 +145,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		"and two PostgreSQL nodes, the standby synchronous, kept in --ha-dir (needs pg_autoctl:\n\t"+
 		"apt-get install pg-auto-failover-cli postgresql-15-auto-failover)")
 	fs.StringVar(&cfg.HADir, "ha-dir", cfg.HADir, "DIR of the --ha formation (created when missing, run again when it holds one)")
-	if code, ok := cli.ParseValid(fs, args[1:], cmdline.Usage(fs, usage, usageTail), cfg.Validate, stdout, stderr); !ok {
+	if code, ok := cli.ParseValid(fs, args[1:], cli.Usage(fs, usage, usageTail), cfg.Validate, stdout, stderr); !ok {
 		return code
 	}
 	if cfg.AdminPassword == "" {
@@ -158,7 +154,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cfg.AdminPassword = hex.EncodeToString(b)
 	}
 
-	f := &session{cfg: cfg, stdout: stdout, stderr: &cmdline.LockedWriter{W: stderr}}
+	f := &session{cfg: cfg, stdout: stdout, stderr: &cli.LockedWriter{W: stderr}}
 	err := f.start(ctx)
 	if err == nil {
 		f.summary()
@@ -211,8 +207,11 @@ func (f *session) start(ctx context.Context) error {
 		return err
 	}
 	if f.cfg.HA {
-		if err := f.startFormation(ctx); err != nil {
-			return err
+		// The processes get the labels database on the formation.
+		f.formation, f.cfg.DatabaseURL, err = failover.StartWithDatabase(ctx, failover.Options{Root: f.cfg.HADir,
+			MonitorPort: failover.DevMonitorPort, Ports: failover.DevNodePorts, Log: f.logf}, "labels")
+		if err != nil {
+			return fmt.Errorf("--ha: %w", err)
 		}
 	}
 	// db is what the API and the workers get, oneShot what migrate and
@@ -286,7 +285,7 @@ func (f *session) summary() {
 		fmt.Fprintf(w, "  carrier state in memory only: a restart numbers carrier labels from CL-1 again\n")
 	}
 	if f.formation != nil {
-		f.formationSummary(w)
+		f.formation.Summary(context.Background(), w, "labels")
 	}
 	if f.bouncer != nil {
 		fmt.Fprintf(w, "  PgBouncer    %s   (transaction mode, %d server connections; DATABASE_URL of the API and workers)\n", f.bouncer.URL(f.cfg.DatabaseURL), f.cfg.PoolSize)
@@ -324,38 +323,4 @@ func (f *session) stop() error {
 		_ = f.bins.Remove()
 	}
 	return err
-}
-
-// startFormation runs the --ha formation (creating it on the first run) and
-// points the fleet at the labels database on it.
-func (f *session) startFormation(ctx context.Context) error {
-	if err := failover.Available(); err != nil {
-		return fmt.Errorf("--ha: %w", err)
-	}
-	if err := os.MkdirAll(filepath.Dir(f.cfg.HADir), 0o755); err != nil {
-		return err
-	}
-	f.logf("starting the formation in %s (a monitor and two nodes; the first run creates them)", f.cfg.HADir)
-	var err error
-	f.formation, err = failover.Start(ctx, failover.Options{Root: f.cfg.HADir, MonitorPort: haMonitorPort,
-		Ports: [2]int{haFirstNodePort, haFirstNodePort + 1}, Log: f.logf})
-	if err != nil {
-		return err
-	}
-	f.cfg.DatabaseURL, err = f.formation.CreateDatabase(ctx, "labels")
-	return err
-}
-
-func (f *session) formationSummary(w io.Writer) {
-	fo := f.formation
-	p, _ := fo.Primary(context.Background())
-	standby := "synchronous"
-	if fo.Async() {
-		standby = "asynchronous"
-	}
-	fmt.Fprintf(w, "  PostgreSQL   %s   (pg_auto_failover: primary %s, %s standby; in %s)\n", f.cfg.DatabaseURL, p.Name, standby, fo.Root())
-	fmt.Fprintf(w, "  monitor      pg_autoctl show state --monitor '%s'\n", fo.MonitorURL())
-	fmt.Fprintf(w, "               (show events: what it did and why; a failover: kill -9 the primary's postmaster\n"+
-		"               and its pg_autoctl, or sudo -u postgres env XDG_CONFIG_HOME=%s/xdg XDG_DATA_HOME=%s/xdg\n"+
-		"               pg_autoctl perform switchover --pgdata %s)\n", fo.Root(), fo.Root(), fo.Monitor().Dir)
 }

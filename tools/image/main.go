@@ -63,7 +63,6 @@ import (
 
 	"github.com/labelkit/labels/internal/cli"
 	"github.com/labelkit/labels/internal/proc"
-	"github.com/labelkit/labels/tools/internal/cmdline"
 )
 
 // commands are the cmd/ directories built into /usr/local/bin; devCommands
@@ -91,7 +90,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	arch := fs.String("arch", "amd64", "GOARCH of the binaries and the image (linux)")
 	source := fs.String("source", defaultSource, "the source repository's URL (label org.opencontainers.image.source)")
 	dev := fs.Bool("dev", false, "add the carrier simulator (a development image)")
-	if code, ok := cli.Parse(fs, args[1:], cmdline.Usage(fs, "Usage: image [flags]\n\nFlags:\n", ""), stdout, stderr); !ok {
+	if code, ok := cli.Parse(fs, args[1:], cli.Usage(fs, "Usage: image [flags]\n\nFlags:\n", ""), stdout, stderr); !ok {
 		return code
 	}
 	tag, err := name.NewTag(*ref)
@@ -108,7 +107,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if *dev {
 		cmds = append(slices.Clone(commands), devCommands...)
 	}
-	digest, err := build(ctx, buildSpec{tag: tag, out: *out, arch: *arch, source: *source, commands: cmds, created: created}, stderr)
+	digest, err := build(ctx, buildSpec{tag: tag, out: *out, arch: *arch, source: *source, commands: cmds, created: created})
 	if err != nil {
 		fmt.Fprintf(stderr, "image: %v\n", err)
 		return 1
@@ -137,24 +136,21 @@ type buildSpec struct {
 	created           time.Time
 }
 
-func build(ctx context.Context, spec buildSpec, stderr io.Writer) (v1.Hash, error) {
+func build(ctx context.Context, spec buildSpec) (v1.Hash, error) {
 	root, err := proc.ModuleRoot()
 	if err != nil {
 		return v1.Hash{}, err
 	}
-	bin, err := os.MkdirTemp("", "labels-image-")
+	bins, err := compile(ctx, root, spec.arch, spec.commands)
 	if err != nil {
 		return v1.Hash{}, err
 	}
-	defer os.RemoveAll(bin)
-	if err := compile(ctx, root, bin, spec.arch, spec.commands, stderr); err != nil {
-		return v1.Hash{}, err
-	}
-	layerTar, err := rootfs(bin, spec.commands, spec.created)
+	defer bins.Remove()
+	layerTar, err := rootfs(bins.Dir, spec.commands, spec.created)
 	if err != nil {
 		return v1.Hash{}, err
 	}
-	labels, err := ociLabels(ctx, root, filepath.Join(bin, spec.commands[0]), spec)
+	labels, err := ociLabels(ctx, root, bins.Path(spec.commands[0]), spec)
 	if err != nil {
 		return v1.Hash{}, err
 	}
@@ -168,26 +164,21 @@ func build(ctx context.Context, spec buildSpec, stderr io.Writer) (v1.Hash, erro
 	return img.Digest()
 }
 
-// compile builds the commands into dir: static (no libc in the image), and
-// without paths or build ids that would change the bytes from one checkout or
-// machine to another. The VCS stamp (revision, commit time, a modified tree)
-// is the same for the same commit, and makes `--version` and `go version -m`
-// name it; a checkout the go command cannot read it from builds without.
-// GOWORK=off: the service's go.mod alone chooses what goes in, not the
-// workspace (go.work) that also holds the tools.
-func compile(ctx context.Context, root, dir, arch string, commands []string, stderr io.Writer) error {
-	args := []string{"build", "-trimpath", "-buildvcs=auto", "-ldflags=-s -w -buildid=", "-o", dir + string(filepath.Separator)}
+// compile builds the commands into a temporary directory: static (no libc
+// in the image), and without paths or build ids that would change the bytes
+// from one checkout or machine to another. The VCS stamp (revision, commit
+// time, a modified tree) is the same for the same commit, and makes
+// `--version` and `go version -m` name it; a checkout the go command cannot
+// read it from builds without. GOWORK=off: the service's go.mod alone
+// chooses what goes in, not the workspace (go.work) that also holds the tools.
+func compile(ctx context.Context, root, arch string, commands []string) (*proc.Binaries, error) {
+	var pkgs []string
 	for _, c := range commands {
-		args = append(args, "./cmd/"+c)
+		pkgs = append(pkgs, "./cmd/"+c)
 	}
-	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch, "GOFLAGS=", "GOWORK=off")
-	cmd.Stdout, cmd.Stderr = stderr, stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("go build: %w", err)
-	}
-	return nil
+	return proc.Build(ctx, &proc.BuildOpts{ModuleDir: root, Packages: pkgs,
+		Flags: []string{"-trimpath", "-buildvcs=auto", "-ldflags=-s -w -buildid="},
+		Env:   []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + arch, "GOFLAGS=", "GOWORK=off"}})
 }
 
 // entry is one file or directory of the layer.

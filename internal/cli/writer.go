@@ -1,0 +1,29 @@
+package cli
+
+import (
+	"io"
+	"net/url"
+	"sync"
+)
+
+// LockedWriter serialises writes to W from several goroutines (a command's
+// own output and the lines of the processes it runs).
+type LockedWriter struct {
+	mu sync.Mutex
+	W  io.Writer
+}
+
+// Write implements io.Writer.
+func (l *LockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.W.Write(b)
+}
+
+// Redact hides the password of a URL; "?" when it does not parse.
+func Redact(u string) string {
+	if p, err := url.Parse(u); err == nil {
+		return p.Redacted()
+	}
+	return "?"
+}
