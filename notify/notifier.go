@@ -40,9 +40,9 @@ type Notifier struct {
 }
 
 // DefaultInterval is the notifier's least time between flushes: the relay's
-// default linger (RELAY_LINGER), during which a further notification of
-// intents wakes nothing the relay would not take anyway.
-const DefaultInterval = 20 * time.Millisecond
+// default linger (RELAY_LINGER, 100 ms), during which a further notification
+// of intents wakes nothing the relay would not take anyway.
+const DefaultInterval = 100 * time.Millisecond
 
 // NewNotifier returns a notifier that flushes at most every interval
 // (0: [DefaultInterval]); call Run to start it.

@@ -37,7 +37,7 @@ type RelayOpts struct {
 	// Linger is how long a relay woken by a notification waits before it
 	// dispatches, so that the intents accepted meanwhile go in the same
 	// transaction (at a moderate rate each API process notifies up to every
-	// 20 ms, each notification for a few intents); 0: none. A wake by the poll
+	// 100 ms, each notification for the intents of those 100 ms); 0: none. A wake by the poll
 	// or by room in River's backlog dispatches at once. The relay of
 	// webhook events ignores it.
 	Linger time.Duration
