@@ -76,7 +76,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			CeilingScript: ceilingScript, SelectScript: selectScript,
 			GOGC: serviceGOGC},
 	}
-	h.res.Machine.LoadAverageStart = loadAverage()
+	h.res.Machine.LoadAverageStart = proc.LoadAverage()
 	err := h.setup(ctx)
 	if err == nil {
 		err = h.phases(ctx)
@@ -84,7 +84,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	if cerr := h.teardown(); cerr != nil {
 		err = errors.Join(err, cerr)
 	}
-	h.res.Machine.LoadAverageEnd = loadAverage()
+	h.res.Machine.LoadAverageEnd = proc.LoadAverage()
 	h.res.Seconds = round1(time.Since(began).Seconds())
 	h.res.Bar = checkBar(h.res)
 	return h.res, err
