@@ -38,7 +38,7 @@ func TestBenchTiny(t *testing.T) {
 	if _, err := devdb.BinDir(); err != nil {
 		t.Skip(err)
 	}
-	if _, err := findPgbench(); err != nil {
+	if _, err := devdb.Program("pgbench"); err != nil {
 		t.Skip(err)
 	}
 	t.Parallel()

@@ -140,10 +140,10 @@ func (h *harness) setup(ctx context.Context) error {
 	if err := os.Chmod(h.work, 0o755); err != nil {
 		return err
 	}
-	if h.pgbench, err = findPgbench(); err != nil && (h.cfg.has(PhaseCeiling) || h.cfg.has(PhasePaced)) {
+	if h.pgbench, err = devdb.Program("pgbench"); err != nil && (h.cfg.has(PhaseCeiling) || h.cfg.has(PhasePaced)) {
 		return err
 	}
-	h.res.Machine.Pgbench = pgbenchVersion(h.pgbench)
+	h.res.Machine.Pgbench = devdb.ProgramVersion(h.pgbench)
 	if h.bins, err = fleet.Binaries(ctx, h.cfg.BinDir, filepath.Join(h.work, "bin"), h.logf, "./cmd/api", "./cmd/worker", "./cmd/carrier"); err != nil {
 		return err
 	}
