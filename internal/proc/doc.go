@@ -56,8 +56,9 @@
 //
 // # Measuring
 //
-// [ProcessCPU], [TreeCPU] and [SelfCPU] read the CPU seconds a process, a
-// process with its children, and this process have used; [MachineCPU] reads
+// [ProcessCPU], [TreeCPU] and [SelfCPU] read the CPU seconds a process (and,
+// when asked, its reaped children), a process tree, and this process have
+// used; [MachineCPU] reads
 // the busy and stolen time of all cores and [LoadAverage] the load averages
 // (from /proc; zero where it cannot be read). The bench takes two readings
 // around a load and reports the difference.
