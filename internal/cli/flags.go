@@ -67,3 +67,18 @@ func ParseValid(fs *flag.FlagSet, args []string, usage string, validate func() e
 	}
 	return 0, true
 }
+
+// List parses the comma-separated value s of the flag named flag, each
+// element (its surrounding space trimmed) with parse; the error names the
+// flag and its whole value.
+func List[T any](flag, s string, parse func(string) (T, error)) ([]T, error) {
+	var out []T
+	for _, f := range strings.Split(s, ",") {
+		v, err := parse(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("--%s %q: %w", flag, s, err)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}

@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"fmt"
 	"io"
 	"net/url"
 	"sync"
+	"time"
 )
 
 // LockedWriter serialises writes to W from several goroutines (a command's
@@ -26,4 +28,12 @@ func Redact(u string) string {
 		return p.Redacted()
 	}
 	return "?"
+}
+
+// Progress returns a function that writes one progress line to w, after the
+// time of day (15:04:05).
+func Progress(w io.Writer) func(format string, args ...any) {
+	return func(format string, a ...any) {
+		fmt.Fprintf(w, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
+	}
 }

@@ -371,6 +371,27 @@ func versionOf(binDir string) int {
 	return v
 }
 
+// Program returns the path of a PostgreSQL program such as pgbench or psql:
+// on PATH, else beside the server binaries ([BinDir]), where Debian installs
+// the client programs too.
+func Program(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	dir, err := BinDir()
+	if _, serr := os.Stat(filepath.Join(dir, name)); err != nil || serr != nil {
+		return "", fmt.Errorf("%s not found (on PATH or beside initdb): install postgresql-contrib or the server package", name)
+	}
+	return filepath.Join(dir, name), nil
+}
+
+// ProgramVersion is what the program at path prints for --version, trimmed
+// ("" when it cannot run).
+func ProgramVersion(path string) string {
+	out, _ := exec.Command(path, "--version").Output()
+	return strings.TrimSpace(string(out))
+}
+
 // Module is the path of the project's main module.
 const Module = "github.com/labelkit/labels"
 

@@ -53,4 +53,13 @@
 // SIGKILL after [Opts.Grace]. proctest.StartT ties a process to a test: it is
 // stopped when the test ends, a non-zero exit on that SIGTERM fails the test,
 // and a failed test logs the last lines of every process it started.
+//
+// # Measuring
+//
+// [ProcessCPU], [TreeCPU] and [SelfCPU] read the CPU seconds a process (and,
+// when asked, its reaped children), a process tree, and this process have
+// used; [MachineCPU] reads
+// the busy and stolen time of all cores and [LoadAverage] the load averages
+// (from /proc; zero where it cannot be read). The bench takes two readings
+// around a load and reports the difference.
 package proc

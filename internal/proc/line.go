@@ -167,6 +167,16 @@ func (p *Process) tailLocked(n int) string {
 	return strings.TrimRight(b.String(), "\n")
 }
 
+// LastLines joins the last n lines of s (a command's output, its surrounding
+// space trimmed) with " | ", for an error message of one line.
+func LastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
 // WaitLine returns the first line, among those read so far and those still to
 // come, for which match returns true. It fails when ctx ends or the process
 // exits first.

@@ -310,3 +310,11 @@ func TestKeepLines(t *testing.T) {
 	require.NoError(t, p.Stop(testContext(t)))
 	require.Equal(t, 1001, seen)
 }
+
+// LastLines keeps the last n lines of an output, trimmed, on one line.
+func TestLastLines(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "c | d", proc.LastLines("a\nb\nc\nd\n", 2))
+	require.Equal(t, "a | b", proc.LastLines("\na\nb\n\n", 5))
+	require.Empty(t, proc.LastLines("", 3))
+}

@@ -76,7 +76,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			CeilingScript: ceilingScript, SelectScript: selectScript,
 			GOGC: serviceGOGC},
 	}
-	h.res.Machine.LoadAverageStart = loadAverage()
+	h.res.Machine.LoadAverageStart = proc.LoadAverage()
 	err := h.setup(ctx)
 	if err == nil {
 		err = h.phases(ctx)
@@ -84,7 +84,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	if cerr := h.teardown(); cerr != nil {
 		err = errors.Join(err, cerr)
 	}
-	h.res.Machine.LoadAverageEnd = loadAverage()
+	h.res.Machine.LoadAverageEnd = proc.LoadAverage()
 	h.res.Seconds = round1(time.Since(began).Seconds())
 	h.res.Bar = checkBar(h.res)
 	return h.res, err
@@ -140,10 +140,10 @@ func (h *harness) setup(ctx context.Context) error {
 	if err := os.Chmod(h.work, 0o755); err != nil {
 		return err
 	}
-	if h.pgbench, err = findPgbench(); err != nil && (h.cfg.has(PhaseCeiling) || h.cfg.has(PhasePaced)) {
+	if h.pgbench, err = devdb.Program("pgbench"); err != nil && (h.cfg.has(PhaseCeiling) || h.cfg.has(PhasePaced)) {
 		return err
 	}
-	h.res.Machine.Pgbench = pgbenchVersion(h.pgbench)
+	h.res.Machine.Pgbench = devdb.ProgramVersion(h.pgbench)
 	if h.bins, err = fleet.Binaries(ctx, h.cfg.BinDir, filepath.Join(h.work, "bin"), h.logf, "./cmd/api", "./cmd/worker", "./cmd/carrier"); err != nil {
 		return err
 	}

@@ -172,13 +172,6 @@ func (c *Config) Validate() error {
 	return fleet.CheckBinDir(c.BinDir)
 }
 
-// progress writes progress lines to w, each after the time of day.
-func progress(w io.Writer) func(format string, args ...any) {
-	return func(format string, a ...any) {
-		fmt.Fprintf(w, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
-	}
-}
-
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	cfg := Config{Mode: "full", Loads: Loads{WorkerConcurrency: workerConcurrency}, ReplaySizes: []int{10_000, 1_000_000}}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -236,13 +229,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cfg.ReplaySizes = []int{10_000, 1_000_000, 10_000_000}
 	}
 	var errs [4]error
-	cfg.Concurrency, errs[0] = list("concurrency", *conc, strconv.Atoi)
+	cfg.Concurrency, errs[0] = cli.List("concurrency", *conc, strconv.Atoi)
 	if *sizes != "" {
-		cfg.ReplaySizes, errs[1] = list("replay-sizes", *sizes, strconv.Atoi)
+		cfg.ReplaySizes, errs[1] = cli.List("replay-sizes", *sizes, strconv.Atoi)
 	}
-	cfg.SimLatencies, errs[2] = list("sim-latencies", *lats, time.ParseDuration)
-	cfg.PacedRates, errs[3] = list("paced-rates", *rates, func(s string) (float64, error) { return strconv.ParseFloat(s, 64) })
-	cfg.Phases, _ = list("phases", *phases, func(p string) (string, error) { return p, nil })
+	cfg.SimLatencies, errs[2] = cli.List("sim-latencies", *lats, time.ParseDuration)
+	cfg.PacedRates, errs[3] = cli.List("paced-rates", *rates, func(s string) (float64, error) { return strconv.ParseFloat(s, 64) })
+	cfg.Phases, _ = cli.List("phases", *phases, func(p string) (string, error) { return p, nil })
 	if err := errors.Join(errs[:]...); err != nil {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return 2
@@ -260,7 +253,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 2
 	}
 	cfg.Command = strings.TrimSpace("go -C tools run ./bench " + strings.Join(args[1:], " "))
-	cfg.LogFunc = progress(stderr)
+	cfg.LogFunc = cli.Progress(stderr)
 
 	res, err := Run(ctx, cfg)
 	if res != nil {
@@ -283,17 +276,4 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 1
 	}
 	return 0
-}
-
-// list parses a flag's comma-separated value with parse.
-func list[T any](flag, s string, parse func(string) (T, error)) ([]T, error) {
-	var out []T
-	for _, f := range strings.Split(s, ",") {
-		v, err := parse(strings.TrimSpace(f))
-		if err != nil {
-			return nil, fmt.Errorf("--%s %q: %w", flag, s, err)
-		}
-		out = append(out, v)
-	}
-	return out, nil
 }

@@ -1,15 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"cmp"
 	"math"
 	"os"
 	"runtime"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/labelkit/labels/internal/proc"
 )
 
 // What the machine does while a load runs: the CPU time of all cores (busy,
@@ -17,12 +16,9 @@ import (
 // the private server's process tree. The machine is shared (other work runs
 // on the same cores) and may be a virtual machine whose host takes cores
 // away, so a measurement says what the machine did besides its own work.
-// Every figure is cumulative (since boot, or since a process started): the
-// difference of two readings is what happened between them.
-
-// clockTicks is the kernel's USER_HZ, the unit of /proc's CPU times: 100 on
-// every Linux architecture Go supports.
-const clockTicks = 100
+// Every figure is cumulative (since boot, or since a process started; read
+// by internal/proc): the difference of two readings is what happened between
+// them.
 
 // cpuMeter takes CPU readings of the parties of a load, so that a report can
 // say how many cores each used.
@@ -40,107 +36,13 @@ type cpuReading struct {
 }
 
 func (m *cpuMeter) read() cpuReading {
-	r := cpuReading{at: time.Now(), self: selfCPU()}
-	if f, err := os.Open("/proc/stat"); err == nil {
-		sc := bufio.NewScanner(f)
-		if sc.Scan() {
-			r.busy, r.steal = parseCPULine(sc.Text())
-		}
-		f.Close()
-	}
-	r.api, r.worker, r.carrier = processCPU(m.api, false), processCPU(m.worker, false), processCPU(m.carrier, false)
+	r := cpuReading{at: time.Now(), self: proc.SelfCPU()}
+	r.busy, r.steal = proc.MachineCPU()
+	r.api, r.worker, r.carrier = proc.ProcessCPU(m.api, false), proc.ProcessCPU(m.worker, false), proc.ProcessCPU(m.carrier, false)
 	if m.postmaster > 0 {
-		r.postgres = treeCPU(m.postmaster)
+		r.postgres = proc.TreeCPU(m.postmaster)
 	}
 	return r
-}
-
-// parseCPULine reads the first line of /proc/stat (user nice system idle
-// iowait irq softirq steal guest guest_nice, in clock ticks) as seconds. Busy
-// is user, nice, system, irq and softirq time: work done on this machine,
-// everyone's (guest time is already counted in user). Steal is time the cores
-// were ready to run while the host of a virtual machine ran something else:
-// not work done here, so not in busy; latencies grow with it. Any other line
-// reads as zero.
-func parseCPULine(line string) (busy, steal float64) {
-	fields := strings.Fields(line)
-	if len(fields) < 6 || fields[0] != "cpu" {
-		return 0, 0
-	}
-	for i, v := range fields[1:min(len(fields), 9)] {
-		switch i {
-		case 3, 4: // idle, iowait
-		case 7:
-			steal = atof(v)
-		default:
-			busy += atof(v)
-		}
-	}
-	return busy / clockTicks, steal / clockTicks
-}
-
-// selfCPU is this process's user + system time, in seconds.
-func selfCPU() float64 {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
-}
-
-// procStat returns the fields of /proc/pid/stat after the command name:
-// state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14).
-func procStat(pid int) []string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if i := strings.LastIndexByte(string(b), ')'); err == nil && i >= 0 {
-		if f := strings.Fields(string(b[i+1:])); len(f) >= 15 {
-			return f
-		}
-	}
-	return nil
-}
-
-// processCPU is utime + stime of pid in seconds (with children, also of its
-// reaped children); 0 when the process is gone or pid is 0.
-func processCPU(pid int, children bool) float64 {
-	f := procStat(pid)
-	if pid <= 0 || f == nil {
-		return 0
-	}
-	sum := atof(f[11]) + atof(f[12])
-	if children {
-		sum += atof(f[13]) + atof(f[14])
-	}
-	return sum / clockTicks
-}
-
-// treeCPU is the CPU of a parent and its children, in seconds: the live
-// children's own time, and the parent's reaped children (for a PostgreSQL
-// postmaster, the backends that exited).
-func treeCPU(root int) float64 {
-	total := processCPU(root, true)
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == root {
-			continue
-		}
-		if f := procStat(pid); f != nil && f[1] == strconv.Itoa(root) {
-			total += (atof(f[11]) + atof(f[12])) / clockTicks
-		}
-	}
-	return total
-}
-
-// loadAverage is /proc/loadavg: the 1, 5 and 15 minute load averages.
-func loadAverage() [3]float64 {
-	var out [3]float64
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	for i := 0; i < 3 && i < len(f); i++ {
-		out[i] = atof(f[i])
-	}
-	return out
 }
 
 // spent returns the CPU seconds each party spent between a and b, each

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/labelkit/labels/internal/devdb"
+	"github.com/labelkit/labels/internal/proc"
 )
 
 // ceilingScript is the accept's own transaction for pgbench: one key record
@@ -63,19 +63,6 @@ var (
 	pgbenchTxns   = regexp.MustCompile(`(?m)^number of transactions actually processed: (\d+)`)
 	pgbenchFailed = regexp.MustCompile(`(?m)^number of failed transactions: (\d+)`)
 )
-
-// findPgbench returns the pgbench executable: on PATH, else beside the
-// server binaries the private server runs (devdb.BinDir).
-func findPgbench() (string, error) {
-	if p, err := exec.LookPath("pgbench"); err == nil {
-		return p, nil
-	}
-	dir, err := devdb.BinDir()
-	if _, serr := os.Stat(filepath.Join(dir, "pgbench")); err != nil || serr != nil {
-		return "", fmt.Errorf("pgbench not found (on PATH or beside initdb): install postgresql-contrib or the server package")
-	}
-	return filepath.Join(dir, "pgbench"), nil
-}
 
 // runPgbench runs the ceiling script at one concurrency for d (whole seconds)
 // and reads its per-transaction log for the latency percentiles.
@@ -152,7 +139,7 @@ func (h *harness) pgbenchOnce(ctx context.Context, spec pgbenchSpec) (r PgbenchR
 	}
 	text := out.String()
 	if err != nil {
-		r.Error = fmt.Sprintf("pgbench: %v: %s", err, lastLines(text, 5))
+		r.Error = fmt.Sprintf("pgbench: %v: %s", err, proc.LastLines(text, 5))
 		return r, false
 	}
 	if m := pgbenchTPS.FindStringSubmatch(text); m != nil {
@@ -176,7 +163,7 @@ func (h *harness) pgbenchOnce(ctx context.Context, spec pgbenchSpec) (r PgbenchR
 	}
 	r.Latency, r.lat = summarize(lat), lat
 	if r.TPS == 0 {
-		r.Error = "pgbench printed no tps: " + lastLines(text, 5)
+		r.Error = "pgbench printed no tps: " + proc.LastLines(text, 5)
 	}
 	return r, stalled
 }
@@ -204,20 +191,6 @@ func readPgbenchLogs(prefix string) ([]int64, error) {
 		}
 	}
 	return out, nil
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
-}
-
-// pgbenchVersion is what pgbench --version prints ("" when it cannot run).
-func pgbenchVersion(path string) string {
-	out, _ := exec.Command(path, "--version").Output()
-	return strings.TrimSpace(string(out))
 }
 
 func atof(s string) float64 {
