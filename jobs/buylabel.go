@@ -85,19 +85,14 @@ type BuyLabelWorker struct {
 // shared statement.
 const DefaultBatch = 64
 
-// The jobs of one fetch take their leases within a few milliseconds of each
-// other, and their carrier calls, started together, end within a few
-// milliseconds of each other too; each of the first jobs to arrive would
-// otherwise run its statement alone. So after a lease or completion
-// statement of fewer than BatchLingerFew jobs, the next one waits up to
-// BatchLinger for more (internal/group's linger): at a moderate rate a fetch
-// of 40 shares one or two statements instead of several, for at most
-// BatchLinger more per attempt; under load the batches are full and nothing
-// waits.
-const (
-	BatchLinger    = 5 * time.Millisecond
-	BatchLingerFew = 16
-)
+// BatchLinger bounds how long a lease or completion statement waits for more
+// jobs after one that was not full (internal/group's linger, until the batch
+// is full): the jobs of one fetch take their leases within a few
+// milliseconds of each other, and their carrier calls, started together, end
+// within a few milliseconds of each other too. At a moderate rate a fetch of
+// 40 then shares one statement instead of several, for at most BatchLinger
+// more per attempt; under load the batches are full and nothing waits.
+const BatchLinger = 5 * time.Millisecond
 
 // NewBuyLabelWorker returns a worker.
 func NewBuyLabelWorker(cfg BuyLabelConfig) *BuyLabelWorker {
@@ -111,12 +106,12 @@ func NewBuyLabelWorker(cfg BuyLabelConfig) *BuyLabelWorker {
 			n = DefaultBatch
 		}
 		w.leases = &group.Group[postgres.LeaseRow, postgres.LeaseOutcome]{Max: n, Flushers: 1, Timeout: cfg.LeaseDuration,
-			Linger: BatchLinger, LingerFew: BatchLingerFew,
+			Linger: BatchLinger, LingerFew: n,
 			Run: func(ctx context.Context, rows []postgres.LeaseRow) ([]postgres.LeaseOutcome, error) {
 				return postgres.TakeLeases(ctx, cfg.Pool, rows, cfg.LeaseDuration)
 			}}
 		w.completions = &group.Group[postgres.Completion, postgres.CompleteResult]{Max: n, Flushers: 1, Timeout: cfg.CarrierTimeout,
-			Linger: BatchLinger, LingerFew: BatchLingerFew,
+			Linger: BatchLinger, LingerFew: n,
 			Run: func(ctx context.Context, cs []postgres.Completion) ([]postgres.CompleteResult, error) {
 				return postgres.Complete(ctx, cfg.Pool, cs, cfg.KeyRetention)
 			}}
