@@ -239,6 +239,16 @@ func locked(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) error) e
 // once its statement succeeded. It unlocks in every case, and closes the
 // connection when the unlock fails or is not sure to have happened.
 func applyOutsideTransaction(ctx context.Context, pool *pgxpool.Pool, m Migration) (applied bool, err error) {
+	// Applied before (every run after the first): nothing to lock, so that a
+	// later `api migrate` through a pooler in transaction mode, where a
+	// session lock cannot be held, still finds nothing to do.
+	var before bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)`, m.Version).Scan(&before); err != nil {
+		return false, err
+	}
+	if before {
+		return false, nil
+	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return false, err
