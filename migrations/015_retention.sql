@@ -1,3 +1,4 @@
+-- migrate: no-transaction
 -- 015: retention of the failed intents (docs/operations.md, Retention).
 --
 -- The sweeper deletes a failed intent INTENT_RETENTION after it failed, once
@@ -5,4 +6,9 @@
 -- holds only them, so the purchases that succeed pay nothing for it.
 -- Succeeded intents are not swept: each is the parcel's guard against a late
 -- retry and its label's row refers to it.
-CREATE INDEX label_intents_failed_completed_at ON label_intents (completed_at) WHERE status = 'failed';
+--
+-- Built CONCURRENTLY, outside a transaction (the first line): the intents
+-- keep being accepted and completed during the build, which a plain CREATE
+-- INDEX would block (SHARE lock) for the whole build on a large table. A
+-- failed build's invalid leftover is dropped by the runner before this runs.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS label_intents_failed_completed_at ON label_intents (completed_at) WHERE status = 'failed';
