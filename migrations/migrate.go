@@ -211,9 +211,8 @@ func retry(ctx context.Context, try func() (bool, error)) error {
 // (pg_try_advisory_xact_lock; while it is taken, the transaction rolls back
 // and another tries lockRetry later).
 func locked(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) error) error {
-	var err error
-	retryErr := retry(ctx, func() (bool, error) {
-		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	return retry(ctx, func() (bool, error) {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			var ok bool
 			if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, advisoryLockKey).Scan(&ok); err != nil {
 				return fmt.Errorf("taking the migration lock: %w", err)
@@ -228,10 +227,15 @@ func locked(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) error) e
 		}
 		return true, err
 	})
-	if retryErr != nil {
-		return retryErr
-	}
-	return err
+}
+
+// isApplied says whether version is recorded in schema_migrations.
+func isApplied(ctx context.Context, db interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, version int) (bool, error) {
+	var ok bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)`, version).Scan(&ok)
+	return ok, err
 }
 
 // applyOutsideTransaction runs m, unless applied before, on one connection
@@ -242,12 +246,8 @@ func applyOutsideTransaction(ctx context.Context, pool *pgxpool.Pool, m Migratio
 	// Applied before (every run after the first): nothing to lock, so that a
 	// later `api migrate` through a pooler in transaction mode, where a
 	// session lock cannot be held, still finds nothing to do.
-	var before bool
-	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)`, m.Version).Scan(&before); err != nil {
+	if before, err := isApplied(ctx, pool, m.Version); err != nil || before {
 		return false, err
-	}
-	if before {
-		return false, nil
 	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
@@ -276,12 +276,9 @@ func applyOutsideTransaction(ctx context.Context, pool *pgxpool.Pool, m Migratio
 			err = errors.New("the migration lock was not held by this session: run on a direct connection, not through a pooler in transaction mode")
 		}
 	}()
-	var done bool
-	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)`, m.Version).Scan(&done); err != nil {
+	// Another runner may have applied it meanwhile: read again under the lock.
+	if done, err := isApplied(ctx, conn, m.Version); err != nil || done {
 		return false, err
-	}
-	if done {
-		return false, nil
 	}
 	for _, match := range concurrentIndex.FindAllStringSubmatch(m.SQL, -1) {
 		name := match[1]

@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/rs/zerolog"
 
+	"github.com/labelkit/labels/internal/group"
 	"github.com/labelkit/labels/jobs"
 	"github.com/labelkit/labels/notify"
 )
@@ -203,10 +204,7 @@ func (r *Relay) linger(ctx context.Context) {
 	}
 	start := r.opts.Timer
 	if start == nil {
-		start = func(d time.Duration) (<-chan time.Time, func()) {
-			t := time.NewTimer(d)
-			return t.C, func() { t.Stop() }
-		}
+		start = group.StartTimer
 	}
 	expired, stop := start(r.opts.Linger)
 	defer stop()

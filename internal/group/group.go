@@ -157,7 +157,7 @@ func (g *Group[In, Out]) flush() {
 func (g *Group[In, Out]) linger(batch []*groupCall[In, Out], few int) []*groupCall[In, Out] {
 	start := g.Timer
 	if start == nil {
-		start = realTimer
+		start = StartTimer
 	}
 	expired, stop := start(g.Linger)
 	defer stop()
@@ -175,7 +175,10 @@ func (g *Group[In, Out]) linger(batch []*groupCall[In, Out], few int) []*groupCa
 	return batch
 }
 
-func realTimer(d time.Duration) (<-chan time.Time, func()) {
+// StartTimer starts a real timer of d and returns its channel and its stop:
+// the default of [Group.Timer], and of any bounded wait whose tests give a
+// stand-in of this signature (internal/testutil/clocktest).
+func StartTimer(d time.Duration) (<-chan time.Time, func()) {
 	t := time.NewTimer(d)
 	return t.C, func() { t.Stop() }
 }
