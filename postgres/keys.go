@@ -106,13 +106,6 @@ func Purge(ctx context.Context, db DB, batch int) (int64, error) {
 	return tag.RowsAffected(), nil
 }
 
-// PurgeAsOf is [Purge] as if the database's clock read at: for the key-store
-// benchmark (tools/bench, phase store), which purges a filled table part by
-// part. The services call [Purge].
-func PurgeAsOf(ctx context.Context, db DB, at time.Time, batch int) (int64, error) {
-	return Purge(AsOf(ctx, at), db, batch)
-}
-
 // PurgeTombstones deletes up to batch tombstones purged more than retention
 // ago by the database's clock and returns how many it deleted.
 func PurgeTombstones(ctx context.Context, db DB, retention time.Duration, batch int) (int64, error) {

@@ -159,7 +159,7 @@ func (h *harness) purge(ctx context.Context) Purge {
 	var durs []int64
 	for time.Since(began) < h.cfg.PurgeMax && ctx.Err() == nil {
 		t := time.Now()
-		n, err := postgres.PurgeAsOf(ctx, h.pool, now, batch)
+		n, err := postgres.Purge(postgres.AsOf(ctx, now), h.pool, batch)
 		durs = append(durs, int64(time.Since(t)))
 		if err != nil {
 			p.Error = err.Error()
